@@ -1,0 +1,124 @@
+"""The job model every part of hived shares: requests, states and decisions.
+
+These are plain data. The engine (``hived.core.engine``) owns the state
+machine; the doors build ``JobRequest`` objects and the launchers act on
+``Decision`` objects. Times are seconds on the caller's clock (``now``); core
+never reads the wall clock itself.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+class JobClass(str, enum.Enum):
+    """What kind of work a job is, which sets its priority.
+
+    TE (trial-and-error, interactive) and BE (best-effort, batch) are both
+    *guaranteed* inside their VC's cells; TE goes first and may preempt BE
+    (FitGpp). OPPORTUNISTIC runs on any idle cell at low priority and is
+    preempted by any guaranteed job that needs the cell.
+    """
+
+    TE = "te"
+    BE = "be"
+    OPPORTUNISTIC = "opportunistic"
+
+    @property
+    def guaranteed(self) -> bool:
+        return self is not JobClass.OPPORTUNISTIC
+
+
+class Affinity(str, enum.Enum):
+    HARD = "hard"  # the gang waits until it fits inside one cell of the wanted level
+    SOFT = "soft"  # wait for the wanted level a while, then relax one level at a time
+
+
+class JobState(str, enum.Enum):
+    QUEUED = "queued"          # waiting in its VC's queue
+    PLACED = "placed"          # cells bound, waiting for preemption victims to leave
+    RUNNING = "running"        # the launcher started it
+    PREEMPTING = "preempting"  # told to stop, inside its grace period
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+@dataclass(frozen=True)
+class PodGroup:
+    """``pods`` identical pods, each wanting ``gpus`` GPUs (or one cell of ``cell_type``)."""
+
+    pods: int = 1
+    gpus: int = 1
+    cell_type: Optional[str] = None  # e.g. "DGX2-V100.NODE"; when set it decides the GPUs
+    cpus: Optional[float] = None     # per pod; None = default from the node's share
+    memory_gb: Optional[float] = None
+
+
+@dataclass
+class JobRequest:
+    """What a door submits. Validated by the engine (``Engine.validate``)."""
+
+    user: str
+    vc: str
+    command: list[str] | str = ""
+    job_class: JobClass = JobClass.TE
+    groups: list[PodGroup] = field(default_factory=lambda: [PodGroup()])
+    chain: Optional[str] = None          # GPU pool (cell chain); None = any that fits
+    affinity: Affinity = Affinity.HARD
+    grace_period: float = 0.0            # seconds between SIGTERM and SIGKILL; 0 = rewindable
+    allow_opportunistic: bool = False    # may run as low priority when the VC is full
+    name: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: Optional[str] = None
+    duration: Optional[float] = None     # simulator only: run time once started
+    estimate: Optional[float] = None     # user's hint of run time, seconds
+    max_retries: Optional[int] = None    # None = the failure class decides
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def total_pods(self) -> int:
+        return sum(g.pods for g in self.groups)
+
+
+@dataclass(frozen=True)
+class PodPlacement:
+    """Where one pod of a gang runs: a node and GPU indices on that node."""
+
+    rank: int
+    node: str
+    gpus: tuple[int, ...]
+    cells: tuple[str, ...] = ()  # physical cell addresses bound to this pod
+
+
+@dataclass(frozen=True)
+class Placement:
+    chain: str
+    pods: tuple[PodPlacement, ...]
+    opportunistic: bool = False
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(len(p.gpus) for p in self.pods)
+
+
+class DecisionKind(str, enum.Enum):
+    START = "start"      # launch the gang at ``placement``
+    PREEMPT = "preempt"  # send SIGTERM now, kill after ``grace_period``
+    KILL = "kill"        # grace period over: kill now
+    REQUEUE = "requeue"  # informational: job went back to its queue
+    FAIL = "fail"        # informational: job ended without running (e.g. never fits)
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: DecisionKind
+    job_id: str
+    placement: Optional[Placement] = None
+    grace_period: float = 0.0
+    reason: str = ""

@@ -1,0 +1,117 @@
+"""The one place that writes down who may preempt whom, and in which order.
+
+When a guaranteed job of VC v needs cells, hived preempts in two stages:
+
+1. **HiveD strict priority.** Opportunistic (low-priority) jobs, of any VC,
+   that sit on cells the allocator binds to v's guaranteed job are preempted
+   first, always, before any policy is asked; the allocator names them
+   (``GangGrant.victims``). Opportunistic jobs never preempt anything.
+2. **FitGpp inside the VC.** Only if the job is TE and still has no cells
+   (v's own cells are held by v's guaranteed jobs), the VC's preemption
+   policy (FitGpp by default; LRTP or RAND as baselines) picks among v's
+   *running BE jobs whose preemption count is below the cap P*. TE jobs are
+   never preempted, and a BE job never preempts another BE job.
+
+Victims get their own grace period, then are killed; a preempted BE job goes
+back to the head of its VC's queue (TE jobs still go first) and keeps its
+preemption count. The engine imports this module rather than restating it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+from hived.core.jobs import JobClass, JobState
+
+# higher preempts lower: TE > BE > opportunistic, but see may_preempt
+RANK = {JobClass.TE: 2, JobClass.BE: 1, JobClass.OPPORTUNISTIC: 0}
+
+STAGE_STRICT = "hived-strict-priority"
+STAGE_POLICY = "intra-vc-policy"
+
+
+def may_preempt(preemptor: JobClass, victim: JobClass, same_vc: bool) -> bool:
+    """Whether a job of class ``preemptor`` may ever preempt one of class ``victim``."""
+    if victim is JobClass.OPPORTUNISTIC:
+        return preemptor.guaranteed          # stage 1, any VC
+    if preemptor is JobClass.TE and victim is JobClass.BE:
+        return same_vc                       # stage 2, only inside the VC
+    return False
+
+
+def policy_candidates(job, running: Iterable, cap: int) -> list:
+    """Stage 2's candidates for ``job``: running BE jobs of its VC under the cap.
+
+    Returns [] unless ``job`` is a TE job. ``running`` are JobRecords; those in
+    their grace period already (PREEMPTING) are not candidates twice.
+    """
+    if job.request.job_class is not JobClass.TE:
+        return []
+    vc = job.request.vc
+    out = []
+    for rec in running:
+        req = rec.request
+        if req.vc != vc or req.job_class is not JobClass.BE:
+            continue
+        if getattr(rec, "state", JobState.RUNNING) is not JobState.RUNNING:
+            continue
+        if int(getattr(rec, "preemptions", 0) or 0) >= cap:
+            continue
+        out.append(rec)
+    return out
+
+
+@dataclass
+class Stage:
+    name: str
+    victims: list[str]
+    reason: str
+
+
+@dataclass
+class PreemptionPlan:
+    stages: list[Stage] = field(default_factory=list)
+
+    @property
+    def victims(self) -> list[str]:
+        return [v for st in self.stages for v in st.victims]
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(f"[{st.name}] {st.reason}" for st in self.stages if st.victims or st.reason)
+
+
+def plan(job, *, opportunistic_victims: Iterable[str] = (), fits_without_policy: bool,
+         running: Iterable = (), view=None, now: float = 0.0, policy=None, cap: int = 1) -> PreemptionPlan:
+    """Both stages for one job, in order.
+
+    ``opportunistic_victims`` are what the allocator named for the job's grant
+    (stage 1). ``fits_without_policy`` says whether the job has cells once
+    those leave; if not, and the job is TE, ``policy.choose`` is asked
+    (stage 2) with the candidates of ``policy_candidates``.
+    """
+    out = PreemptionPlan()
+    opp = sorted(set(opportunistic_victims))
+    if opp:
+        out.stages.append(Stage(STAGE_STRICT, opp, f"opportunistic jobs on this VC's cells give way first: {', '.join(opp)}"))
+    if fits_without_policy or policy is None:
+        return out
+    cands = policy_candidates(job, running, cap)
+    if not cands:
+        if job.request.job_class is JobClass.TE:
+            out.stages.append(Stage(STAGE_POLICY, [], f"no running BE job of VC {job.request.vc} below the cap P={cap}"))
+        return out
+    victims, reason = policy.choose(job, cands, view, now)
+    out.stages.append(Stage(STAGE_POLICY, list(victims), reason))
+    return out
+
+
+def requeue_position(queue_classes: list[JobClass]) -> int:
+    """Where a preempted BE job re-enters its VC's queue: after the queued TE
+    jobs (TE goes first), before every other BE job (the paper's "top of the queue")."""
+    i = 0
+    while i < len(queue_classes) and queue_classes[i] is JobClass.TE:
+        i += 1
+    return i
+
+

@@ -1,0 +1,170 @@
+"""Tables and plots of the FitGpp reproduction (paper 004 Tables 1-3, Fig. 3 and 4).
+
+``cli(args)`` is what ``hived simulate --workload fitgpp`` runs: it calls
+``hived.core.sim.fitgpp_experiment.run(args)``, prints the tables beside the
+paper's numbers, writes the CDF plots and the s-sweep plot (matplotlib, Agg)
+and, with ``--json``, the summary. ``add_arguments(parser)`` adds its options.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from typing import Optional
+
+from hived.core.sim import fitgpp_experiment as E
+
+# Paper 004, Table 1 (slowdown percentiles 50/95/99), Table 2 (re-scheduling
+# intervals, minutes, 50/75/95/99) and Table 3 (share of preempted jobs, P = 1).
+PAPER_T1 = {
+    "fifo": ([9.38, 33.4, 48.5], [2.78, 4.89, 8.21]),
+    "lrtp": ([1.00, 1.17, 1.58], [3.78, 7.25, 12.5]),
+    "rand": ([1.00, 1.17, 1.58], [3.87, 7.49, 12.9]),
+    "fitgpp": ([1.00, 1.15, 1.54], [3.28, 6.06, 10.3]),
+}
+PAPER_T2 = {"lrtp": [4.0, 4.0, 5.0, 7.0], "rand": [4.0, 4.0, 6.0, 7.0], "fitgpp": [2.0, 2.0, 4.0, 6.0]}
+PAPER_T3 = {"lrtp": 0.096, "rand": 0.097, "fitgpp": 0.0063}
+LABEL = {"fifo": "FIFO", "lrtp": "LRTP", "rand": "RAND", "fitgpp": "FitGpp"}
+
+
+def _f(x: float) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3g}"
+
+
+def format_tables(res: "E.ExperimentResult") -> str:
+    """Tables 1-3 as text, ours and (in brackets) the paper's."""
+    out = [f"FitGpp reproduction: {res.jobs} jobs, seed {res.seed}, {res.nodes} nodes, load {res.load:g} "
+           f"({res.backend})", "",
+           "Table 1: slowdown percentiles, ours [paper]",
+           f"{'policy':<14}{'TE 50th':>16}{'TE 95th':>16}{'TE 99th':>16}{'BE 50th':>16}{'BE 95th':>16}{'BE 99th':>16}"]
+    for p, r in res.results.items():
+        ours = r.percentiles("te") + r.percentiles("be")
+        paper = sum(PAPER_T1.get(p, ([None] * 3, [None] * 3)), [])
+        name = LABEL[p] + (f" (s={r.s:g})" if p == "fitgpp" else "")
+        out.append(f"{name:<14}" + "".join(f"{_f(o) + ' [' + _f(q) + ']':>16}" for o, q in zip(ours, paper)))
+    if "fifo" in res.results and "fitgpp" in res.results:
+        fifo, fit = res.results["fifo"], res.results["fitgpp"]
+        te_cut = 1 - fit.percentiles("te")[1] / fifo.percentiles("te")[1]
+        be_up = fit.percentiles("be")[0] / fifo.percentiles("be")[0] - 1
+        out.append(f"FitGpp vs FIFO: TE 95th {te_cut:+.1%} cut [paper 96.6%], BE median {be_up:+.1%} [paper +18.0%]")
+    out += ["", "Table 2: re-scheduling intervals [min] (preemption signal -> restart), ours [paper]",
+            f"{'policy':<14}{'50th':>14}{'75th':>14}{'95th':>14}{'99th':>14}"]
+    for p, r in res.results.items():
+        if p == "fifo":
+            continue
+        out.append(f"{LABEL[p]:<14}" + "".join(f"{_f(o) + ' [' + _f(q) + ']':>14}"
+                                               for o, q in zip(r.interval_percentiles(), PAPER_T2.get(p, [None] * 4))))
+    out += ["", f"Table 3: share of preempted jobs (P = {_f(next(iter(res.results.values())).cap) if res.results else 1}), ours [paper]"]
+    for p, r in res.results.items():
+        if p == "fifo":
+            continue
+        paper = PAPER_T3.get(p)
+        out.append(f"{LABEL[p]:<14}{r.preempted_share:>10.2%}  [{paper:.2%}]   preemptions {r.preemptions}, "
+                   f"fallbacks {r.fallbacks}")
+    if res.sweep:
+        out += ["", "Fig. 4: FitGpp slowdown percentiles vs s",
+                f"{'s':>6}{'TE 50':>9}{'TE 95':>9}{'TE 99':>9}{'BE 50':>9}{'BE 95':>9}{'BE 99':>9}{'preempted':>11}"]
+        for r in res.sweep:
+            out.append(f"{r.s:>6g}" + "".join(f"{_f(x):>9}" for x in r.percentiles("te") + r.percentiles("be"))
+                       + f"{r.preempted_share:>10.2%}")
+    return "\n".join(out)
+
+
+def plot(res: "E.ExperimentResult", out_dir: str) -> list[str]:
+    """CDFs of TE and BE slowdowns per policy (Fig. 3) and, with a sweep, Fig. 4. Returns the paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, which, title in ((axes[0], "te_slowdown", "TE jobs"), (axes[1], "be_slowdown", "BE jobs")):
+        for p, r in res.results.items():
+            data = np.sort(np.asarray(getattr(r, which)))
+            if data.size:
+                ax.plot(data, np.arange(1, data.size + 1) / data.size, label=LABEL[p])
+        ax.set_xscale("log")
+        ax.set_xlabel("slowdown (1 + wait / exec)")
+        ax.set_ylabel("CDF")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"Slowdown CDFs, {res.jobs} jobs, load {res.load:g}")
+    fig.tight_layout()
+    path = os.path.join(out_dir, "fitgpp_cdf.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    paths.append(path)
+    if res.sweep:
+        s = [r.s for r in res.sweep]
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        for ax, which, title in ((axes[0], "te", "TE jobs"), (axes[1], "be", "BE jobs")):
+            pct = np.array([r.percentiles(which) for r in res.sweep])
+            for k, q in enumerate((50, 95, 99)):
+                ax.plot(s, pct[:, k], marker="o", label=f"{q}th")
+            ax.set_xlabel("s (weight of the grace period, eq. 3)")
+            ax.set_ylabel("slowdown")
+            ax.set_title(title)
+            ax.grid(True, alpha=0.3)
+            ax.legend()
+        fig.suptitle("FitGpp sensitivity to s (paper Fig. 4)")
+        fig.tight_layout()
+        path = os.path.join(out_dir, "fitgpp_s_sweep.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``hived simulate --workload fitgpp``."""
+    g = parser.add_argument_group("fitgpp workload (paper 004)")
+    g.add_argument("--jobs", type=int, default=None, help="number of jobs (default 65536 = 2^16, as the paper)")
+    g.add_argument("--seed", type=int, default=None, help="workload and RAND seed (default 0)")
+    g.add_argument("--policies", default=None, help="comma list of fifo,lrtp,rand,fitgpp (default all)")
+    g.add_argument("--s", dest="s", type=float, default=None, help="FitGpp weight s of eq. 3 (default 4.0)")
+    g.add_argument("--cap", type=float, default=None, help="preemption cap P per BE job (default 1; 'inf' for none)")
+    g.add_argument("--s-sweep", dest="s_sweep", default=None,
+                   help="comma list of s values for the sensitivity sweep (Fig. 4), e.g. 0,0.5,1,2,4,8,16")
+    g.add_argument("--load", type=float, default=None, help="cluster load kept under FIFO (default 2.0)")
+    g.add_argument("--nodes", type=int, default=None, help="nodes of 32 CPUs, 256 GB, 8 GPUs (default 84)")
+    g.add_argument("--rand-repeats", dest="rand_repeats", type=int, default=None,
+                   help="RAND runs with different seeds, pooled (paper: 4; default 1)")
+    g.add_argument("--plots", default=None, help="folder for the CDF and s-sweep plots (PNG)")
+    g.add_argument("--json", dest="json_out", default=None, help="write the summary as JSON to this file")
+
+
+def cli(args: argparse.Namespace, out=sys.stdout) -> int:
+    try:
+        res = E.run(args)
+    except ValueError as exc:
+        print(f"hived simulate: {exc}", file=sys.stderr)
+        return 2
+    print(format_tables(res), file=out)
+    plots_dir: Optional[str] = getattr(args, "plots", None)
+    if plots_dir:
+        for p in plot(res, plots_dir):
+            print(f"wrote {p}", file=out)
+    json_out = getattr(args, "json_out", None)
+    if json_out:
+        with open(json_out, "w") as fh:
+            json.dump(res.to_dict(), fh, indent=2)
+        print(f"wrote {json_out}", file=out)
+    return 0
+
+
+def main(argv=None) -> int:
+    """Standalone: ``python -m hived.jupyter_ext.report.fitgpp [options]``."""
+    ap = argparse.ArgumentParser(prog="fitgpp-report", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(ap)
+    return cli(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -216,17 +216,6 @@ class Room:
             return self.total >= len(self.pods)
         return room_after(self.pods, self.free, self.freed)
 
-    def fits_with(self, cand: Candidate) -> bool:
-        """eq. 2 for ``cand`` with the resources released so far counted as free."""
-        if len(self.pods) == 1:
-            pod = self.pods[0]
-            return any(fits(pod, used, self.avail(node)) for node, used in cand.usage.items())
-        freed = dict(self.freed)
-        for node, v in cand.usage.items():
-            f = freed.get(node)
-            freed[node] = v if f is None else (f[0] + v[0], f[1] + v[1], f[2] + v[2])
-        return room_after(self.pods, self.free, freed)
-
 
 def preempt_until_fits(pods: Sequence[Vec], ordered: Iterable[Candidate], free: Mapping[str, Vec]) -> Optional[list[str]]:
     """Take victims in the given order until the TE job fits; None if it never does.
@@ -254,6 +243,11 @@ def _shuffled(items: Sequence, rng: random.Random):
         yield pool[i]
 
 
+def _fit_reason(jid: str, score: float, sz: float, grace: float, s: float) -> str:
+    return (f"fitgpp: preempt {jid} (score {score:.3f} = size {sz:.3f} scaled + s={s:g} x grace "
+            f"{grace:g}s scaled; fits alone)")
+
+
 def choose(
     pods: Sequence[Vec],
     candidates: Sequence[Candidate],
@@ -262,6 +256,7 @@ def choose(
     s: float = DEFAULT_S,
     cap: int = DEFAULT_CAP,
     rng: Optional[random.Random] = None,
+    known_unfit: bool = False,
 ) -> Choice:
     """eq. 4, with the paper's random fallback.
 
@@ -275,7 +270,8 @@ def choose(
     among the eligible jobs on nodes that can host the TE job at all, and the
     TE job then takes that node: its other eligible jobs are preempted in
     ascending eq. 3 score until the TE job fits. For a gang (several pods),
-    random eligible jobs are drawn until it fits.
+    random eligible jobs are drawn until it fits. ``known_unfit`` says the
+    caller already knows eq. 4 is empty (skips re-checking eq. 2 job by job).
     """
     if s < 0:
         raise ValueError(f"fitgpp: weight s must be >= 0, got {s}")
@@ -292,18 +288,17 @@ def choose(
             for i, c in enumerate(candidates) if c.preemptions < cap]
     if not heap:
         return Choice([], f"fitgpp: every running BE job reached the preemption cap P={cap}")
-    heapq.heapify(heap)  # O(n); we pop in ascending score only until one fits
-    order = []
+    if known_unfit:  # the caller already found eq. 4 empty: straight to the fallback
+        order, heap = sorted(heap), []
+    else:
+        heapq.heapify(heap)  # O(n); we pop in ascending score only until one fits
+        order = []
     while heap:
         score, _, i = item = heapq.heappop(heap)
         order.append(item)
         c = candidates[i]
         if single_fit(pods, c, free):
-            return Choice(
-                [c.job_id],
-                f"fitgpp: preempt {c.job_id} (score {score:.3f} = size {c.size:.3f} "
-                f"scaled + s={s:g} x grace {c.grace_period:g}s scaled; fits alone)",
-            )
+            return Choice([c.job_id], _fit_reason(c.job_id, score, c.size, c.grace_period, s))
     # fallback
     if len(pods) != 1:
         # a gang: random eligible jobs until it fits (the paper's random choice, repeated)
@@ -433,9 +428,34 @@ def candidates_from(records, view, capacity: Mapping[str, Vec], now: float, rema
     return out
 
 
+def restrict_to_chain(cands: list[Candidate], free: Mapping[str, Vec], view, chain: Optional[str]):
+    """Only nodes of the TE job's chain can host it: drop the others from eq. 2."""
+    if chain is None:
+        return cands, free
+    keep = {n for n, st in view.nodes.items() if st.chain == chain}
+    free = {n: f for n, f in free.items() if n in keep}
+    out = []
+    for c in cands:
+        if all(n in keep for n in c.usage):
+            out.append(c)
+        else:  # its size (eq. 1, for the eq. 3 maxima) stays; only its nodes elsewhere stop counting
+            out.append(Candidate(c.job_id, {n: u for n, u in c.usage.items() if n in keep}, c.size,
+                                 c.grace_period, c.preemptions, c.remaining))
+    return out, free
+
+
 @dataclass
 class FitGppPolicy:
-    """PreemptionPolicy hook: ``choose(job, candidates, view, now) -> (victim ids, reason)``."""
+    """The engine's PreemptionPolicy for FitGpp (docs/architecture.md).
+
+    ``choose(job, candidates, view, now) -> (victim ids, reason)``: ``job``
+    is the TE JobRecord that does not fit, ``candidates`` the running BE
+    JobRecords of its VC below the engine's cap, ``view`` the ClusterView.
+    ``s`` and ``cap`` (P) are eq. 3's weight and eq. 4's cap; ``seed`` seeds
+    the fallback's random draw. A single-pod TE job is answered from numpy
+    columns (``fitgpp_vector``), anything else by ``choose`` above; both give
+    the same victims.
+    """
 
     s: float = DEFAULT_S
     cap: int = DEFAULT_CAP
@@ -443,6 +463,7 @@ class FitGppPolicy:
     name: str = "fitgpp"
     _rng: random.Random = field(init=False, repr=False)
     _cache: dict = field(init=False, repr=False, default_factory=dict)
+    _vec: object = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         if self.s < 0:
@@ -450,12 +471,30 @@ class FitGppPolicy:
         if self.cap < 0:
             raise ValueError(f"fitgpp: preemption cap P must be >= 0, got {self.cap}")
         self._rng = random.Random(self.seed)
+        from .fitgpp_vector import VectorScorer  # late: fitgpp_vector imports size() from here
+
+        self._vec = VectorScorer()
 
     def choose(self, job, candidates, view, now: float) -> tuple[list[str], str]:
+        if not candidates:
+            return [], "fitgpp: no running BE job to preempt"
+        from .fitgpp_vector import NO_FIT
+
+        unfit = False
+        chain = getattr(job.request, "chain", None)
+        demands = getattr(job, "pod_demands", None)
+        if demands and len(demands) == 1:
+            pod = tuple(float(x) for x in demands[0])
+            hit = self._vec.best(pod, candidates, view, self.s, self.cap, chain)
+            unfit = hit == NO_FIT
+            if hit is not None and not unfit:
+                jid, score, sz, grace = hit
+                return [jid], _fit_reason(jid, score, sz, grace, self.s)
         free, cap = node_vectors(view)
         pods = pod_demands(job, cap)
         if len(self._cache) > 4 * len(candidates) + 1024:
             self._cache.clear()  # finished jobs: keep the cache from growing without bound
         cands = candidates_from(candidates, view, cap, now, cache=self._cache)
-        ch = choose(pods, cands, free, s=self.s, cap=self.cap, rng=self._rng)
+        cands, free = restrict_to_chain(cands, free, view, chain)
+        ch = choose(pods, cands, free, s=self.s, cap=self.cap, rng=self._rng, known_unfit=unfit)
         return ch.victims, ch.reason

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
+from ..jobs import JobState
 from .fitgpp import (DEFAULT_CAP, Candidate, Choice, Vec, candidates_from, node_vectors,
-                     pod_demands, preempt_until_fits)
+                     pod_demands, preempt_until_fits, restrict_to_chain)
 
 
 def choose(pods: Sequence[Vec], candidates: Sequence[Candidate], free: Mapping[str, Vec], *,
@@ -28,20 +29,23 @@ def choose(pods: Sequence[Vec], candidates: Sequence[Candidate], free: Mapping[s
 
 
 def remaining_from_record(rec, now: float) -> float:
-    """Perfect knowledge for the simulator: the request's duration minus the run time so far.
+    """Perfect knowledge for the simulator: run time still needed at ``now``.
 
-    Reads ``rec.remaining`` when the engine keeps it, else
-    ``request.duration - (now - rec.started)``; a job with no duration counts
-    as 0 remaining (preempted last).
+    The engine's JobRecord keeps ``run_time`` (time run in earlier, finished
+    runs; updated when a run ends) and ``started`` (start of the current
+    run), so a running job still needs ``duration - run_time - (now -
+    started)``. (``JobRecord.remaining`` leaves out the current run, so it is
+    not used.) A record without ``run_time`` counts from ``started`` alone; a
+    job without a duration counts as 0 remaining (preempted last).
     """
-    rem = getattr(rec, "remaining", None)
-    if rem is not None:
-        return float(rem)
     dur = rec.request.duration
     if dur is None:
         return 0.0
+    done = float(getattr(rec, "run_time", 0.0) or 0.0)
     started = getattr(rec, "started", None)
-    return float(dur) - (now - started if started is not None else 0.0)
+    if started is not None and getattr(rec, "state", JobState.RUNNING) in (JobState.RUNNING, JobState.PREEMPTING):
+        done += now - float(started)
+    return max(0.0, float(dur) - done)
 
 
 @dataclass
@@ -55,5 +59,6 @@ class LRTPPolicy:
     def choose(self, job, candidates, view, now: float) -> tuple[list[str], str]:
         free, capacity = node_vectors(view)
         cands = candidates_from(candidates, view, capacity, now, self.remaining or remaining_from_record)
+        cands, free = restrict_to_chain(cands, free, view, getattr(job.request, "chain", None))
         ch = choose(pod_demands(job, capacity), cands, free, cap=self.cap)
         return ch.victims, ch.reason

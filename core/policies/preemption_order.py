@@ -1,25 +1,36 @@
 """The one place that writes down who may preempt whom, and in which order.
 
-When a guaranteed job of VC v needs cells, hived preempts in two stages:
+When a guaranteed job of VC v does not fit, hived preempts in two stages:
 
-1. **HiveD strict priority.** Opportunistic (low-priority) jobs, of any VC,
-   that sit on cells the allocator binds to v's guaranteed job are preempted
-   first, always, before any policy is asked; the allocator names them
-   (``GangGrant.victims``). Opportunistic jobs never preempt anything.
-2. **FitGpp inside the VC.** Only if the job is TE and still has no cells
-   (v's own cells are held by v's guaranteed jobs), the VC's preemption
-   policy (FitGpp by default; LRTP or RAND as baselines) picks among v's
-   *running BE jobs whose preemption count is below the cap P*. TE jobs are
-   never preempted, and a BE job never preempts another BE job.
+1. **HiveD strict priority** (paper 001). Opportunistic (low-priority) jobs,
+   of any VC, on the cells the allocator binds to v's guaranteed job are
+   preempted first, always, before any policy is asked; the allocator names
+   them (``GangGrant.victims``) and the job waits, PLACED, until they leave.
+   Opportunistic jobs never preempt anything.
+2. **FitGpp inside the VC** (paper 004). Only if the job is TE and got no
+   cells at all (v's own cells are held by v's guaranteed jobs), the
+   preemption policy (FitGpp by default; LRTP or RAND as baselines) picks
+   among v's *running BE jobs, not running opportunistically, whose
+   preemption count is below the cap P*. TE jobs are never preempted by the
+   policy, and a BE job never preempts another BE job.
 
-Victims get their own grace period, then are killed; a preempted BE job goes
-back to the head of its VC's queue (TE jobs still go first) and keeps its
-preemption count. The engine imports this module rather than restating it.
+Each victim gets a PREEMPT decision carrying its own grace period (from its
+request; 0 = rewindable), then a KILL when the grace period is over; once it
+is gone it goes back to the head of its VC's queue (after the queued TE jobs,
+which still go first: ``requeue_position``) and keeps its preemption count.
+The preemptor asks again only once its victims have left.
+
+Where the engine (core/engine.py) does each step: stage 1 in ``_bind``
+(``grant.victims``), stage 2 in ``_ask_policy``, the grace period in
+``_preempt`` and ``step``, the requeue in ``on_preempted``.
+tests/fitgpp/test_engine_integration.py checks the engine against
+``policy_candidates`` and ``may_preempt`` below, and that stage 1 comes first.
+docs/fitgpp.md says the same for users.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Iterable
 
 from hived.core.jobs import JobClass, JobState
 
@@ -55,6 +66,8 @@ def policy_candidates(job, running: Iterable, cap: int) -> list:
             continue
         if getattr(rec, "state", JobState.RUNNING) is not JobState.RUNNING:
             continue
+        if getattr(rec, "opportunistic", False):
+            continue  # a BE job running on lent cells is stage 1's business, not the policy's
         if int(getattr(rec, "preemptions", 0) or 0) >= cap:
             continue
         out.append(rec)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from .fitgpp import (DEFAULT_CAP, _shuffled, Candidate, Choice, Vec, candidates_from, node_vectors,
-                     pod_demands, preempt_until_fits)
+                     pod_demands, preempt_until_fits, restrict_to_chain)
 
 
 def choose(pods: Sequence[Vec], candidates: Sequence[Candidate], free: Mapping[str, Vec], *,
@@ -42,5 +42,6 @@ class RandPolicy:
         if len(self._cache) > 4 * len(candidates) + 1024:
             self._cache.clear()
         cands = candidates_from(candidates, view, capacity, now, cache=self._cache)
+        cands, free = restrict_to_chain(cands, free, view, getattr(job.request, "chain", None))
         ch = choose(pod_demands(job, capacity), cands, free, cap=self.cap, rng=self._rng)
         return ch.victims, ch.reason

@@ -22,7 +22,7 @@ import heapq
 import math
 import random
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -144,9 +144,17 @@ def _chooser(policy: str, s: float, cap: float, seed: int) -> Optional[Chooser]:
 
 def simulate(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: float = fitgpp_mod.DEFAULT_S,
              cap: float = fitgpp_mod.DEFAULT_CAP, seed: int = 0,
-             keep_load: Optional[float] = None) -> PolicyResult | list[int]:
+             keep_load: Optional[float] = None, te_on_arrival: bool = True,
+             tick: Optional[Callable[[int], None]] = None) -> PolicyResult | list[int]:
     """Replay ``jobs`` under ``policy``; with ``keep_load`` (FIFO only) return
-    the arrival minutes that keep the load at that level instead."""
+    the arrival minutes that keep the load at that level instead.
+
+    ``te_on_arrival`` (default): jobs that arrived during the last minute are
+    queued, and the TE ones placed or given victims, against the cluster as
+    the last round left it, before this minute's completions free anything.
+    That is the paper's "when a TE job arrives ... BE jobs are suspended";
+    with False, completions go first and TE jobs rarely need to preempt.
+    ``tick(k)`` is told every ~1,000 finished jobs (progress bars)."""
     choose = _chooser(policy, s, cap, seed)
     n = len(jobs)
     cl = _Cluster(nodes)
@@ -234,10 +242,7 @@ def simulate(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: fl
         bound.append((j, target))
         return True
 
-    def schedule(t: int) -> None:
-        if choose is None:
-            try_queue(be_q, t)
-            return
+    def schedule_te(t: int) -> None:
         while te_q:
             j = te_q[0]
             node = cl.best_fit(jobs[j].demand)
@@ -248,13 +253,27 @@ def simulate(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: fl
                 te_q.popleft()
             else:
                 return  # TE blocks the queue; BE jobs wait behind it
+
+    def schedule(t: int) -> None:
+        if choose is not None:
+            schedule_te(t)
+            if te_q:
+                return
         try_queue(be_q, t)
 
     def arrive(j: int, t: int) -> None:
         (te_q if (jobs[j].te and choose is not None) else be_q).append(j)
 
+    killed: list[int] = []
     t = 0
     while done < n:
+        # 0. arrivals of the last minute meet the cluster as the last round left it
+        if te_on_arrival and cap_load is None:
+            while next_arrival < n and arrival[next_arrival] <= t:
+                arrive(next_arrival, t)
+                next_arrival += 1
+            if choose is not None:
+                schedule_te(t)
         # 1. what ended by now: completions and victims at the end of their grace period
         while events and events[0][0] <= t:
             _, kind, j = heapq.heappop(events)
@@ -266,13 +285,19 @@ def simulate(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: fl
                 node_of[j] = -1
                 finish[j] = t
                 done += 1
+                if tick is not None and done & 1023 == 0:
+                    tick(1024)
                 if cap_load:
                     for k in range(3):
                         load[k] -= jobs[j].demand[k]
             else:
                 cl.give(node_of[j], jobs[j].demand)
                 node_of[j] = -1
-                be_q.appendleft(j)  # back to the head of the BE queue
+                killed.append(j)
+        # victims go back to the head of the BE queue; several at once keep submission order
+        for j in sorted(killed, reverse=True):
+            be_q.appendleft(j)
+        killed.clear()
         # 2. TE jobs whose victims have left start now
         if bound:
             still = []
@@ -310,6 +335,8 @@ def simulate(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: fl
             break
         t = max(t, min(nxt))  # == t when a victim with grace 0 must leave this very minute
 
+    if tick is not None and n & 1023:
+        tick(n & 1023)
     if cap_load is not None:
         return arrivals_out
     te_sd, be_sd = [], []
@@ -320,9 +347,10 @@ def simulate(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: fl
                         sum(1 for p in preempted if p), preemptions, fallbacks, max(finish) if n else 0)
 
 
-def calibrate_arrivals(jobs: Sequence[SynthJob], *, nodes: int = NODES, load: float = LOAD) -> list[int]:
+def calibrate_arrivals(jobs: Sequence[SynthJob], *, nodes: int = NODES, load: float = LOAD,
+                       tick: Optional[Callable[[int], None]] = None) -> list[int]:
     """Arrival minutes keeping the load at ``load`` when the jobs run under FIFO (paper §4.2)."""
-    return simulate(jobs, "fifo", nodes=nodes, keep_load=load)
+    return simulate(jobs, "fifo", nodes=nodes, keep_load=load, tick=tick)
 
 
 # ---------------------------------------------------------------------------
@@ -339,45 +367,84 @@ def parse_list(text: str, kind=float, what: str = "value") -> list:
     return out
 
 
-def run(args) -> ExperimentResult:
-    """Run the experiment from an argparse-like namespace.
+@dataclass(frozen=True)
+class Config:
+    """The experiment's settings, checked (bad values raise ValueError naming the option)."""
 
-    Reads ``jobs`` (default 2^16), ``seed`` (0), ``policies`` (comma list or
-    list, default all four), ``s`` (4.0), ``cap`` (1; 'inf' for no cap),
-    ``s_sweep`` (comma list; empty = no sweep), ``load`` (2.0), ``nodes`` (84),
-    ``rand_repeats`` (1: RAND reruns with other seeds, pooled as the paper averages).
+    jobs: int = JOBS
+    seed: int = 0
+    policies: tuple = POLICIES
+    s: float = fitgpp_mod.DEFAULT_S
+    cap: float = fitgpp_mod.DEFAULT_CAP
+    s_sweep: tuple = ()
+    load: float = LOAD
+    nodes: int = NODES
+    rand_repeats: int = 1
+
+    @property
+    def simulations(self) -> int:
+        """Replays the run makes, the FIFO calibration included (for progress bars)."""
+        return 1 + sum(self.rand_repeats if p == "rand" else 1 for p in self.policies) + len(self.s_sweep)
+
+
+def config_from(args) -> Config:
+    """A Config from an argparse-like namespace; missing or None attributes take the defaults.
+
+    ``policies`` and ``s_sweep`` may be comma-separated strings or lists;
+    ``cap`` may be ``inf`` (no cap).
     """
-    g = lambda k, d: getattr(args, k, d) if getattr(args, k, None) is not None else d  # noqa: E731
+    g = lambda k, d: getattr(args, k) if getattr(args, k, None) is not None else d  # noqa: E731
     n = int(g("jobs", JOBS))
-    seed = int(g("seed", 0))
+    if n < 1:
+        raise ValueError(f"fitgpp experiment: --jobs must be >= 1, got {n}")
     pols = g("policies", list(POLICIES))
     pols = parse_list(pols, str, "policies") if isinstance(pols, str) else list(pols)
     for p in pols:
         if p not in POLICIES:
             raise ValueError(f"fitgpp experiment: unknown policy {p!r}; choose from {', '.join(POLICIES)}")
     s = float(g("s", fitgpp_mod.DEFAULT_S))
+    if s < 0:
+        raise ValueError(f"fitgpp experiment: --s must be >= 0, got {s:g}")
     cap = float(g("cap", fitgpp_mod.DEFAULT_CAP))
-    if cap < 0:
-        raise ValueError(f"fitgpp experiment: cap P must be >= 0, got {cap:g}")
-    sweep = g("s_sweep", "")
-    sweep = parse_list(sweep, float, "s sweep") if isinstance(sweep, str) and sweep.strip() else (list(sweep) if not isinstance(sweep, str) else [])
+    if cap < 0 or (not math.isinf(cap) and cap != int(cap)):
+        raise ValueError(f"fitgpp experiment: --cap P must be a whole number >= 0 or inf, got {cap:g}")
+    sweep = g("s_sweep", ())
+    sweep = (parse_list(sweep, float, "s sweep") if sweep.strip() else []) if isinstance(sweep, str) else list(sweep)
+    if any(v < 0 for v in sweep):
+        raise ValueError(f"fitgpp experiment: --s-sweep values must be >= 0, got {sweep}")
     load = float(g("load", LOAD))
+    if load <= 0:
+        raise ValueError(f"fitgpp experiment: --load must be > 0, got {load:g}")
     nodes = int(g("nodes", NODES))
+    if nodes < 1:
+        raise ValueError(f"fitgpp experiment: --nodes must be >= 1, got {nodes}")
     repeats = int(g("rand_repeats", 1))
-    progress = g("progress", None)
+    if repeats < 1:
+        raise ValueError(f"fitgpp experiment: --rand-repeats must be >= 1, got {repeats}")
+    return Config(n, int(g("seed", 0)), tuple(pols), s, cap, tuple(float(v) for v in sweep), load, nodes, repeats)
 
-    jobs = generate(n, seed, load=load, nodes=nodes)
-    res = ExperimentResult(n, seed, nodes, load)
-    for p in pols:
-        if progress:
-            progress(p)
-        runs = [simulate(jobs, p, nodes=nodes, s=s, cap=cap, seed=seed + 1000 * k)
-                for k in range(repeats if p == "rand" else 1)]
+
+def run(args, *, on_stage: Optional[Callable[[str], None]] = None,
+        tick: Optional[Callable[[int], None]] = None) -> ExperimentResult:
+    """Run the experiment from a Config or an argparse-like namespace (see ``config_from``).
+
+    ``on_stage(label)`` is told before each replay and ``tick(k)`` as jobs
+    finish, so a caller can show progress; core itself prints nothing.
+    """
+    cfg = args if isinstance(args, Config) else config_from(args)
+    stage = on_stage or (lambda _label: None)
+    stage("workload (FIFO calibration)")
+    jobs = generate(cfg.jobs, cfg.seed, load=cfg.load, nodes=cfg.nodes, tick=tick)
+    res = ExperimentResult(cfg.jobs, cfg.seed, cfg.nodes, cfg.load)
+    for p in cfg.policies:
+        runs = []
+        for k in range(cfg.rand_repeats if p == "rand" else 1):
+            stage(p if k == 0 else f"{p} #{k + 1}")
+            runs.append(simulate(jobs, p, nodes=cfg.nodes, s=cfg.s, cap=cfg.cap, seed=cfg.seed + 1000 * k, tick=tick))
         res.results[p] = runs[0] if len(runs) == 1 else _pool(runs)
-    for sv in sweep:
-        if progress:
-            progress(f"fitgpp s={sv:g}")
-        res.sweep.append(simulate(jobs, "fitgpp", nodes=nodes, s=sv, cap=cap, seed=seed))
+    for sv in cfg.s_sweep:
+        stage(f"fitgpp s={sv:g}")
+        res.sweep.append(simulate(jobs, "fitgpp", nodes=cfg.nodes, s=sv, cap=cfg.cap, seed=cfg.seed, tick=tick))
     return res
 
 

@@ -51,9 +51,12 @@ class Dist:
 # from the paper; the rest: our choice (docs/fitgpp.md).
 PARAMS: dict[str, tuple[Dist, Dist]] = {
     "exec_min": (Dist(5, 5, 1, 30), Dist(30, 60, 1, 24 * 60)),
-    "gpus": (Dist(1, 1.5, 1, NODE_GPUS), Dist(2, 2.5, 1, NODE_GPUS)),
-    "cpus": (Dist(4, 4, 1, NODE_CPUS), Dist(8, 8, 1, NODE_CPUS)),
-    "memory_gb": (Dist(24, 24, 1, NODE_MEMORY_GB), Dist(48, 48, 1, NODE_MEMORY_GB)),
+    # BE jobs are the bigger ones (training runs); TE jobs are mostly 1-2 GPUs
+    # with a tail up to a whole node. These were picked (docs/fitgpp.md) so
+    # that a TE job often finds no room in a full cluster, as in the paper.
+    "gpus": (Dist(2, 3, 1, NODE_GPUS), Dist(4, 3, 1, NODE_GPUS)),
+    "cpus": (Dist(8, 8, 1, NODE_CPUS), Dist(12, 8, 1, NODE_CPUS)),
+    "memory_gb": (Dist(64, 64, 1, NODE_MEMORY_GB), Dist(96, 64, 1, NODE_MEMORY_GB)),
     "grace_min": (Dist(3, 3, 0, 20), Dist(3, 3, 0, 20)),
 }
 
@@ -107,14 +110,14 @@ def sample_jobs(n: int = JOBS, seed: int = 0, te_share: float = TE_SHARE, gp_sca
 
 
 def generate(n: int = JOBS, seed: int = 0, *, load: float = LOAD, nodes: int = NODES,
-             te_share: float = TE_SHARE, gp_scale: float = 1.0) -> list[SynthJob]:
+             te_share: float = TE_SHARE, gp_scale: float = 1.0, tick=None) -> list[SynthJob]:
     """The full workload: sampled jobs with arrival times calibrated at ``load`` under FIFO."""
     if load <= 0:
         raise ValueError(f"workload: load must be > 0, got {load}")
     from .fitgpp_experiment import calibrate_arrivals  # the FIFO simulator lives there
 
     jobs = sample_jobs(n, seed, te_share, gp_scale)
-    arrivals = calibrate_arrivals(jobs, nodes=nodes, load=load)
+    arrivals = calibrate_arrivals(jobs, nodes=nodes, load=load, tick=tick)
     return [replace(j, arrival_min=int(a)) for j, a in zip(jobs, arrivals)]
 
 

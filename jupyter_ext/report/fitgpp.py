@@ -1,9 +1,11 @@
 """Tables and plots of the FitGpp reproduction (paper 004 Tables 1-3, Fig. 3 and 4).
 
-``cli(args)`` is what ``hived simulate --workload fitgpp`` runs: it calls
-``hived.core.sim.fitgpp_experiment.run(args)``, prints the tables beside the
-paper's numbers, writes the CDF plots and the s-sweep plot (matplotlib, Agg)
-and, with ``--json``, the summary. ``add_arguments(parser)`` adds its options.
+``main(argv)`` is what ``hived simulate --workload fitgpp [options]`` runs:
+it replays the paper's synthetic workload under FIFO, LRTP, RAND and FitGpp
+(``hived.core.sim.fitgpp_experiment``) with a progress bar on stderr, prints
+Tables 1-3 beside the paper's numbers, writes the slowdown CDFs (Fig. 3) and,
+with ``--s-sweep``, the sensitivity plot (Fig. 4) as PNG (matplotlib, Agg),
+and with ``--json`` the summary.
 """
 from __future__ import annotations
 
@@ -121,6 +123,9 @@ def plot(res: "E.ExperimentResult", out_dir: str) -> list[str]:
     return paths
 
 
+DEFAULT_SWEEP = "0,0.5,1,2,4,8,16"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``hived simulate --workload fitgpp``."""
     g = parser.add_argument_group("fitgpp workload (paper 004)")
@@ -129,22 +134,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--policies", default=None, help="comma list of fifo,lrtp,rand,fitgpp (default all)")
     g.add_argument("--s", dest="s", type=float, default=None, help="FitGpp weight s of eq. 3 (default 4.0)")
     g.add_argument("--cap", type=float, default=None, help="preemption cap P per BE job (default 1; 'inf' for none)")
-    g.add_argument("--s-sweep", dest="s_sweep", default=None,
-                   help="comma list of s values for the sensitivity sweep (Fig. 4), e.g. 0,0.5,1,2,4,8,16")
+    g.add_argument("--s-sweep", dest="s_sweep", nargs="?", const=DEFAULT_SWEEP, default=None,
+                   help=f"also run FitGpp for each s in this comma list and plot Fig. 4 "
+                        f"(no value: {DEFAULT_SWEEP})")
     g.add_argument("--load", type=float, default=None, help="cluster load kept under FIFO (default 2.0)")
     g.add_argument("--nodes", type=int, default=None, help="nodes of 32 CPUs, 256 GB, 8 GPUs (default 84)")
     g.add_argument("--rand-repeats", dest="rand_repeats", type=int, default=None,
                    help="RAND runs with different seeds, pooled (paper: 4; default 1)")
-    g.add_argument("--plots", default=None, help="folder for the CDF and s-sweep plots (PNG)")
+    g.add_argument("--plots", default="fitgpp-plots",
+                   help="folder for the CDF and s-sweep plots, PNG (default ./fitgpp-plots)")
+    g.add_argument("--no-plots", dest="plots", action="store_const", const=None, help="write no plots")
     g.add_argument("--json", dest="json_out", default=None, help="write the summary as JSON to this file")
+    g.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no progress bar (it is drawn on stderr)")
 
 
-def cli(args: argparse.Namespace, out=sys.stdout) -> int:
+def _run_with_progress(cfg: "E.Config", show: bool) -> "E.ExperimentResult":
+    """The experiment with a tqdm bar over all finished jobs of all replays."""
+    if not show:
+        return E.run(cfg)
+    from tqdm import tqdm
+
+    with tqdm(total=cfg.jobs * cfg.simulations, unit="job", unit_scale=True, file=sys.stderr,
+              dynamic_ncols=True, mininterval=0.5) as bar:
+        return E.run(cfg, on_stage=bar.set_description_str, tick=bar.update)
+
+
+def cli(args: argparse.Namespace, out=None) -> int:
+    out = out or sys.stdout
     try:
-        res = E.run(args)
+        cfg = E.config_from(args)
     except ValueError as exc:
         print(f"hived simulate: {exc}", file=sys.stderr)
         return 2
+    res = _run_with_progress(cfg, bool(getattr(args, "progress", False)))
     print(format_tables(res), file=out)
     plots_dir: Optional[str] = getattr(args, "plots", None)
     if plots_dir:
@@ -158,12 +181,18 @@ def cli(args: argparse.Namespace, out=sys.stdout) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    """Standalone: ``python -m hived.jupyter_ext.report.fitgpp [options]``."""
-    ap = argparse.ArgumentParser(prog="fitgpp-report", description=__doc__,
+def build_parser(prog: str = "hived simulate --workload fitgpp") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    # accepted so that the whole `simulate` command line may be passed through
+    ap.add_argument("--workload", choices=["fitgpp"], default="fitgpp", help=argparse.SUPPRESS)
     add_arguments(ap)
-    return cli(ap.parse_args(argv))
+    return ap
+
+
+def main(argv=None) -> int:
+    """``hived simulate --workload fitgpp [options]`` (also ``python -m hived.jupyter_ext.report.fitgpp``)."""
+    return cli(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,170 @@
+"""Service speed: durable submissions and restart time.
+
+1. Submitting N jobs through ``SchedulerService.submit`` (validation, engine,
+   JSON record, SQLite commit with fsync per job), against raw SQLite inserts
+   of the same rows, one commit each, same file system, same ``synchronous``
+   setting, in the same run. Target: >= 500 submissions/s durably stored.
+2. Restart: a store holding N jobs of which N/2 hold cells (bindings); time
+   ``SchedulerService(...)`` rebuilding the engine and the allocator from it.
+   Target: <= 2 s for 10,000 jobs and 5,000 bindings.
+
+The launcher here is a no-op implementation of the Launcher protocol
+(nothing is started, every adoption succeeds) so that only the service and
+the store are measured.
+
+Usage: bench_service.py [--quick] [--jobs N] [--synchronous FULL|NORMAL] [--scheme hived|quota]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+
+from hived.jupyter_ext.service.service import SchedulerService
+
+
+class NullLauncher:
+    """Starts nothing; reports each launch as started, as a real launcher would."""
+
+    def __init__(self):
+        self.events = []
+
+    def launch(self, job_id, request, placement, attempt):
+        from hived.jupyter_ext.service.launcher import LauncherEvent
+        self.events.append(LauncherEvent(job_id, "started", attempt=attempt))
+
+    def terminate(self, job_id, grace_period): pass
+
+    def poll(self):
+        out, self.events = self.events, []
+        return out
+
+    def adopt(self, job_id, placement): return True
+    def logs(self, job_id, rank=0, offset=0): return "", offset
+
+
+def spec(nodes: int) -> dict:
+    """``nodes`` 8-GPU nodes (two 4-GPU sockets), split between two VCs."""
+    return {
+        "physicalCluster": {
+            "cellTypes": {
+                "B-SOCKET": {"childCellType": "B-GPU", "childCellNumber": 4},
+                "B-NODE": {"childCellType": "B-SOCKET", "childCellNumber": 2, "isNodeLevel": True},
+                "B-RACK": {"childCellType": "B-NODE", "childCellNumber": 8},
+            },
+            "physicalCells": [{"cellType": "B-RACK"} for _ in range(nodes // 8)],
+        },
+        "virtualClusters": {
+            "va": {"virtualCells": [{"cellType": "B-RACK.B-RACK", "cellNumber": nodes // 16}]},
+            "vb": {"virtualCells": [{"cellType": "B-RACK.B-RACK", "cellNumber": nodes // 16}]},
+        },
+    }
+
+
+def payload(i: int) -> dict:
+    return {"vc": "va" if i % 2 else "vb", "command": ["python", "train.py", f"--seed={i}"],
+            "job_class": "be" if i % 3 else "te", "gpus": 1, "name": f"job-{i}"}
+
+
+def bench_submit(n: int, sync: str, scheme: str, root: str) -> tuple[float, float, str]:
+    d = os.path.join(root, "submit")
+    svc = SchedulerService(spec(64), d, launcher=NullLauncher(), synchronous=sync, scheme=scheme)
+    t0 = time.perf_counter()
+    for i in range(n):
+        svc.submit("alice" if i % 2 else "bob", payload(i))
+    t_service = time.perf_counter() - t0
+    rows = svc.store._db.execute("SELECT job_id, user, vc, state, submitted, updated, qkey, record "
+                                 "FROM jobs").fetchall()
+    svc.close()
+    assert len(rows) == n
+    # the baseline: the very same rows, raw inserts, one commit each
+    raw = sqlite3.connect(os.path.join(root, "raw.db"), isolation_level=None)
+    raw.execute("PRAGMA journal_mode=WAL")
+    raw.execute(f"PRAGMA synchronous={sync}")
+    raw.execute("CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT UNIQUE, user TEXT, "
+                "vc TEXT, state TEXT, submitted REAL, updated REAL, qkey REAL, record TEXT)")
+    t0 = time.perf_counter()
+    for r in rows:
+        raw.execute("BEGIN IMMEDIATE")
+        raw.execute("INSERT INTO jobs (job_id, user, vc, state, submitted, updated, qkey, record) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", r)
+        raw.execute("COMMIT")
+    t_raw = time.perf_counter() - t0
+    raw.close()
+    return t_service, t_raw, d
+
+
+def bench_restart(n: int, sync: str, scheme: str, root: str, rounds: int) -> tuple[list[float], int, int]:
+    d = os.path.join(root, "restart")
+    nodes = max(16, -(-(n // 2) // 8 // 16) * 16)    # enough GPUs for n/2 one-GPU jobs
+    sp = spec(nodes)
+    svc = SchedulerService(sp, d, launcher=NullLauncher(), synchronous=sync, scheme=scheme)
+    for i in range(n):
+        svc.submit("alice" if i % 2 else "bob", payload(i))
+    bound = 0
+    while bound < n // 2:
+        before = bound
+        svc.tick()
+        bound = len(svc.store.load_bindings())
+        if bound == before:
+            break
+    svc.tick()   # the launcher's "started" events: the holding jobs are running
+    # keep exactly n/2 holding: the rest of the placements would exceed the target shape
+    svc.close()
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        again = SchedulerService(sp, d, launcher=NullLauncher(), synchronous=sync, scheme=scheme)
+        times.append(time.perf_counter() - t0)
+        held = sum(1 for r in again.eng._jobs.values() if r.placement is not None)
+        assert held == bound, (held, bound)
+        again.close()
+    return times, bound, n
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="2,000 jobs (< 60 s)")
+    ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"])
+    ap.add_argument("--scheme", default=os.environ.get("HIVED_SCHEME", "hived"), choices=["hived", "quota"])
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    n = args.jobs or (2000 if args.quick else 10_000)
+    root = tempfile.mkdtemp(prefix="hived-bench-")
+    try:
+        results = []
+        for r in range(args.rounds if not args.quick else 1):
+            sub = os.path.join(root, f"r{r}")
+            os.makedirs(sub)
+            t_svc, t_raw, _ = bench_submit(n, args.synchronous, args.scheme, sub)
+            results.append((t_svc, t_raw))
+        svc_rate = statistics.median(n / t for t, _ in results)
+        raw_rate = statistics.median(n / t for _, t in results)
+        print(f"submit: {n} jobs, synchronous={args.synchronous}, scheme={args.scheme}, "
+              f"{len(results)} round(s)")
+        print(f"  SchedulerService.submit  median {svc_rate:8.0f} jobs/s  ({1e3 / svc_rate:.2f} ms/job)")
+        print(f"  raw SQLite insert+commit median {raw_rate:8.0f} rows/s  ({1e3 / raw_rate:.2f} ms/row)")
+        print(f"  ratio service/raw: {svc_rate / raw_rate:.2f}   target >= 500/s: "
+              f"{'MET' if svc_rate >= 500 else 'MISSED'}")
+        times, bound, total = bench_restart(n, args.synchronous, args.scheme, root, args.rounds)
+        med = statistics.median(times)
+        print(f"restart: {total} jobs stored, {bound} holding cells (bindings), {len(times)} round(s)")
+        print(f"  median {med:.3f} s (min {min(times):.3f}, max {max(times):.3f})   target <= 2 s: "
+              f"{'MET' if med <= 2 else 'MISSED'}")
+        print(json.dumps({"submit_per_s": round(svc_rate), "raw_per_s": round(raw_rate),
+                          "ratio": round(svc_rate / raw_rate, 3), "restart_s": round(med, 3),
+                          "jobs": total, "bindings": bound}))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Whole-trace simulation speed: the Philly trace (82,229 jobs in 11 VCs) under HiveD.
+
+Target (issue 3): <= 60 s wall and >= 2,000 jobs/s on a 2-core machine, with
+the GPU-quota scheme timed in the same run as the baseline (ratio printed).
+The cluster is sized for 90% offered load (docs/simulator.md). ``--quick``
+replays the first 20,000 jobs once.
+Usage: ``.venv/bin/python benchmarks/bench_sim.py [--quick] [--repeat N]``.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from hived.core.sim.schemes import size_cluster
+from hived.core.sim.simulate import simulate
+from hived.core.sim.traces import read_philly
+
+PHILLY = "/work/shared/traces/philly"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="first 20,000 jobs, one run each (< 60 s)")
+    ap.add_argument("--repeat", type=int, default=None, help="runs per scheme (default 3, quick 1)")
+    ap.add_argument("--trace", default=PHILLY)
+    ap.add_argument("--load", type=float, default=0.9)
+    a = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    trace = read_philly(a.trace, limit=20000 if a.quick else None)
+    read_s = time.perf_counter() - t0
+    sizing = size_cluster(trace, a.load)
+    rep = a.repeat or (1 if a.quick else 3)
+    print(f"{len(trace.jobs)} jobs, {sizing.nodes} nodes x 8 GPUs, offered load {sizing.load:.2f} "
+          f"(trace read in {read_s:.1f} s); median of {rep}")
+    schemes = ["quota"]
+    try:
+        import hived.core.allocator  # noqa: F401
+        schemes.append("hived")
+    except ImportError:
+        print("(core/allocator.py not present: quota only)")
+    walls = {}
+    for s in schemes:
+        times = []
+        for _ in range(rep):
+            r = simulate(trace, s, cells="node", sizing=sizing)
+            times.append(r.wall_s)
+        walls[s] = statistics.median(times)
+        print(f"{s:6s}: {walls[s]:.1f} s, {len(trace.jobs) / walls[s]:,.0f} jobs/s "
+              f"(avg queueing delay {r.summary()['avg_queue_delay_s'] / 60:.1f} min)")
+    if "hived" in walls:
+        w = walls["hived"]
+        ok = w <= 60 and len(trace.jobs) / w >= 2000
+        print(f"hived / quota wall ratio: {w / walls['quota']:.2f}; target <= 60 s and >= 2,000 jobs/s: "
+              f"{'OK' if ok else 'MISSED'}")
+        return 0 if ok or a.quick else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,418 @@
+"""The scheduler engine: per-VC queues, gang placement, preemption, retries.
+
+Driven by events with an explicit clock (``now`` is always an argument): the
+caller reports submissions, starts, exits and health changes, and calls
+``step(now)`` for a scheduling round, which returns ``Decision`` objects
+(START here, PREEMPT that, KILL that) and executes nothing. No I/O.
+
+One round, per VC (``_scan``): walk the VC's queue in the queue policy's
+order and try to place each job all-or-nothing through the allocator:
+
+1. a guaranteed job (TE/BE) first inside its VC's cells; the allocator may
+   name opportunistic victims on those cells (HiveD's strict priority):
+   they are preempted first and the job waits, PLACED, until they leave;
+2. a TE job that does not fit asks the preemption policy (FitGpp by
+   default) for BE victims of its own VC below the preemption cap;
+3. a job whose VC is full may run opportunistically (low priority) when its
+   request allows it; an opportunistic job only ever runs that way.
+
+The scan stops at the first job that fits none of these (FIFO without
+backfill). Two documented exceptions: a job in retry back-off
+(``not_before``) is skipped, and a policy may set ``backfill = True``.
+
+Speed: a failed attempt is remembered with the allocator "version" it
+depended on (``_memo``): a guaranteed attempt under HiveD depends only on
+the VC's own releases (sharing safety: other VCs cannot take its cells), an
+opportunistic attempt (and every attempt under the quota baseline) on any
+release. Until that version moves the job is not tried again, so a round in
+which nothing changed costs one dictionary look-up per VC.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Optional
+
+from .engine_events import EngineEvents
+from .engine_records import JobRecord
+from .engine_validate import RequestError, alloc_total, check, node_gpus
+from .engine_view import ClusterView, NodeState  # noqa: F401  (re-exported)
+from .jobs import Affinity, Decision, DecisionKind, JobClass, JobRequest, JobState
+from .policies.registry import make_preemption_policy, make_queue_policy
+
+__all__ = ["Engine", "EngineConfig", "JobRecord", "RequestError", "ClusterView", "NodeState"]
+
+HOLDING = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
+
+
+@dataclass
+class EngineConfig:
+    soft_wait: float = 150.0      # 002 §2: wait 2-3 min for the wanted locality ...
+    relax_backoff: float = 2.0    # ... then relax one level; each next wait is this factor longer
+    preemption_cap: int = 1       # a BE job is preempted by the policy at most this often (FitGpp's P)
+    retry_cap: int = 3            # engine-wide bound on counted retries (failures.py decides per class)
+    keep_progress: bool = True    # simulator: a preempted job resumes where it stopped (checkpoints)
+    isolated_vcs: Optional[bool] = None  # None: ask the allocator (HiveD: True, quota: False)
+
+
+class Engine(EngineEvents):
+    def __init__(self, spec_or_allocator, *, queue_policy="fifo", preemption_policy="fitgpp",
+                 config: Optional[EngineConfig] = None, binding: str = "dynamic"):
+        if hasattr(spec_or_allocator, "place"):
+            self.alloc = spec_or_allocator
+            self.spec = spec_or_allocator.spec
+        else:
+            from .spec import load_spec
+            from .allocator import Allocator
+            self.spec = spec_or_allocator if hasattr(spec_or_allocator, "chains") else load_spec(spec_or_allocator)
+            self.alloc = Allocator(self.spec, binding=binding)
+        self.config = config or EngineConfig()
+        self.queue_policy = make_queue_policy(queue_policy)
+        if isinstance(preemption_policy, str) and preemption_policy in ("fitgpp", "lrtp", "rand"):
+            self.preemption_policy = make_preemption_policy(preemption_policy, cap=self.config.preemption_cap)
+        else:
+            self.preemption_policy = make_preemption_policy(preemption_policy)
+        iso = self.config.isolated_vcs
+        self._isolated = bool(getattr(self.alloc, "isolated_vcs", True) if iso is None else iso)
+        self._jobs: dict[str, JobRecord] = {}
+        self._lanes: dict[str, tuple[OrderedDict, OrderedDict]] = {v: (OrderedDict(), OrderedDict()) for v in self.spec.vcs}
+        self._ids = itertools.count(1)
+        self._seq = itertools.count(1)
+        self._timers: list = []            # (time, seq, kind, key): "wake" vc, "grace" job id
+        self._dirty: set = set(self.spec.vcs)
+        self._ready: list[str] = []        # PLACED jobs whose victims all left: START at next step
+        self._waiters: dict[str, set] = {}  # victim -> jobs PLACED waiting on it
+        self._pwaiters: dict[str, set] = {}  # victim -> TE jobs that asked the policy for it
+        self._gver = 0                     # bumps on every release anywhere
+        self._vver = {v: 0 for v in self.spec.vcs}  # bumps on a guaranteed release in that VC
+        self._nondefault = 0               # bound jobs with explicit CPU/RAM (node_ok needed)
+        self.view = ClusterView()
+        self._totals: dict[str, int] = {}
+        for cname, chain in self.spec.chains.items():
+            ng = node_gpus(chain)
+            for node in self.alloc.node_free(cname):
+                self.view.add_node(node, cname, ng, chain.node_cpus, chain.node_memory_gb)
+            self._totals[cname] = alloc_total(self.alloc, cname)
+        self._free = dict(self._totals)    # GPUs not bound, per chain (pre-check only)
+        self._vc_cap = {v: self._capacity(v) for v in self.spec.vcs}
+        self._vc_used = {v: {c: 0 for c in self.spec.chains} for v in self.spec.vcs}
+        self.stats = {"attempts": 0, "starts": 0, "preempt_decisions": 0, "preempted_gpus": 0}
+
+    # ------------------------------------------------------------------ requests
+
+    def _capacity(self, vc: str) -> dict:
+        cap = {c: 0 for c in self.spec.chains}
+        for (chain, level), count in self.spec.vcs[vc].cells.items():
+            cap[chain] += count * self.spec.chains[chain].gpus_per_level[level - 1]
+        return cap
+
+    def validate(self, req: JobRequest) -> None:
+        check(req, self.spec, self.alloc, self._totals)
+
+    def submit(self, req: JobRequest, now: float, job_id: Optional[str] = None) -> str:
+        res = check(req, self.spec, self.alloc, self._totals)
+        if job_id is None:
+            job_id = f"j{next(self._ids)}"
+            while job_id in self._jobs:
+                job_id = f"j{next(self._ids)}"
+        elif not isinstance(job_id, str) or not job_id:
+            raise RequestError("job_id", f"must be a non-empty string, got {job_id!r}")
+        elif job_id in self._jobs:
+            raise RequestError("job_id", f"{job_id!r} already exists")
+        rec = JobRecord(job_id=job_id, request=req, submitted=now, queued_since=now,
+                        pod_gpus=res.pod_gpus, pod_demands=res.pod_demands,
+                        want_level=res.want_level, level=res.want_level)
+        rec._default = res.default_share
+        rec._chain = res.chain
+        rec.log(now, JobState.QUEUED, "submitted")
+        self._jobs[job_id] = rec
+        self._arm_relax(rec, now)
+        self._enqueue(rec, head=False)
+        return job_id
+
+    # ------------------------------------------------------------------ queues and timers
+
+    def _lane(self, rec: JobRecord) -> OrderedDict:
+        te, rest = self._lanes[rec.request.vc]
+        return te if rec.request.job_class is JobClass.TE and getattr(self.queue_policy, "te_first", False) else rest
+
+    def _enqueue(self, rec: JobRecord, head: bool) -> None:
+        lane = self._lane(rec)
+        lane[rec.job_id] = None
+        if head:
+            lane.move_to_end(rec.job_id, last=False)
+        rec._seq = -next(self._seq) if head else next(self._seq)
+        rec._memo = None
+        self._dirty.add(rec.request.vc)
+
+    def _dequeue(self, rec: JobRecord) -> None:
+        for lane in self._lanes[rec.request.vc]:
+            lane.pop(rec.job_id, None)
+
+    def _timer(self, when: float, kind: str, key: str) -> None:
+        heapq.heappush(self._timers, (when, next(self._seq), kind, key))
+
+    def _arm_relax(self, rec: JobRecord, now: float) -> None:
+        rec.relax_at = None
+        if rec.request.affinity is Affinity.SOFT and rec.level is not None:
+            rec.relax_at = now + self.config.soft_wait
+            self._timer(rec.relax_at, "wake", rec.request.vc)
+
+    def _relax(self, rec: JobRecord, now: float) -> None:
+        """Soft affinity: past ``relax_at``, move one level up (then to no constraint)."""
+        while rec.relax_at is not None and rec.relax_at <= now and rec.level is not None:
+            top = len(self.spec.chains[rec._chain].levels) if rec._chain else 0
+            rec.level = rec.level + 1 if rec.level < top else None
+            rec.relaxations += 1
+            rec._memo = None
+            if rec.level is None:
+                rec.relax_at = None
+            else:
+                rec.relax_at += self.config.soft_wait * self.config.relax_backoff ** rec.relaxations
+                self._timer(rec.relax_at, "wake", rec.request.vc)
+            rec.history.append((now, rec.state.value, f"soft affinity relaxed to level {rec.level}"))
+
+    def next_wakeup(self) -> Optional[float]:
+        """Earliest time a timer (relaxation, back-off, grace) wants a ``step``."""
+        return self._timers[0][0] if self._timers else None
+
+    # ------------------------------------------------------------------ the round
+
+    def step(self, now: float) -> list[Decision]:
+        out: list[Decision] = []
+        while self._timers and self._timers[0][0] <= now:
+            _, _, kind, key = heapq.heappop(self._timers)
+            if kind == "wake":
+                self._dirty.add(key)
+            else:
+                rec = self._jobs.get(key)
+                if rec is not None and rec.state is JobState.PREEMPTING and not rec.killed:
+                    rec.killed = True
+                    out.append(Decision(DecisionKind.KILL, key, reason="grace period over"))
+        if self._ready:
+            ready, self._ready = self._ready, []
+            for jid in ready:
+                rec = self._jobs[jid]
+                if rec.state is JobState.PLACED and not rec.waiting_for:
+                    self._emit_start(rec, now, out)
+        for vc, (te, rest) in self._lanes.items():
+            if te or rest:
+                if vc in self._dirty:  # any release, submission or timer marks it
+                    self._scan(vc, now, out)
+        self._dirty.clear()
+        return out
+
+    def _memo_valid(self, rec: JobRecord) -> bool:
+        m = rec._memo
+        if m is None:
+            return False
+        glob, ver = m
+        return ver == (self._gver if glob else self._vver[rec.request.vc])
+
+    def _order(self, vc: str, now: float):
+        te, rest = self._lanes[vc]
+        pol = self.queue_policy
+        if getattr(pol, "preserves_order", False):
+            if getattr(pol, "te_first", False):
+                return itertools.chain(te, rest)
+            return (j for j in heapq.merge(te, rest, key=lambda j: self._jobs[j]._seq))
+        recs = [self._jobs[j] for j in itertools.chain(te, rest)]
+        recs.sort(key=lambda r: r._seq)
+        return [r.job_id for r in pol.order(vc, recs, self.view, now)]
+
+    def _scan(self, vc: str, now: float, out: list) -> None:
+        done = []
+        backfill = getattr(self.queue_policy, "backfill", False)
+        for jid in self._order(vc, now):
+            rec = self._jobs[jid]
+            if rec.not_before > now:
+                continue  # in retry back-off: does not block the queue
+            self._relax(rec, now)
+            if self._memo_valid(rec):
+                placed = False
+            else:
+                placed = self._attempt(rec, now, out)
+            if placed:
+                done.append(jid)
+            elif not backfill:
+                break
+        if done:
+            lanes = self._lanes[vc]
+            for jid in done:
+                for lane in lanes:
+                    lane.pop(jid, None)
+
+    def _attempt(self, rec: JobRecord, now: float, out: list) -> bool:
+        """Try to place ``rec``; on failure remember what would have to change."""
+        self.stats["attempts"] += 1
+        req = rec.request
+        need = rec.gpus
+        glob = not self._isolated or not (rec._default and self._nondefault == 0)
+        if req.job_class.guaranteed:
+            if self._vc_free(req.vc, rec._chain) >= need:
+                grant = self._place(rec, opportunistic=False)
+                if grant is not None:
+                    self._bind(rec, grant, now, out)
+                    return True
+            if req.job_class is JobClass.TE and self.preemption_policy is not None:
+                self._ask_policy(rec, now, out)
+            if req.allow_opportunistic:
+                glob = True
+                if self._opp_room(rec):
+                    grant = self._place(rec, opportunistic=True)
+                    if grant is not None:
+                        self._bind(rec, grant, now, out)
+                        return True
+        else:
+            glob = True
+            if self._opp_room(rec):
+                grant = self._place(rec, opportunistic=True)
+                if grant is not None:
+                    self._bind(rec, grant, now, out)
+                    return True
+        rec._memo = (glob, self._gver if glob else self._vver[req.vc])
+        return False
+
+    def _vc_free(self, vc: str, chain: Optional[str]) -> int:
+        used = self._vc_used[vc]
+        cap = self._vc_cap[vc]
+        if chain is not None:
+            return cap[chain] - used[chain]
+        return max(cap[c] - used[c] for c in cap)
+
+    def _chain_free(self, chain: Optional[str]) -> int:
+        return self._free[chain] if chain is not None else max(self._free.values())
+
+    def _opp_room(self, rec: JobRecord) -> bool:
+        """Necessary condition for an opportunistic placement: enough unbound GPUs,
+        and nodes with enough of them for the pods (counts only)."""
+        chain = rec._chain
+        if self._chain_free(chain) < rec.gpus:
+            return False
+        if chain is None:
+            return True
+        return self.view.can_host(chain, rec.pod_gpus)
+
+    def _place(self, rec: JobRecord, opportunistic: bool):
+        node_ok = None  # only when some job states its own CPU/RAM (else GPUs decide alone)
+        if not (rec._default and self._nondefault == 0):
+            by_gpus = {}
+            for c, m, g in rec.pod_demands:
+                old = by_gpus.get(int(g), (0.0, 0.0))
+                by_gpus[int(g)] = (max(old[0], c), max(old[1], m))
+            view = self.view
+
+            def node_ok(node, pod_gpus, _d=by_gpus):
+                c, m = _d.get(pod_gpus, (0.0, 0.0))
+                return view.fits(node, c, m)
+        return self.alloc.place(rec.job_id, rec.request.vc, rec.pod_gpus, opportunistic=opportunistic,
+                                priority=0 if opportunistic else (2 if rec.request.job_class is JobClass.TE else 1),
+                                chain=rec._chain, within_level=rec.level, node_ok=node_ok)
+
+    def _bind_restored(self, rec: JobRecord, grant) -> None:
+        self._charge(rec, grant)
+
+    def _charge(self, rec: JobRecord, grant) -> None:
+        """Book ``grant`` in the view and the pre-check counters."""
+        per_node: dict = {}
+        for pod in grant.pods:
+            c, m, g = rec.pod_demands[pod.rank] if pod.rank < len(rec.pod_demands) else (0.0, 0.0, len(pod.gpus))
+            u = per_node.get(pod.node)
+            per_node[pod.node] = (len(pod.gpus), c, m) if u is None else (u[0] + len(pod.gpus), u[1] + c, u[2] + m)
+        rec.placement = grant.placement
+        rec.opportunistic = bool(grant.opportunistic)
+        rec._chain_bound = grant.chain
+        self.view.bind(rec.job_id, per_node, guaranteed=not rec.opportunistic)
+        self._free[grant.chain] -= rec.gpus
+        if not rec.opportunistic:
+            self._vc_used[rec.request.vc][grant.chain] += rec.gpus
+        if not rec._default:
+            self._nondefault += 1
+
+    def _bind(self, rec: JobRecord, grant, now: float, out: list) -> None:
+        self._charge(rec, grant)
+        rec.queued_time += now - (rec.queued_since if rec.queued_since is not None else now)
+        rec.queued_since = None
+        rec.policy_victims = []
+        victims = [v for v in sorted(grant.victims) if v in self._jobs and self._jobs[v].state in HOLDING]
+        rec.waiting_for = victims
+        how = "opportunistic" if rec.opportunistic else "guaranteed"
+        if victims:
+            rec.log(now, JobState.PLACED, f"{how}; waiting for {len(victims)} opportunistic victims")
+            for v in victims:
+                self._waiters.setdefault(v, set()).add(rec.job_id)
+                vrec = self._jobs[v]
+                if vrec.state is not JobState.PREEMPTING:
+                    self._preempt(vrec, now, f"cells taken back by guaranteed job {rec.job_id}", out)
+        else:
+            rec.log(now, JobState.PLACED, how)
+            self._emit_start(rec, now, out)
+
+    def _emit_start(self, rec: JobRecord, now: float, out: list) -> None:
+        self.stats["starts"] += 1
+        rec.started_pending = True
+        out.append(Decision(DecisionKind.START, rec.job_id, placement=rec.placement,
+                            reason="opportunistic" if rec.opportunistic else "guaranteed"))
+
+    def _ask_policy(self, rec: JobRecord, now: float, out: list) -> None:
+        """Guaranteed TE job that does not fit: the policy picks BE victims of its VC."""
+        if rec.policy_victims:
+            return  # victims already leaving: wait for them before asking again
+        cap = self.config.preemption_cap
+        cands = [r for r in self._running_of(rec.request.vc)
+                 if r.request.job_class is JobClass.BE and r.state is JobState.RUNNING
+                 and not r.opportunistic and r.preemptions < cap]
+        if not cands:
+            return
+        victims, reason = self.preemption_policy.choose(rec, cands, self.view, now)
+        victims = [v for v in victims if v in self._jobs and self._jobs[v].state is JobState.RUNNING]
+        if not victims:
+            return
+        rec.policy_victims = victims
+        rec.reason = reason
+        for v in victims:
+            self._pwaiters.setdefault(v, set()).add(rec.job_id)
+            self._preempt(self._jobs[v], now, f"for TE job {rec.job_id}: {reason}", out)
+
+    def _running_of(self, vc: str):
+        return (r for r in self._jobs.values() if r.request.vc == vc and r.state in HOLDING)
+
+    def _preempt(self, rec: JobRecord, now: float, reason: str, out: list) -> None:
+        grace = float(rec.request.grace_period)
+        rec.grace_deadline = now + grace
+        rec.killed = False
+        rec.log(now, JobState.PREEMPTING, reason)
+        self.stats["preempt_decisions"] += 1
+        out.append(Decision(DecisionKind.PREEMPT, rec.job_id, grace_period=grace, reason=reason))
+        self._timer(rec.grace_deadline, "grace", rec.job_id)
+
+    # ------------------------------------------------------------------ reading state
+
+    def _get(self, job_id: str) -> JobRecord:
+        rec = self._jobs.get(job_id)
+        if rec is None:
+            raise RequestError("job_id", f"unknown job {job_id!r}")
+        return rec
+
+
+    def job(self, job_id: str) -> JobRecord:
+        return self._get(job_id)
+
+    def jobs(self, vc: Optional[str] = None, state=None) -> list[JobRecord]:
+        st = JobState(state) if state is not None else None
+        return [r for r in self._jobs.values()
+                if (vc is None or r.request.vc == vc) and (st is None or r.state is st)]
+
+    def queue(self, vc: str) -> list[str]:
+        if vc not in self._lanes:
+            raise RequestError("vc", f"unknown VC {vc!r}")
+        return list(self._order(vc, 0.0))
+
+    # ------------------------------------------------------------------ restart
+
+    def restore(self, record: JobRecord) -> None:
+        """Rebuild one job after a service restart (records in submission order)."""
+        from .engine_restore import restore_record
+        restore_record(self, record)

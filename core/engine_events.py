@@ -1,0 +1,177 @@
+"""Engine lifecycle events: start, exit, preemption, cancel, health, progress.
+
+A mixin of ``Engine`` (core/engine.py), kept apart so that each file holds one
+concern: engine.py decides (queues, the round, placement, preemption),
+this file books what the outside world reports back.
+
+Preempted jobs go back to the HEAD of their queue with their preemption
+count kept; failed runs are classified (core/failures.py) and retried or not
+by class, with back-off (``not_before``) and a cap.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from .engine_records import JobRecord
+from .engine_validate import RequestError
+from .failures import FailureClass, classify, retry_decision
+from .jobs import Decision, JobState
+
+HOLDING = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
+
+
+class EngineEvents:
+    # ------------------------------------------------------------------ lifecycle events
+
+    def on_started(self, job_id: str, now: float) -> None:
+        rec = self._get(job_id)
+        # PREEMPTING: started and preempted in the same round (a guaranteed job of
+        # another VC wanted the GPUs); it runs until its grace period ends.
+        ok = ((rec.state is JobState.PLACED and not rec.waiting_for)
+              or (rec.state is JobState.PREEMPTING and rec.started_pending is True))
+        if not ok:
+            raise RequestError("job_id", f"{job_id} cannot start: it is {rec.state.value}"
+                               + (f", waiting for {rec.waiting_for}" if rec.waiting_for else ""))
+        rec.started_pending = False
+        rec.started = now
+        if rec.first_started is None:
+            rec.first_started = now
+        rec.attempts += 1
+        if rec.state is JobState.PLACED:
+            rec.log(now, JobState.RUNNING, "started")
+        else:
+            rec.history.append((now, rec.state.value, "started (already asked to stop)"))
+
+    def _release(self, rec: JobRecord, now: float) -> None:
+        if rec.placement is None:
+            return
+        self.alloc.release(rec.job_id)
+        chain = rec._chain_bound
+        self.view.unbind(rec.job_id, guaranteed=not rec.opportunistic)
+        self._free[chain] += rec.gpus
+        if not rec.opportunistic:
+            self._vc_used[rec.request.vc][chain] -= rec.gpus
+            self._vver[rec.request.vc] += 1
+        if not rec._default:
+            self._nondefault -= 1
+        self._gver += 1
+        self._dirty.update(self._lanes)
+        if rec.started_pending is False and rec.started is not None:  # the current run had started
+            rec.run_time += now - rec.started
+        rec.started_pending = None
+        rec.placement = None
+        for w in self._waiters.pop(rec.job_id, ()):
+            wrec = self._jobs[w]
+            if rec.job_id in wrec.waiting_for:
+                wrec.waiting_for.remove(rec.job_id)
+                if not wrec.waiting_for and wrec.state is JobState.PLACED:
+                    self._ready.append(w)
+        for w in self._pwaiters.pop(rec.job_id, ()):
+            wrec = self._jobs[w]
+            if rec.job_id in wrec.policy_victims:
+                wrec.policy_victims.remove(rec.job_id)
+
+    def _requeue(self, rec: JobRecord, now: float, head: bool, reason: str, delay: float = 0.0) -> None:
+        rec.state = JobState.QUEUED
+        rec.queued_since = now
+        rec.opportunistic = False
+        rec.grace_deadline = None
+        rec.killed = False
+        rec.not_before = now + delay
+        rec.level = rec.want_level
+        rec.relaxations = 0
+        if not self.config.keep_progress:
+            rec.run_time = 0.0
+        rec.log(now, JobState.QUEUED, reason)
+        self._arm_relax(rec, now)
+        self._enqueue(rec, head=head)
+        if delay > 0:
+            self._timer(rec.not_before, "wake", rec.request.vc)
+
+    def on_preempted(self, job_id: str, now: float) -> None:
+        """The victim's processes are gone: free its cells, put it back at the head."""
+        rec = self._get(job_id)
+        if rec.state not in HOLDING:
+            raise RequestError("job_id", f"{job_id} is {rec.state.value}, not running")
+        was_started = rec.state is not JobState.PLACED
+        self._release(rec, now)
+        if rec.cancel_requested:
+            rec.ended = now
+            rec.failure_class = FailureClass.CANCELLED.value
+            rec.log(now, JobState.CANCELLED, "cancelled")
+            return
+        rec.preemptions += 1
+        rec.gpus_preempted += rec.gpus
+        self.stats["preempted_gpus"] += rec.gpus
+        self._requeue(rec, now, head=True, reason="preempted" if was_started else "preempted before start")
+
+    def on_finished(self, job_id: str, now: float, exit_code: int, log_tail: str = "") -> None:
+        rec = self._get(job_id)
+        if rec.state not in HOLDING:
+            raise RequestError("job_id", f"{job_id} is {rec.state.value}, not running")
+        if rec.state is JobState.PREEMPTING and exit_code != 0:
+            self.on_preempted(job_id, now)  # it died because we asked it to
+            return
+        c = classify(exit_code, log_tail)
+        self._release(rec, now)
+        rec.exit_code = exit_code
+        rec.failure_class = c.cls.value
+        if c.cls is FailureClass.SUCCESS:
+            rec.ended = now
+            rec.log(now, JobState.SUCCEEDED, "exit 0")
+            return
+        if c.cls is not FailureClass.PREEMPTED:
+            rec.failures += 1
+        d = retry_decision(c.cls, rec.failures, rec.request.max_retries, self.config.retry_cap)
+        if d.retry:
+            self._requeue(rec, now, head=c.cls is FailureClass.PREEMPTED, reason=f"{c}: {d.reason}", delay=d.delay)
+        else:
+            rec.ended = now
+            rec.log(now, JobState.FAILED, f"{c}: {d.reason}")
+
+    def cancel(self, job_id: str, now: float, by_user: str) -> list[Decision]:
+        rec = self._get(job_id)
+        vcs = self.spec.vcs[rec.request.vc]
+        admins = set(getattr(vcs, "admins", []) or []) | set(getattr(self.spec, "admins", []) or [])
+        if by_user != rec.request.user and by_user not in admins:
+            raise RequestError("user", f"{by_user!r} may not cancel {job_id} (owner {rec.request.user!r}, not an admin)")
+        if rec.state.terminal:
+            raise RequestError("job_id", f"{job_id} already {rec.state.value}")
+        out: list[Decision] = []
+        if rec.state is JobState.QUEUED:
+            self._dequeue(rec)
+        elif rec.state is JobState.PLACED and rec.waiting_for:
+            self._release(rec, now)  # never started: nothing to stop
+        elif rec.state is JobState.PREEMPTING:
+            rec.cancel_requested = True
+            return out
+        else:
+            rec.cancel_requested = True
+            self._preempt(rec, now, f"cancelled by {by_user}", out)
+            return out
+        rec.ended = now
+        rec.failure_class = FailureClass.CANCELLED.value
+        rec.log(now, JobState.CANCELLED, f"cancelled by {by_user}")
+        return out
+
+    def set_health(self, node: str, gpu: Optional[int], healthy: bool, now: float) -> list[Decision]:
+        owners = self.alloc.set_health(node, gpu, healthy) or []
+        out: list[Decision] = []
+        for o in owners:
+            rec = self._jobs.get(o)
+            if rec is not None and rec.state in (JobState.RUNNING, JobState.PLACED):
+                self._preempt(rec, now, f"hardware unhealthy on {node}" + (f" GPU {gpu}" if gpu is not None else ""), out)
+        self._gver += 1
+        for v in self._vver:
+            self._vver[v] += 1
+        self._dirty.update(self._lanes)
+        return out
+
+    def report_progress(self, job_id: str, done: float, total: float, now: float) -> None:
+        rec = self._get(job_id)
+        if not (isinstance(total, (int, float)) and total > 0):
+            raise RequestError("total", f"must be > 0, got {total!r}")
+        if not (isinstance(done, (int, float)) and 0 <= done <= total):
+            raise RequestError("done", f"must be within [0, {total}], got {done!r}")
+        rec.progress = (done, total)
+

@@ -1,0 +1,157 @@
+"""JobRecord: what the engine knows about one job, and its JSON form.
+
+The record is the engine's unit of state. It is a plain dataclass so that the
+service can journal it (``to_dict``) and rebuild the engine after a restart
+(``JobRecord.from_dict`` then ``Engine.restore``). Everything in ``to_dict``
+is JSON-safe: enums become their values, tuples become lists.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .jobs import (Affinity, JobClass, JobRequest, JobState, Placement, PodGroup,
+                   PodPlacement)
+
+
+def request_to_dict(req: JobRequest) -> dict:
+    return {
+        "user": req.user, "vc": req.vc, "command": req.command,
+        "job_class": req.job_class.value,
+        "groups": [{"pods": g.pods, "gpus": g.gpus, "cell_type": g.cell_type,
+                    "cpus": g.cpus, "memory_gb": g.memory_gb} for g in req.groups],
+        "chain": req.chain, "affinity": req.affinity.value,
+        "grace_period": req.grace_period, "allow_opportunistic": req.allow_opportunistic,
+        "name": req.name, "env": dict(req.env), "workdir": req.workdir,
+        "duration": req.duration, "estimate": req.estimate,
+        "max_retries": req.max_retries, "labels": dict(req.labels),
+    }
+
+
+def request_from_dict(d: dict) -> JobRequest:
+    d = dict(d)
+    d["job_class"] = JobClass(d.get("job_class", "te"))
+    d["affinity"] = Affinity(d.get("affinity", "hard"))
+    d["groups"] = [PodGroup(**g) for g in d.get("groups", [{}])]
+    return JobRequest(**d)
+
+
+def placement_to_dict(p: Optional[Placement]) -> Optional[dict]:
+    if p is None:
+        return None
+    return {"chain": p.chain, "opportunistic": p.opportunistic,
+            "pods": [{"rank": q.rank, "node": q.node, "gpus": list(q.gpus), "cells": list(q.cells)}
+                     for q in p.pods]}
+
+
+def placement_from_dict(d: Optional[dict]) -> Optional[Placement]:
+    if d is None:
+        return None
+    pods = tuple(PodPlacement(q["rank"], q["node"], tuple(q["gpus"]), tuple(q.get("cells", ())))
+                 for q in d["pods"])
+    return Placement(d["chain"], pods, bool(d.get("opportunistic", False)))
+
+
+@dataclass(eq=False)
+class JobRecord:
+    """One job as the engine tracks it.
+
+    Times are on the caller's clock. ``queued_time`` accumulates every stretch
+    spent in the queue (a preempted job queues again), ``first_started`` is
+    the first start ever: the simulator's queueing delay is
+    ``first_started - submitted``.
+    """
+
+    job_id: str
+    request: JobRequest
+    state: JobState = JobState.QUEUED
+    submitted: float = 0.0
+    started: Optional[float] = None          # start of the current / last run
+    first_started: Optional[float] = None
+    ended: Optional[float] = None
+    placement: Optional[Placement] = None
+    history: list = field(default_factory=list)   # [(time, state value, reason)]
+    preemptions: int = 0
+    attempts: int = 0                        # runs started (a retry or a requeue adds one)
+    failures: int = 0                        # failed runs (what the retry cap counts)
+    failure_class: Optional[str] = None
+    exit_code: Optional[int] = None
+    opportunistic: bool = False              # the current run is low priority
+    pod_demands: list = field(default_factory=list)  # [(cpus, memory_gb, gpus)] per pod, resolved
+    pod_gpus: list = field(default_factory=list)     # [gpus] per pod, resolved
+    want_level: Optional[int] = None         # affinity level asked for (None = no gang constraint)
+    level: Optional[int] = None              # level currently tried (soft affinity relaxes it)
+    relax_at: Optional[float] = None         # when soft affinity relaxes next
+    relaxations: int = 0
+    not_before: float = 0.0                  # retry back-off: not placed before this time
+    queued_since: Optional[float] = None
+    queued_time: float = 0.0
+    grace_deadline: Optional[float] = None   # PREEMPTING: when the KILL decision is due
+    killed: bool = False                     # KILL decision already issued
+    started_pending: Optional[bool] = None   # True between the START decision and on_started
+    cancel_requested: bool = False           # PREEMPTING because a user cancelled it
+    waiting_for: list = field(default_factory=list)  # PLACED: victims still holding our cells
+    policy_victims: list = field(default_factory=list)  # QUEUED TE job: BE jobs preempted for it, not gone yet
+    run_time: float = 0.0                    # simulator: time run so far (kept across preemptions)
+    progress: Optional[tuple] = None         # (done, total) from report_progress
+    reason: str = ""                         # last scheduling reason (why queued, why failed)
+    gpus_preempted: int = 0                  # GPUs this job lost to preemption, summed
+
+    @property
+    def id(self) -> str:
+        return self.job_id
+
+    @property
+    def vc(self) -> str:
+        return self.request.vc
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.pod_gpus)
+
+    @property
+    def remaining(self) -> Optional[float]:
+        """Simulator: run time left (``duration`` minus what already ran)."""
+        d = self.request.duration
+        return None if d is None else max(0.0, d - self.run_time)
+
+    def log(self, now: float, state: JobState, reason: str = "") -> None:
+        self.state = state
+        self.history.append((now, state.value, reason))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id, "request": request_to_dict(self.request),
+            "state": self.state.value, "submitted": self.submitted, "started": self.started,
+            "first_started": self.first_started, "ended": self.ended,
+            "placement": placement_to_dict(self.placement),
+            "history": [list(h) for h in self.history],
+            "preemptions": self.preemptions, "attempts": self.attempts, "failures": self.failures,
+            "failure_class": self.failure_class, "exit_code": self.exit_code,
+            "opportunistic": self.opportunistic,
+            "pod_demands": [list(p) for p in self.pod_demands], "pod_gpus": list(self.pod_gpus),
+            "want_level": self.want_level, "level": self.level, "relax_at": self.relax_at,
+            "relaxations": self.relaxations, "not_before": self.not_before,
+            "queued_since": self.queued_since, "queued_time": self.queued_time,
+            "grace_deadline": self.grace_deadline, "killed": self.killed, "cancel_requested": self.cancel_requested,
+            "started_pending": self.started_pending,
+            "waiting_for": list(self.waiting_for), "policy_victims": list(self.policy_victims), "run_time": self.run_time,
+            "progress": list(self.progress) if self.progress else None,
+            "reason": self.reason, "gpus_preempted": self.gpus_preempted,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "JobRecord":
+        d = dict(d)
+        d["request"] = request_from_dict(d["request"])
+        d["state"] = JobState(d.get("state", "queued"))
+        d["placement"] = placement_from_dict(d.get("placement"))
+        d["history"] = [tuple(h) for h in d.get("history", [])]
+        d["pod_demands"] = [tuple(p) for p in d.get("pod_demands", [])]
+        if d.get("progress") is not None:
+            d["progress"] = tuple(d["progress"])
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"JobRecord.from_dict: unknown fields {unknown}")
+        return cls(**d)

@@ -1,0 +1,76 @@
+"""Engine.restore: rebuild one job from its stored record after a restart.
+
+Queued jobs go back to the tail of their VC's queue (call in submission
+order); jobs that held cells re-bind exactly the placement they had through
+``Allocator.restore`` (HiveD keeps bindings with the pods, 001 §4), so the
+allocator and the engine's view agree with what is really running.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .engine_records import JobRecord
+from .engine_validate import RequestError, check
+from .jobs import JobState, Placement
+
+HOLDING = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
+
+
+@dataclass
+class Binding:
+    """A grant as stored: what ``Allocator.restore`` takes back."""
+
+    owner: str
+    vc: str
+    chain: str
+    opportunistic: bool
+    priority: int
+    pods: list
+    victims: set = field(default_factory=set)
+
+    @property
+    def cells(self) -> list:
+        return [c for p in self.pods for c in p.cells]
+
+    @property
+    def placement(self) -> Placement:
+        return Placement(self.chain, tuple(self.pods), self.opportunistic)
+
+
+def restore_record(eng, rec: JobRecord) -> None:
+    if not isinstance(rec, JobRecord):
+        raise RequestError("record", f"must be a JobRecord, got {type(rec).__name__}")
+    if rec.job_id in eng._jobs:
+        raise RequestError("job_id", f"{rec.job_id!r} already exists")
+    res = check(rec.request, eng.spec)
+    if not rec.pod_gpus:
+        rec.pod_gpus, rec.pod_demands = res.pod_gpus, res.pod_demands
+        rec.want_level = rec.level = res.want_level
+    rec._default = res.default_share
+    rec._chain = res.chain
+    rec._memo = None
+    if rec.state in HOLDING:
+        if rec.placement is None:
+            raise RequestError("placement", f"{rec.job_id} is {rec.state.value} but has no placement")
+        p = rec.placement
+        b = Binding(rec.job_id, rec.request.vc, p.chain, p.opportunistic,
+                    0 if p.opportunistic else 1, list(p.pods))
+        eng.alloc.restore(b)
+        eng._jobs[rec.job_id] = rec
+        saved = rec.state
+        rec.placement = None
+        eng._bind_restored(rec, b)
+        rec.state = saved
+        if saved is JobState.PREEMPTING and rec.grace_deadline is not None:
+            eng._timer(rec.grace_deadline, "grace", rec.job_id)
+        if saved is JobState.PLACED and not rec.waiting_for:
+            eng._ready.append(rec.job_id)
+        for v in rec.waiting_for:
+            eng._waiters.setdefault(v, set()).add(rec.job_id)
+        return
+    eng._jobs[rec.job_id] = rec
+    if rec.state is JobState.QUEUED:
+        eng._arm_relax(rec, rec.queued_since if rec.queued_since is not None else rec.submitted)
+        eng._enqueue(rec, head=False)
+        if rec.not_before:
+            eng._timer(rec.not_before, "wake", rec.request.vc)

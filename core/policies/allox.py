@@ -1,0 +1,118 @@
+"""AlloXPolicy: AlloX's queue order as an engine QueuePolicy (docs/architecture.md).
+
+Each round the engine hands over a VC's queued jobs; the policy returns
+them in the order AlloX would start them:
+
+1. fairness (paper 003 §3.3): users are ranked by progress, the share of the
+   cluster's GPUs their running jobs hold (the engine's ``view.usage``); the
+   jobs of the ceil(alpha * n) lowest users come first, the rest after them;
+2. inside each group, the min-cost matching of §3.1-3.2 (core/allox) over
+   as many identical GPU "machines" as GPUs are free now (at least one): a
+   job's processing time is its estimated run time times its GPU count, its
+   delay what it has waited; jobs go in the order of their planned start,
+   ties by the shorter estimate, then submission.
+
+Estimates come from ``hived.core.estimator.Estimator``: the job's signature
+label (``labels["signature"]``) looked up in a history source, the user's
+hint (``JobRequest.estimate``), the simulator's ``duration`` when
+``use_duration`` is set (an oracle, for experiments), else
+``default_estimate``. The engine's placement is GPU-only (``JobRequest`` has
+no CPU configuration), so the device-kind choice of AlloX is exercised by
+core/allox's simulator, not here.
+
+TE jobs stay ahead of BE jobs (``te_first``), as with FIFO, so FitGpp
+preemption keeps working; the scan stops at the first job that does not fit
+(no backfill), which keeps big gangs from starving.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from ..allox.fairness import lowest_progress_users
+from ..allox.matching import solve
+from ..estimator import Estimator, HistorySource
+from ..jobs import JobClass
+
+
+class AlloXPolicy:
+    name = "allox"
+    preserves_order = False
+    te_first = True
+    backfill = False
+
+    def __init__(self, alpha: float = 1.0, history: Optional[HistorySource] = None,
+                 default_estimate: float = 3600.0, use_duration: bool = False, max_jobs: int = 64):
+        if not 0 < alpha <= 1:
+            raise ValueError(f"alpha: must be in (0, 1], got {alpha!r}")
+        if not default_estimate > 0:
+            raise ValueError(f"default_estimate: must be > 0, got {default_estimate!r}")
+        if max_jobs < 1:
+            raise ValueError(f"max_jobs: must be >= 1, got {max_jobs!r}")
+        self.alpha, self.default_estimate = alpha, float(default_estimate)
+        self.use_duration, self.max_jobs = use_duration, max_jobs
+        self.estimator = Estimator(history)
+        self._user: dict[str, str] = {}        # job id -> user, for jobs seen queued
+        self._users: dict[str, set] = {}       # vc -> users seen
+
+    # --- estimates ---------------------------------------------------------
+    def estimate(self, rec) -> float:
+        req = rec.request
+        est = self.estimator.estimate("gpu", signature=req.labels.get("signature"), hint=req.estimate)
+        if est is not None:
+            return est.value
+        if self.use_duration and req.duration:
+            return float(req.duration)
+        return self.default_estimate
+
+    # --- fairness ----------------------------------------------------------
+    def progress(self, view) -> dict[str, float]:
+        total = sum(n.gpus_total for n in view.nodes.values()) or 1
+        prog: dict[str, float] = {}
+        for jid, per_node in view.usage.items():
+            user = self._user.get(jid)
+            if user is not None:
+                prog[user] = prog.get(user, 0.0) + sum(g for g, _, _ in per_node.values()) / total
+        return prog
+
+    # --- the order ---------------------------------------------------------
+    def _matched(self, group: list, view, now: float) -> list:
+        if len(group) <= 1:
+            return list(group)
+        head, tail = group[: self.max_jobs], group[self.max_jobs:]
+        free = sum(max(0, n.gpus_free) for n in view.nodes.values())
+        m = max(1, min(free, len(head)))
+        est = [self.estimate(r) for r in head]
+        size = np.array([e * max(1, r.gpus) for e, r in zip(est, head)], dtype=float)
+        P = np.repeat(size[:, None], m, axis=1)
+        D = np.repeat(np.array([[max(0.0, now - r.submitted)] for r in head]), m, axis=1)
+        sched = solve(P, D)
+        start = {}
+        for order in sched.order:
+            t = 0.0
+            for row in order:
+                start[row] = t
+                t += size[row]
+        ranked = sorted(range(len(head)), key=lambda i: (start[i], est[i], head[i].submitted, i))
+        return [head[i] for i in ranked] + tail
+
+    def order(self, vc: str, queued: list, view, now: float) -> list:
+        for r in queued:
+            self._user[r.job_id] = r.request.user
+            self._users.setdefault(vc, set()).add(r.request.user)
+        live = set(view.usage) | {r.job_id for r in queued}
+        for jid in [j for j in self._user if j not in live]:
+            del self._user[jid]            # finished jobs: forget them
+        out = []
+        for lane in ([r for r in queued if r.request.job_class is JobClass.TE],
+                     [r for r in queued if r.request.job_class is not JobClass.TE]):
+            if not lane:
+                continue
+            waiting = {r.request.user for r in lane}
+            first = set(lowest_progress_users(self.progress(view), waiting, self.alpha,
+                                              len(self._users.get(vc, waiting))))
+            out += self._matched([r for r in lane if r.request.user in first], view, now)
+            out += self._matched([r for r in lane if r.request.user not in first], view, now)
+        return out

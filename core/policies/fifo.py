@@ -1,0 +1,37 @@
+"""FIFO with packing: the YARN-CS policy HiveD's evaluation uses (001 §5.1).
+
+Order: submission order, with preempted jobs back at the head (the engine
+puts them there). TE jobs go before BE and opportunistic jobs when
+``te_first`` (paper 004 queues TE ahead so that a TE job can preempt BE
+work); within a class, first come first served. The engine stops scanning a
+VC's queue at the first job that does not fit (no backfill, so a large job
+is not starved by a stream of small ones).
+
+Packing is where a job lands, not its order: the quota baseline packs by
+best fit (core/quota.py), HiveD's buddy cell allocation packs within cells.
+
+``preserves_order = True`` tells the engine that ``order`` returns the
+engine's own queue order, so the engine walks its queue in place and never
+builds the full ordered list (what makes a round with thousands of queued
+jobs cheap).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..jobs import JobClass
+
+
+@dataclass
+class FifoPolicy:
+    te_first: bool = True
+    name: str = "fifo"
+    preserves_order: bool = True
+    backfill: bool = False
+
+    def order(self, vc, queued, view, now):
+        if not self.te_first:
+            return list(queued)
+        te = [r for r in queued if r.request.job_class is JobClass.TE]
+        rest = [r for r in queued if r.request.job_class is not JobClass.TE]
+        return te + rest

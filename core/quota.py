@@ -1,0 +1,405 @@
+"""The GPU-quota baseline HiveD is compared against (001 §5.1, YARN-CS).
+
+One shared cluster; each VC's quota is a number of GPUs (the GPUs of its
+cells in the spec), with no say over *which* GPUs. A guaranteed job runs if
+its VC's quota has room and some nodes have the GPUs free; jobs over quota
+run as low priority (opportunistic) on idle GPUs and are preempted when a
+job within quota needs those GPUs. Placement packs like YARN-CS: each pod
+goes to the node with the fewest free GPUs that still holds it (best fit),
+so large free nodes are spared for large jobs as long as possible. That
+packing cannot stop other tenants' 1-GPU jobs from spreading over every
+node, which is the sharing anomaly HiveD removes.
+
+``QuotaAllocator`` speaks the Allocator contract of docs/architecture.md
+(place/release/grant_of/grants/why_never/free_gpus/node_free/set_health/
+restore/check_invariants), so the one Engine drives both schemes.
+``isolated_vcs = False`` tells the engine that a guaranteed placement here
+depends on every tenant's jobs, not only the VC's own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from .jobs import Placement, PodPlacement
+
+
+
+@dataclass
+class QuotaGrant:
+    owner: str
+    vc: str
+    chain: str
+    opportunistic: bool
+    priority: int
+    pods: list
+    victims: set = field(default_factory=set)
+
+    @property
+    def cells(self) -> list:
+        return [f"{p.node}/{g}" for p in self.pods for g in p.gpus]
+
+    @property
+    def placement(self) -> Placement:
+        return Placement(self.chain, tuple(self.pods), self.opportunistic)
+
+
+def spec_nodes(chain) -> list:
+    """[(node address, [GPU index in tree order])] of a spec chain, in spec order."""
+    out: list = []
+
+    def leaves(cell, acc):
+        if cell.level == 1:
+            acc.append(cell.gpu_index)
+        for ch in cell.children:
+            leaves(ch, acc)
+        return acc
+
+    def walk(cell):
+        if cell.level == chain.node_level:
+            out.append((cell.address, leaves(cell, [])))
+            return
+        for ch in cell.children:
+            walk(ch)
+
+    for top in chain.cells:
+        walk(top)
+    return out
+
+
+class _Pool:
+    """One chain's nodes: who holds each GPU, and nodes bucketed by free count.
+
+    GPUs of a node are kept in the spec's tree order ("positions"), so that
+    aligned runs of 2, 4, ... positions are the PCIe-switch and socket cells
+    of the node: a pod of g GPUs is placed inside one such block (YARN-CS
+    packs for affinity inside a node too; 000 Figure 2's 2-GPU job takes a
+    whole PCIe switch).
+    """
+
+    def __init__(self, nodes: list, gpus: int, gpu_ids: list, block_sizes: list):
+        self.names = [n for n, _ in nodes] if nodes and isinstance(nodes[0], tuple) else list(nodes)
+        self.index = {n: i for i, n in enumerate(self.names)}
+        self.g = gpus
+        self.gpu_ids = gpu_ids                # per node: GPU index at each position
+        self.pos_of = [{gid: k for k, gid in enumerate(ids)} for ids in gpu_ids]
+        self.blocks = block_sizes             # GPUs per cell at each level up to the node, ascending
+        n = len(self.names)
+        self.holder: list[list] = [[None] * gpus for _ in range(n)]
+        self.claim: list[list] = [[None] * gpus for _ in range(n)]  # guaranteed owner that claimed the GPU
+        self.bad: list[set] = [set() for _ in range(n)]
+        self.free = [gpus] * n        # healthy GPUs held by nobody
+        self.avail = [gpus] * n       # healthy GPUs with no guaranteed claim (free or opportunistic)
+        self.by_free = [set() for _ in range(gpus + 1)]
+        self.by_avail = [set() for _ in range(gpus + 1)]
+        for i in range(n):
+            self.by_free[gpus].add(i)
+            self.by_avail[gpus].add(i)
+        self.total_free = gpus * n
+
+    def _set(self, i: int, free: int, avail: int) -> None:
+        if free != self.free[i]:
+            self.by_free[self.free[i]].discard(i)
+            self.by_free[free].add(i)
+            self.total_free += free - self.free[i]
+            self.free[i] = free
+        if avail != self.avail[i]:
+            self.by_avail[self.avail[i]].discard(i)
+            self.by_avail[avail].add(i)
+            self.avail[i] = avail
+
+    def recount(self, i: int) -> None:
+        hold, claim, bad = self.holder[i], self.claim[i], self.bad[i]
+        free = avail = 0
+        for k in range(self.g):
+            if k in bad or claim[k] is not None:
+                continue
+            avail += 1
+            if hold[k] is None:
+                free += 1
+        self._set(i, free, avail)
+
+    def block_pick(self, i: int, need: int, use_avail: bool, taken: set) -> Optional[list]:
+        """Positions for a pod of ``need`` GPUs on node ``i`` inside one aligned block,
+        the block chosen best-fit level by level (fewest usable GPUs around it);
+        free GPUs before opportunistic ones. None if no block holds it."""
+        hold, claim, bad = self.holder[i], self.claim[i], self.bad[i]
+        usable = [k not in bad and claim[k] is None and k not in taken and (use_avail or hold[k] is None)
+                  for k in range(self.g)]
+        size = next((b for b in self.blocks if b >= need), self.g)
+        best = None
+        for start in range(0, self.g, size):
+            cnt = sum(usable[start:start + size])
+            if cnt < need:
+                continue
+            score = [cnt]
+            for b in self.blocks:
+                if b > size:
+                    s0 = (start // b) * b
+                    score.append(sum(usable[s0:s0 + b]))
+            if best is None or score < best[0]:
+                best = (score, start)
+        if best is None:
+            return None
+        start = best[1]
+        cand = [k for k in range(start, start + size) if usable[k]]
+        cand.sort(key=lambda k: (hold[k] is not None, hold[k] or "", k))
+        return cand[:need]
+
+    def best_fit(self, need: int, use_avail: bool, taken: dict, ok) -> Optional[tuple]:
+        """(node, positions): the node with the fewest free (or available) GPUs
+        that still holds the pod in one block."""
+        buckets = self.by_avail if use_avail else self.by_free
+        for k in range(need, self.g + 1):
+            for i in buckets[k]:  # int sets iterate in a reproducible order
+                if ok is not None and not ok(self.names[i], need):
+                    continue
+                pick = self.block_pick(i, need, use_avail, taken.get(i, ()))
+                if pick is not None:
+                    return i, pick
+        return None
+
+
+class QuotaAllocator:
+    isolated_vcs = False
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.pools: dict[str, _Pool] = {}
+        for name, chain in spec.chains.items():
+            nodes = spec_nodes(chain)
+            ng = chain.gpus_per_level[chain.node_level - 1]
+            self.pools[name] = _Pool([n for n, _ in nodes], ng, [ids for _, ids in nodes],
+                                     chain.gpus_per_level[:chain.node_level])
+        self.quota: dict[str, dict[str, int]] = {}
+        for vc, vs in spec.vcs.items():
+            q = {c: 0 for c in spec.chains}
+            for (c, k), n in vs.cells.items():
+                q[c] += n * spec.chains[c].gpus_per_level[k - 1]
+            for pid in vs.pinned:
+                c, k = spec.pinned[pid]
+                q[c] += spec.chains[c].gpus_per_level[k - 1]
+            self.quota[vc] = q
+        self.used = {vc: {c: 0 for c in spec.chains} for vc in spec.vcs}
+        self._grants: dict[str, QuotaGrant] = {}
+        self._waiting: dict = {}    # opportunistic victim -> guaranteed owners waiting for its GPUs
+
+    # -- reading
+    def grant_of(self, owner: str) -> Optional[QuotaGrant]:
+        return self._grants.get(owner)
+
+    def grants(self) -> dict:
+        return dict(self._grants)
+
+    def free_gpus(self, chain: Optional[str] = None) -> int:
+        pools = [self.pools[chain]] if chain else self.pools.values()
+        return sum(p.total_free for p in pools)
+
+    def total_gpus(self, chain: str) -> int:
+        p = self.pools[chain]
+        return p.g * len(p.names)
+
+    def node_free(self, chain: str) -> dict:
+        p = self.pools[chain]
+        return {n: p.free[i] for i, n in enumerate(p.names)}
+
+    def vc_view(self, vc: str) -> dict:
+        return {c: {"total": self.quota[vc][c], "used": self.used[vc][c],
+                    "free": self.quota[vc][c] - self.used[vc][c]} for c in self.spec.chains}
+
+    def why_never(self, vc, pod_gpus, chain=None, within_level=None) -> Optional[str]:
+        total = sum(pod_gpus)
+        chains = [chain] if chain else list(self.spec.chains)
+        reasons = []
+        for c in chains:
+            p = self.pools[c]
+            if max(pod_gpus) > p.g:
+                reasons.append(f"a pod of {max(pod_gpus)} GPUs is more than a {c} node's {p.g}")
+            elif total > self.quota[vc][c]:
+                reasons.append(f"asks {total} GPUs, VC {vc} has a quota of {self.quota[vc][c]} in {c}")
+            elif within_level is not None and within_level <= self.spec.chains[c].node_level and total > p.g:
+                reasons.append(f"asks {total} GPUs within one node of {p.g} GPUs")
+            else:
+                return None
+        return "; ".join(reasons)
+
+    # -- placing
+    def place(self, owner: str, vc: str, pod_gpus: list, *, opportunistic: bool = False, priority: int = 0,
+              chain: Optional[str] = None, within_level: Optional[int] = None,
+              node_ok: Optional[Callable[[str, int], bool]] = None) -> Optional[QuotaGrant]:
+        if owner in self._grants:
+            raise ValueError(f"owner {owner!r} already holds a grant")
+        if vc not in self.quota:
+            raise KeyError(f"unknown VC {vc!r}")
+        for c in ([chain] if chain else list(self.pools)):
+            g = self._place_in(c, owner, vc, list(pod_gpus), opportunistic, priority, within_level, node_ok)
+            if g is not None:
+                return g
+        return None
+
+    def _place_in(self, c, owner, vc, pod_gpus, opportunistic, priority, within_level, node_ok):
+        p = self.pools[c]
+        total = sum(pod_gpus)
+        if not pod_gpus or max(pod_gpus) > p.g:
+            return None
+        if not opportunistic and self.used[vc][c] + total > self.quota[vc][c]:
+            return None
+        one_node = (within_level is not None and within_level <= self.spec.chains[c].node_level
+                    and len(pod_gpus) > 1)
+        if one_node and total > p.g:
+            return None
+        order = sorted(range(len(pod_gpus)), key=lambda r: -pod_gpus[r])  # big pods first
+        for use_avail in ((False,) if opportunistic else (False, True)):
+            taken: dict = {}
+            picks = {}
+            for r in order:
+                if one_node and taken:
+                    i = next(iter(taken))
+                    pos = p.block_pick(i, pod_gpus[r], use_avail, taken[i])
+                    hit = None if pos is None else (i, pos)
+                elif one_node:
+                    hit = self._one_node_first(p, pod_gpus, use_avail, node_ok, r)
+                else:
+                    hit = p.best_fit(pod_gpus[r], use_avail, taken, node_ok)
+                if hit is None:
+                    picks = None
+                    break
+                i, pos = hit
+                taken.setdefault(i, set()).update(pos)
+                picks[r] = (i, pos)
+            if picks:
+                return self._commit(c, owner, vc, pod_gpus, picks, opportunistic, priority)
+        return None
+
+    @staticmethod
+    def _one_node_first(p, pod_gpus, use_avail, node_ok, r):
+        """First pod of a gang that must share one node: best-fit a node holding the whole gang."""
+        total = sum(pod_gpus)
+        buckets = p.by_avail if use_avail else p.by_free
+        for k in range(total, p.g + 1):
+            for i in buckets[k]:
+                if node_ok is not None and not node_ok(p.names[i], pod_gpus[r]):
+                    continue
+                pos = p.block_pick(i, pod_gpus[r], use_avail, ())
+                if pos is not None:
+                    return i, pos
+        return None
+
+    def _commit(self, c, owner, vc, pod_gpus, picks, opportunistic, priority) -> QuotaGrant:
+        p = self.pools[c]
+        pods, victims, claims = [], set(), []
+        for r in range(len(pod_gpus)):
+            i, pos = picks[r]
+            hold, claim = p.holder[i], p.claim[i]
+            for k in pos:
+                if hold[k] is None:
+                    hold[k] = owner
+                else:
+                    victims.add(hold[k])
+                if not opportunistic:
+                    claim[k] = owner
+            claims.append((i, tuple(sorted(pos))))
+            pods.append(PodPlacement(r, p.names[i], tuple(sorted(p.gpu_ids[i][k] for k in pos))))
+        grant = QuotaGrant(owner, vc, c, opportunistic, priority, pods, victims)
+        grant._claims = claims
+        for v in victims:
+            self._waiting.setdefault(v, set()).add(owner)
+        self._grants[owner] = grant
+        if not opportunistic:
+            self.used[vc][c] += sum(pod_gpus)
+        for i in {i for i, _ in claims}:
+            p.recount(i)
+        return grant
+
+    def release(self, owner: str) -> None:
+        gr = self._grants.pop(owner, None)
+        if gr is None:
+            return
+        p = self.pools[gr.chain]
+        for i, pos in gr._claims:
+            hold, claim = p.holder[i], p.claim[i]
+            for k in pos:
+                if claim[k] == owner:
+                    claim[k] = None
+                if hold[k] == owner:
+                    hold[k] = claim[k]  # a guaranteed job waiting for this victim takes the GPU over
+        for w in self._waiting.pop(owner, ()):
+            other = self._grants.get(w)
+            if other is not None:
+                other.victims.discard(owner)
+        for v in gr.victims:
+            ws = self._waiting.get(v)
+            if ws:
+                ws.discard(owner)
+        if not gr.opportunistic:
+            self.used[gr.vc][gr.chain] -= sum(len(pos) for _, pos in gr._claims)
+        for i in {i for i, _ in gr._claims}:
+            p.recount(i)
+
+    def restore(self, grant_like) -> None:
+        c = grant_like.chain
+        if c not in self.pools:
+            raise ValueError(f"restore {grant_like.owner}: unknown chain {c!r}")
+        if grant_like.owner in self._grants:
+            raise ValueError(f"restore {grant_like.owner}: already holds a grant")
+        p = self.pools[c]
+        claims = []
+        for pod in grant_like.pods:
+            if pod.node not in p.index:
+                raise ValueError(f"restore {grant_like.owner}: unknown node {pod.node!r} in chain {c}")
+            i = p.index[pod.node]
+            pos = []
+            for gid in pod.gpus:
+                k = p.pos_of[i].get(gid)
+                if k is None:
+                    raise ValueError(f"restore {grant_like.owner}: node {pod.node} has no GPU {gid}")
+                if p.holder[i][k] is not None:
+                    raise ValueError(f"restore {grant_like.owner}: GPU {pod.node}/{gid} already held by {p.holder[i][k]}")
+                pos.append(k)
+            claims.append((i, tuple(pos)))
+        for i, pos in claims:
+            for k in pos:
+                p.holder[i][k] = grant_like.owner
+                if not grant_like.opportunistic:
+                    p.claim[i][k] = grant_like.owner
+        gr = QuotaGrant(grant_like.owner, grant_like.vc, c, grant_like.opportunistic,
+                        getattr(grant_like, "priority", 0), list(grant_like.pods), set())
+        gr._claims = claims
+        self._grants[gr.owner] = gr
+        if not gr.opportunistic:
+            self.used[gr.vc][c] += sum(len(pos) for _, pos in claims)
+        for i in {i for i, _ in claims}:
+            p.recount(i)
+
+    def set_health(self, node: str, gpu: Optional[int], healthy: bool) -> list:
+        for c, p in self.pools.items():
+            if node in p.index:
+                i = p.index[node]
+                if gpu is not None and gpu not in p.pos_of[i]:
+                    raise KeyError(f"node {node!r} has no GPU {gpu}")
+                positions = range(p.g) if gpu is None else [p.pos_of[i][gpu]]
+                hit = set()
+                for k in positions:
+                    if healthy:
+                        p.bad[i].discard(k)
+                    else:
+                        p.bad[i].add(k)
+                        if p.holder[i][k] is not None:
+                            hit.add(p.holder[i][k])
+                p.recount(i)
+                return sorted(hit)
+        raise KeyError(f"unknown node {node!r}")
+
+    def check_invariants(self) -> None:
+        for vc, per in self.used.items():
+            for c, u in per.items():
+                assert 0 <= u <= self.quota[vc][c], f"quota: VC {vc} uses {u} of {self.quota[vc][c]} GPUs in {c}"
+        for c, p in self.pools.items():
+            assert p.total_free == sum(p.free), f"quota: free total of {c} out of sync"
+            for i in range(len(p.names)):
+                for k in range(p.g):
+                    h, cl = p.holder[i][k], p.claim[i][k]
+                    assert h is None or h in self._grants, f"quota: GPU {p.names[i]}/{k} held by unknown {h}"
+                    assert cl is None or (cl in self._grants and not self._grants[cl].opportunistic), \
+                        f"quota: GPU {p.names[i]}/{k} claimed by {cl}, not a guaranteed grant"
+                    assert cl is None or h is not None, f"quota: GPU {p.names[i]}/{k} claimed but held by nobody"

@@ -1,0 +1,86 @@
+"""Cluster specs for simulations: N identical 8-GPU nodes and a VC per tenant.
+
+``node_spec`` builds a spec dict in the project's format (core/spec.py):
+nodes of 2 sockets x 2 PCIe switches x 2 GPUs (the four-level hierarchy of
+001 §5.1), one top-level cell per node (no racks: the paper's simulated
+cluster has none). VCs get
+
+* ``cells="node"``: whole nodes only (single-level cells, 001 §5.3), the
+  quota rounded to nodes;
+* ``cells="multi"``: cells at levels 1-4 in proportion to the GPU-hours the
+  tenant's jobs ask at each size (1 GPU -> level 1, 2 -> 2, 3-4 -> 3,
+  more -> 4), same total GPUs.
+
+Cell-type names: GPU, PCIE, SOCKET, NODE; the chain is ``NODE``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+LEVEL_TYPES = ["GPU", "PCIE", "SOCKET", "NODE"]
+LEVEL_GPUS = [1, 2, 4, 8]
+NODE_GPUS = 8
+
+
+def level_for(gpus_per_pod: int) -> int:
+    for lvl, g in enumerate(LEVEL_GPUS, start=1):
+        if gpus_per_pod <= g:
+            return lvl
+    return 4
+
+
+def node_spec(nodes: int, quotas: dict, *, cells: str = "node", demand: Optional[dict] = None,
+              node_cpus: float = 64, node_memory_gb: float = 512) -> dict:
+    """Spec dict with ``nodes`` nodes; ``quotas`` maps VC -> GPUs (multiples of 8 for
+    node cells; rounded down to whole cells otherwise). ``demand`` (for multi-level
+    cells) maps VC -> {level: GPU-hours}."""
+    if cells not in ("node", "multi"):
+        raise ValueError(f"cells: must be 'node' or 'multi', got {cells!r}")
+    if nodes < 1:
+        raise ValueError(f"nodes: must be >= 1, got {nodes}")
+    types = {
+        "PCIE": {"childCellType": "GPU", "childCellNumber": 2},
+        "SOCKET": {"childCellType": "PCIE", "childCellNumber": 2},
+        "NODE": {"childCellType": "SOCKET", "childCellNumber": 2, "isNodeLevel": True,
+                 "cpus": node_cpus, "memoryGB": node_memory_gb},
+    }
+    phys = [{"cellType": "NODE", "cellAddress": f"n{i:04d}"} for i in range(nodes)]
+    vcs = {}
+    for vc, gpus in quotas.items():
+        if cells == "node" or not demand or vc not in demand:
+            vcs[vc] = {"virtualCells": [{"cellType": "NODE", "cellNumber": max(1, gpus // NODE_GPUS)}]}
+        else:
+            vcs[vc] = {"virtualCells": split_cells(gpus, demand[vc])}
+    return {"physicalCluster": {"cellTypes": types, "physicalCells": phys}, "virtualClusters": vcs}
+
+
+def split_cells(gpus: int, demand: dict) -> list:
+    """Cells per level in proportion to ``demand`` ({level: weight}), summing to ``gpus``.
+
+    Rounds each level down to whole cells, then gives what is left to the
+    lowest levels (a 1-GPU cell always fits the remainder)."""
+    total = sum(demand.values()) or 1.0
+    counts = {}
+    used = 0
+    for lvl in sorted(demand, reverse=True):
+        share = gpus * demand[lvl] / total
+        n = int(share // LEVEL_GPUS[lvl - 1])
+        counts[lvl] = n
+        used += n * LEVEL_GPUS[lvl - 1]
+    left = gpus - used
+    for lvl in (4, 3, 2, 1):
+        g = LEVEL_GPUS[lvl - 1]
+        if left >= g and (lvl in demand or lvl == 1):
+            n = left // g
+            counts[lvl] = counts.get(lvl, 0) + n
+            left -= n * g
+    out = [{"cellType": f"NODE.{LEVEL_TYPES[lvl - 1]}" if lvl < 4 else "NODE", "cellNumber": n}
+           for lvl, n in sorted(counts.items(), reverse=True) if n > 0]
+    return out or [{"cellType": "NODE.GPU", "cellNumber": max(1, gpus)}]
+
+
+def private_spec(vc: str, gpus: int, cells: str = "node", demand: Optional[dict] = None) -> dict:
+    """The tenant alone on a cluster the size of its quota (whole nodes, rounded up)."""
+    nodes = max(1, math.ceil(gpus / NODE_GPUS))
+    return node_spec(nodes, {vc: nodes * NODE_GPUS}, cells="node")

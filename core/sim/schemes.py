@@ -1,0 +1,141 @@
+"""The four ways of sharing a cluster the simulator compares, and their sizes.
+
+* ``private``: each tenant alone on a cluster the size of its quota (whole
+  8-GPU nodes; never smaller than its largest job, so that every job can run);
+* ``quota``: one shared cluster, quota counted in GPUs, YARN-CS best-fit
+  packing, jobs over quota run as low priority (core/quota.py);
+* ``hived``: the same cluster, VCs of cells, buddy cell allocation with
+  dynamic binding (core/allocator.py); ``hived-static``: static binding.
+
+Cluster size (documented choice, ``size_cluster``): the offered load is
+``sum(GPUs x duration) / (cluster GPUs x window)`` over the jobs submitted in
+the central 90% of submissions (``busy_window``); the cluster is the number of
+8-GPU nodes that makes it ``load``. Quotas are each tenant's share
+of GPU-hours (or given shares), in whole nodes, at least one node each and at
+least the tenant's largest job (the private cluster is the quota, and must run
+every job; Philly: only e13805, 16 -> 32 GPUs); the cluster grows to hold them.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Optional
+
+from ..engine import Engine, EngineConfig
+from ..quota import QuotaAllocator
+from ..spec import load_spec
+from .cluster import NODE_GPUS, level_for, node_spec, private_spec
+from .traces import Trace
+
+SCHEMES = ("private", "quota", "hived", "hived-static")
+
+
+@dataclass
+class Sizing:
+    nodes: int
+    quotas: dict          # tenant -> GPUs (multiple of 8)
+    load: float           # offered load on ``nodes``
+    demand: dict          # tenant -> {level: GPU-seconds} (for multi-level cells)
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * NODE_GPUS
+
+
+def size_cluster(trace: Trace, load: float = 0.9, *, nodes: Optional[int] = None,
+                 shares: Optional[dict] = None) -> Sizing:
+    if not trace.jobs:
+        raise ValueError("trace: no jobs")
+    if nodes is None and not (0 < load <= 10):
+        raise ValueError(f"load: must be in (0, 10], got {load}")
+    gs = trace.gpu_seconds()
+    total = sum(gs.values())
+    win_gpu_s, span = busy_window(trace)
+    if nodes is None:
+        nodes = max(1, math.ceil(win_gpu_s / (span * load) / NODE_GPUS))
+    tenants = trace.tenants
+    if shares is None:
+        shares = {t: gs.get(t, 0.0) / total for t in tenants}
+    else:
+        missing = [t for t in tenants if t not in shares]
+        if missing:
+            raise ValueError(f"shares: no quota share for tenants {missing}")
+        s = sum(shares[t] for t in tenants)
+        shares = {t: shares[t] / s for t in tenants}
+    want = {t: shares[t] * nodes for t in tenants}
+    biggest: dict = defaultdict(int)
+    for j in trace.jobs:
+        biggest[j.tenant] = max(biggest[j.tenant], j.gpus)
+    # at least one node, and room for the tenant's largest job: its private cluster
+    # (= its quota) must be able to run every job it submits
+    q = {t: max(1, int(want[t]), math.ceil(biggest[t] / NODE_GPUS)) for t in tenants}
+    left = nodes - sum(q.values())
+    for t in sorted(tenants, key=lambda t: want[t] - int(want[t]), reverse=True):
+        if left <= 0:
+            break
+        q[t] += 1
+        left -= 1
+    nodes = max(nodes, sum(q.values()))
+    demand: dict = defaultdict(lambda: defaultdict(float))
+    for j in trace.jobs:
+        demand[j.tenant][level_for(j.gpus_per_pod)] += j.gpu_seconds
+    return Sizing(nodes, {t: n * NODE_GPUS for t, n in q.items()},
+                  win_gpu_s / (span * nodes * NODE_GPUS), {t: dict(d) for t, d in demand.items()})
+
+
+def busy_window(trace: Trace, lo: float = 0.05, hi: float = 0.95) -> tuple:
+    """(GPU-seconds submitted, seconds) over the central 90% of submissions.
+
+    Real traces start and end thin (Philly: a few jobs in its first two weeks),
+    so the load over the whole span understates the load jobs actually meet."""
+    sub = sorted(j.submit for j in trace.jobs)
+    n = len(sub)
+    if n < 20:
+        return sum(j.gpu_seconds for j in trace.jobs), max(trace.span, 1.0)
+    a, b = sub[int(lo * n)], sub[min(n - 1, int(hi * n))]
+    if b - a <= 0:
+        return sum(j.gpu_seconds for j in trace.jobs), max(trace.span, 1.0)
+    return sum(j.gpu_seconds for j in trace.jobs if a <= j.submit <= b), b - a
+
+
+def shared_spec(sizing: Sizing, cells: str = "node") -> dict:
+    return node_spec(sizing.nodes, sizing.quotas, cells=cells, demand=sizing.demand)
+
+
+def build_engine(scheme: str, spec_dict: dict, *, config: Optional[EngineConfig] = None,
+                 preemption_policy="none", queue_policy="fifo") -> Engine:
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme: must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    spec = load_spec(spec_dict)
+    if scheme in ("quota", "private"):
+        alloc = QuotaAllocator(spec)
+    else:
+        from ..allocator import Allocator
+        alloc = Allocator(spec, binding="static" if scheme == "hived-static" else "dynamic")
+    return Engine(alloc, queue_policy=queue_policy, preemption_policy=preemption_policy,
+                  config=config or EngineConfig())
+
+
+def private_specs(trace: Trace, sizing: Sizing) -> dict:
+    """tenant -> spec dict of its private cluster: its quota in whole nodes.
+
+    Jobs larger than that can never start there (``size_cluster`` makes
+    quotas large enough; a given ``--spec`` may not)."""
+    return {t: private_spec(t, gpus) for t, gpus in sizing.quotas.items()}
+
+
+def sizing_from_spec(spec_dict, trace: Trace) -> Sizing:
+    """Sizing read from a given spec (its nodes and VC GPUs); tenants must be its VCs."""
+    spec = load_spec(spec_dict)
+    missing = sorted(set(trace.tenants) - set(spec.vcs))
+    if missing:
+        raise ValueError(f"spec: trace tenants {missing[:5]} are not VCs of the spec (VCs: {', '.join(sorted(spec.vcs))})")
+    nodes = sum(len(c.cells) * (c.gpus_per_level[-1] // c.node_gpus) for c in spec.chains.values())
+    gpus = spec.total_gpus
+    demand: dict = defaultdict(lambda: defaultdict(float))
+    for j in trace.jobs:
+        demand[j.tenant][level_for(j.gpus_per_pod)] += j.gpu_seconds
+    win_gpu_s, span = busy_window(trace)
+    return Sizing(nodes, {v: spec.vc_gpus(v) for v in spec.vcs}, win_gpu_s / (span * gpus),
+                  {t: dict(d) for t, d in demand.items()})

@@ -1,0 +1,186 @@
+"""``simulate(trace, scheme, ...)``: replay a trace through the engine.
+
+The loop jumps from event to event (a submission, a simulated exit, or an
+engine timer such as a soft-affinity relaxation), reports the events to the
+engine, runs one scheduling round ``step(now)`` and acts on its decisions
+with the simulated launcher. Nothing is written or drawn here: the result
+holds per-job rows, time series and a summary; jupyter_ext/report/ writes
+CSV/JSON and plots.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from ..engine import Engine, EngineConfig
+from ..jobs import Affinity, DecisionKind, JobClass, JobRequest, PodGroup
+from .launcher import SimLauncher
+from .schemes import SCHEMES, Sizing, build_engine, private_specs, shared_spec, size_cluster, sizing_from_spec
+from .traces import Trace, TraceJob
+
+ROW_FIELDS = ("job_id", "tenant", "gpus", "pods", "submit", "start", "end", "queue_delay", "queued_total",
+              "preemptions", "gpus_preempted", "opportunistic", "state", "nodes")
+
+
+@dataclass
+class SimResult:
+    scheme: str
+    cells: str
+    rows: list                      # one dict per job (ROW_FIELDS)
+    frag: list = field(default_factory=list)        # (t, share of nodes unable to host an 8-GPU guaranteed job)
+    util: list = field(default_factory=list)        # (t, share of GPUs bound)
+    preempted: list = field(default_factory=list)   # (t, GPUs preempted, tenant)
+    nodes: int = 0
+    load: float = 0.0
+    wall_s: float = 0.0
+    quotas: dict = field(default_factory=dict)
+
+    def tenant_delays(self) -> dict:
+        """tenant -> average queueing delay (s) of its jobs that started."""
+        acc: dict = {}
+        for r in self.rows:
+            if r["start"] is not None:
+                acc.setdefault(r["tenant"], []).append(r["queue_delay"])
+        return {t: sum(v) / len(v) for t, v in sorted(acc.items())}
+
+    def summary(self) -> dict:
+        started = [r for r in self.rows if r["start"] is not None]
+        delays = [r["queue_delay"] for r in started]
+        pre = sum(g for _, g, _ in self.preempted)
+        return {
+            "scheme": self.scheme, "cells": self.cells, "nodes": self.nodes, "gpus": self.nodes * 8,
+            "offered_load": round(self.load, 4), "jobs": len(self.rows), "started": len(started),
+            "never_started": len(self.rows) - len(started),
+            "avg_queue_delay_s": statistics.fmean(delays) if delays else 0.0,
+            "p95_queue_delay_s": _pct(delays, 95),
+            "tenant_avg_queue_delay_s": self.tenant_delays(),
+            "preempted_gpus": pre, "preemptions": sum(r["preemptions"] for r in self.rows),
+            "avg_fragmentation": statistics.fmean(f for _, f in self.frag) if self.frag else None,
+            "avg_utilization": statistics.fmean(u for _, u in self.util) if self.util else None,
+            "quotas_gpus": self.quotas, "wall_s": round(self.wall_s, 3),
+            "jobs_per_s": round(len(self.rows) / self.wall_s, 1) if self.wall_s > 0 else None,
+        }
+
+
+def _pct(xs: list, q: float) -> float:
+    if not xs:
+        return 0.0
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(math.ceil(q / 100 * len(s))) - 1)]
+
+
+def to_request(j: TraceJob, allow_opportunistic: bool = True) -> JobRequest:
+    cls = JobClass(j.job_class)
+    return JobRequest(user=j.tenant, vc=j.tenant, job_class=cls, groups=[PodGroup(j.pods, j.gpus_per_pod)],
+                      affinity=Affinity(j.affinity), grace_period=j.grace_period, duration=j.duration,
+                      allow_opportunistic=allow_opportunistic and cls.guaranteed, name=j.job_id)
+
+
+def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: Optional[Callable] = None,
+           allow_opportunistic: bool = True) -> tuple:
+    """Run ``jobs`` (sorted by submit) through ``eng``; returns (rows, frag, util, preempted)."""
+    launcher = SimLauncher()
+    frag, util, preempted = [], [], []
+    first_nodes: dict = {}
+    first_opp: dict = {}
+    total_gpus = max(1, sum(st.gpus_total for st in eng.view.nodes.values()))
+    view = eng.view
+    i, n = 0, len(jobs)
+    next_sample = 0.0
+    refused = []
+    while True:
+        cands = [t for t in (jobs[i].submit if i < n else None, launcher.next_time(), eng.next_wakeup())
+                 if t is not None]
+        if not cands:
+            break
+        now = min(cands)
+        while next_sample <= now and sample_every > 0:
+            frag.append((next_sample, view.fragmentation()))
+            util.append((next_sample, 1.0 - sum(max(0, st.gpus_free) for st in view.nodes.values()) / total_gpus))
+            next_sample += sample_every
+        while i < n and jobs[i].submit <= now:
+            j = jobs[i]
+            try:
+                eng.submit(to_request(j, allow_opportunistic), now, job_id=j.job_id)
+            except ValueError as e:
+                refused.append((j, str(e)))
+            i += 1
+            if progress is not None:
+                progress(1)
+        for kind, jid in launcher.due(now):
+            if kind == SimLauncher.FINISHED:
+                eng.on_finished(jid, now, 0)
+            else:
+                rec = eng.job(jid)
+                if rec.state.value in ("placed", "running", "preempting"):
+                    eng.on_preempted(jid, now)
+        for d in eng.step(now):
+            if d.kind is DecisionKind.START:
+                rec = eng.job(d.job_id)
+                eng.on_started(d.job_id, now)
+                if d.job_id not in first_nodes:
+                    first_nodes[d.job_id] = " ".join(sorted({p.node for p in d.placement.pods}))
+                    first_opp[d.job_id] = d.placement.opportunistic
+                launcher.launch(d.job_id, now, rec.remaining or 0.0, rec.attempts)
+            elif d.kind is DecisionKind.PREEMPT:
+                rec = eng.job(d.job_id)
+                preempted.append((now, rec.gpus, rec.request.vc))
+                launcher.terminate(d.job_id, now, d.grace_period)
+    rows = []
+    for rec in eng.jobs():
+        st = rec.first_started
+        rows.append({
+            "job_id": rec.job_id, "tenant": rec.request.vc, "gpus": rec.gpus, "pods": len(rec.pod_gpus),
+            "submit": rec.submitted, "start": st, "end": rec.ended,
+            "queue_delay": (st - rec.submitted) if st is not None else None,
+            "queued_total": rec.queued_time, "preemptions": rec.preemptions, "gpus_preempted": rec.gpus_preempted,
+            "opportunistic": first_opp.get(rec.job_id), "state": rec.state.value,
+            "nodes": first_nodes.get(rec.job_id, ""),
+        })
+    for j, why in refused:
+        rows.append({"job_id": j.job_id, "tenant": j.tenant, "gpus": j.gpus, "pods": j.pods, "submit": j.submit,
+                     "start": None, "end": None, "queue_delay": None, "queued_total": 0.0, "preemptions": 0,
+                     "gpus_preempted": 0, "opportunistic": None, "state": f"refused: {why}", "nodes": ""})
+    return rows, frag, util, preempted
+
+
+def simulate(trace: Trace, scheme: str, *, cells: str = "node", load: float = 0.9, nodes: Optional[int] = None,
+             sizing: Optional[Sizing] = None, config: Optional[EngineConfig] = None,
+             sample_every: float = 3600.0, progress: Optional[Callable] = None,
+             preemption_policy="none", spec: Optional[dict] = None) -> SimResult:
+    """Replay ``trace`` under ``scheme`` (private|quota|hived|hived-static).
+
+    ``sizing`` (from ``size_cluster``) fixes the cluster and quotas so that
+    several schemes compare on the same cluster; otherwise it is computed
+    from ``load`` (or ``nodes``). ``cells`` is "node" or "multi" (VC cells).
+    ``spec`` (a spec dict) replaces the generated cluster for the shared
+    schemes; its VCs must be the trace's tenants.
+    """
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme: must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    if cells not in ("node", "multi"):
+        raise ValueError(f"cells: must be 'node' or 'multi', got {cells!r}")
+    if sizing is None:
+        sizing = sizing_from_spec(spec, trace) if spec is not None else size_cluster(trace, load, nodes=nodes)
+    t0 = time.perf_counter()
+    if scheme == "private":
+        rows, frag, util, pre = [], [], [], []
+        by_tenant: dict = {}
+        for j in trace.jobs:
+            by_tenant.setdefault(j.tenant, []).append(j)
+        for t, spec in private_specs(trace, sizing).items():
+            eng = build_engine("private", spec, config=config, preemption_policy=preemption_policy)
+            r, _, _, p = replay(eng, by_tenant.get(t, []), sample_every=0, progress=progress,
+                                allow_opportunistic=False)
+            rows += r
+            pre += p
+        rows.sort(key=lambda r: (r["submit"], r["job_id"]))
+    else:
+        eng = build_engine(scheme, spec if spec is not None else shared_spec(sizing, cells), config=config,
+                           preemption_policy=preemption_policy)
+        rows, frag, util, pre = replay(eng, trace.jobs, sample_every=sample_every, progress=progress)
+    return SimResult(scheme, cells, rows, frag, util, pre, sizing.nodes, sizing.load,
+                     time.perf_counter() - t0, dict(sizing.quotas))

@@ -1,0 +1,243 @@
+"""Trace readers: the Philly trace, our own CSV format, and the job model they share.
+
+A trace is a list of ``TraceJob`` sorted by submit time (seconds from the
+trace's first submission), plus the tenants in it.
+
+**Philly** (``../shared/traces/philly/philly_jobs.csv.gz``; columns
+``timestamp,duration,num_gpus,gpu_time,cluster``): the VC (``cluster``) is
+the tenant. A job of g <= 8 GPUs is one pod of g GPUs (it must sit on one
+node: hard affinity, as 001 §5.1 says most jobs ask); a larger job is a gang
+of 8-GPU pods (or 4-GPU pods when g is not a multiple of 8: 12 -> 3x4).
+VCs with fewer than ``min_jobs`` jobs (four VCs with 3-8 jobs) are dropped,
+since a quota from their GPU-hour share would round to nothing.
+
+**Our CSV** (header required; extra columns ignored)::
+
+    job_id,tenant,submit,duration,gpus[,pods,job_class,affinity,grace_period]
+
+``submit`` is seconds (any origin; shifted so the first job is at 0) or an
+ISO date-time; ``duration`` is seconds; ``gpus`` is the job's total; ``pods``
+(default: as for Philly) must divide ``gpus``; ``job_class`` te|be|
+opportunistic (default te), ``affinity`` hard|soft (default hard).
+A soft-affinity job of n > 1 GPUs becomes n one-GPU pods that want one cell
+holding all n and relax (engine's soft affinity) when they cannot get it.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Iterable, Optional
+
+
+class TraceError(ValueError):
+    """A bad trace line: ``str(e) == f"{where}: {problem}"``."""
+
+    def __init__(self, where: str, problem: str):
+        super().__init__(f"{where}: {problem}")
+        self.where = where
+        self.problem = problem
+
+
+@dataclass
+class TraceJob:
+    job_id: str
+    tenant: str
+    submit: float
+    duration: float
+    gpus: int
+    pods: int = 1
+    job_class: str = "te"
+    affinity: str = "hard"
+    grace_period: float = 0.0
+
+    @property
+    def gpus_per_pod(self) -> int:
+        return self.gpus // self.pods
+
+    @property
+    def gpu_seconds(self) -> float:
+        return self.gpus * self.duration
+
+
+@dataclass
+class Trace:
+    jobs: list
+    source: str = ""
+
+    @property
+    def tenants(self) -> list:
+        return sorted({j.tenant for j in self.jobs})
+
+    @property
+    def span(self) -> float:
+        if not self.jobs:
+            return 0.0
+        return max(j.submit for j in self.jobs) - min(j.submit for j in self.jobs)
+
+    def gpu_seconds(self) -> dict:
+        out: Counter = Counter()
+        for j in self.jobs:
+            out[j.tenant] += j.gpu_seconds
+        return dict(out)
+
+    def head(self, n: Optional[int]) -> "Trace":
+        return self if n is None else Trace(self.jobs[:n], self.source)
+
+
+def default_pods(gpus: int) -> int:
+    if gpus <= 8:
+        return 1
+    return gpus // 8 if gpus % 8 == 0 else math.ceil(gpus / 4)
+
+
+def _open_text(path: str):
+    if path.endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
+    return open(path, encoding="utf-8", newline="")
+
+
+def _time(value: str, where: str) -> float:
+    v = value.strip()
+    try:
+        return float(v)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(v).timestamp()
+    except ValueError:
+        raise TraceError(where, f"submit/timestamp {value!r} is neither seconds nor an ISO date-time") from None
+
+
+def _finish(jobs: list, source: str, limit: Optional[int]) -> Trace:
+    jobs.sort(key=lambda j: (j.submit, j.job_id))
+    if jobs:
+        t0 = jobs[0].submit
+        for j in jobs:
+            j.submit -= t0
+    if limit is not None:
+        jobs = jobs[:limit]
+    return Trace(jobs, source)
+
+
+def read_philly(path: str, *, limit: Optional[int] = None, min_jobs: int = 10) -> Trace:
+    """Read the Philly jobs CSV (``path`` = the .csv.gz or its folder)."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "philly_jobs.csv.gz")
+    if not os.path.isfile(path):
+        raise TraceError(path, "file not found")
+    jobs = []
+    with _open_text(path) as f:
+        reader = csv.DictReader(f)
+        need = {"timestamp", "duration", "num_gpus", "cluster"}
+        missing = need - set(reader.fieldnames or [])
+        if missing:
+            raise TraceError(f"{path}:1", f"missing columns {sorted(missing)}")
+        for n, row in enumerate(reader, start=2):
+            where = f"{path}:{n}"
+            try:
+                gpus = int(row["num_gpus"])
+                dur = float(row["duration"])
+            except (TypeError, ValueError):
+                raise TraceError(where, f"bad num_gpus/duration {row.get('num_gpus')!r}/{row.get('duration')!r}") from None
+            if gpus < 1 or dur < 0 or not math.isfinite(dur):
+                raise TraceError(where, f"num_gpus must be >= 1 and duration >= 0, got {gpus}, {dur}")
+            jobs.append(TraceJob(f"p{n - 1}", row["cluster"], _time(row["timestamp"], where), dur, gpus,
+                                 default_pods(gpus)))
+    counts = Counter(j.tenant for j in jobs)
+    jobs = [j for j in jobs if counts[j.tenant] >= min_jobs]
+    return _finish(jobs, path, limit)
+
+
+def read_csv(path: str, *, limit: Optional[int] = None) -> Trace:
+    """Read a trace in our CSV format (see the module doc)."""
+    if not os.path.isfile(path):
+        raise TraceError(path, "file not found")
+    with _open_text(path) as f:
+        return parse_csv(f, path, limit=limit)
+
+
+def parse_csv(lines: Iterable[str], source: str = "<csv>", *, limit: Optional[int] = None) -> Trace:
+    reader = csv.DictReader(lines)
+    need = {"job_id", "tenant", "submit", "duration", "gpus"}
+    missing = need - set(reader.fieldnames or [])
+    if missing:
+        raise TraceError(f"{source}:1", f"missing columns {sorted(missing)} (need {', '.join(sorted(need))})")
+    jobs, seen = [], set()
+    for n, row in enumerate(reader, start=2):
+        where = f"{source}:{n}"
+        jid = (row["job_id"] or "").strip()
+        if not jid:
+            raise TraceError(f"{where}: job_id", "empty")
+        if jid in seen:
+            raise TraceError(f"{where}: job_id", f"duplicate {jid!r}")
+        seen.add(jid)
+        tenant = (row["tenant"] or "").strip()
+        if not tenant:
+            raise TraceError(f"{where}: tenant", "empty")
+        try:
+            dur = float(row["duration"])
+        except (TypeError, ValueError):
+            raise TraceError(f"{where}: duration", f"not a number: {row['duration']!r}") from None
+        if not math.isfinite(dur) or dur < 0:
+            raise TraceError(f"{where}: duration", f"must be >= 0, got {dur}")
+        try:
+            gpus = int(row["gpus"])
+        except (TypeError, ValueError):
+            raise TraceError(f"{where}: gpus", f"not an integer: {row['gpus']!r}") from None
+        if gpus < 1:
+            raise TraceError(f"{where}: gpus", f"must be >= 1, got {gpus}")
+        cls = (row.get("job_class") or "te").strip().lower()
+        if cls not in ("te", "be", "opportunistic"):
+            raise TraceError(f"{where}: job_class", f"must be te, be or opportunistic, got {cls!r}")
+        aff = (row.get("affinity") or "hard").strip().lower()
+        if aff not in ("hard", "soft"):
+            raise TraceError(f"{where}: affinity", f"must be hard or soft, got {aff!r}")
+        pods_txt = (row.get("pods") or "").strip()
+        if pods_txt:
+            try:
+                pods = int(pods_txt)
+            except ValueError:
+                raise TraceError(f"{where}: pods", f"not an integer: {pods_txt!r}") from None
+            if pods < 1 or gpus % pods:
+                raise TraceError(f"{where}: pods", f"must be >= 1 and divide gpus={gpus}, got {pods}")
+        else:
+            pods = gpus if (aff == "soft" and gpus > 1) else default_pods(gpus)
+        grace_txt = (row.get("grace_period") or "").strip()
+        try:
+            grace = float(grace_txt) if grace_txt else 0.0
+        except ValueError:
+            raise TraceError(f"{where}: grace_period", f"not a number: {grace_txt!r}") from None
+        if grace < 0 or not math.isfinite(grace):
+            raise TraceError(f"{where}: grace_period", f"must be >= 0, got {grace}")
+        jobs.append(TraceJob(jid, tenant, _time(row["submit"], f"{where}: submit"), dur, gpus, pods, cls, aff, grace))
+    return _finish(jobs, source, limit)
+
+
+def write_csv(trace: Trace, path: str) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["job_id", "tenant", "submit", "duration", "gpus", "pods", "job_class", "affinity", "grace_period"])
+        for j in trace.jobs:
+            w.writerow([j.job_id, j.tenant, f"{j.submit:.3f}", f"{j.duration:.3f}", j.gpus, j.pods,
+                        j.job_class, j.affinity, j.grace_period])
+
+
+def soften(trace: Trace, share: float, seed: int = 0) -> Trace:
+    """Copy with ``share`` of the multi-GPU jobs turned soft (001 Figure 9):
+    each becomes one-GPU pods that want one cell and relax when they cannot have it."""
+    import random
+    rng = random.Random(seed)
+    out = []
+    for j in trace.jobs:
+        if j.gpus > 1 and j.gpus <= 8 and rng.random() < share:
+            out.append(TraceJob(j.job_id, j.tenant, j.submit, j.duration, j.gpus, j.gpus, j.job_class, "soft",
+                                j.grace_period))
+        else:
+            out.append(j)
+    return Trace(out, trace.source)

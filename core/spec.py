@@ -1,0 +1,484 @@
+"""The cluster spec: cell types, physical cells and virtual clusters (VCs).
+
+The YAML follows hivedscheduler's shape (``physicalCluster.cellTypes``,
+``physicalCluster.physicalCells``, ``virtualClusters``) with three
+extensions: per-VC ``users``/``admins``/``weight`` and cluster ``admins``.
+See docs/spec.md for the format.
+
+Loading happens in two passes. A JSON schema (spec_schema.json) checks the
+shape, then the semantic checks below check what a schema cannot say: cycles,
+one node level per chain, uniform children, unique addresses and pinned ids,
+cell types that belong to their chain, and feasibility of the VC assignment
+(eq. (1)/(2) of the HiveD paper at time 0). Every refusal is a ``SpecError``
+naming the YAML path and the problem.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import jsonschema
+import yaml
+
+MAX_GPUS = 2_000_000  # guard against a typo building a billion cells
+DEFAULT_CPUS_PER_GPU = 8
+DEFAULT_MEMORY_GB_PER_GPU = 64
+
+_SCHEMA = json.loads((Path(__file__).with_name("spec_schema.json")).read_text())
+_VALIDATOR = jsonschema.Draft202012Validator(_SCHEMA)
+
+
+class SpecError(ValueError):
+    """A refused spec: ``path`` is the YAML path, ``problem`` what is wrong."""
+
+    def __init__(self, path: str, problem: str):
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}"
+
+
+@dataclass
+class CellSpec:
+    """One physical cell as written (or filled in) in the spec."""
+
+    cell_type: str
+    level: int                 # 1-based; 1 = GPU
+    address: str               # local address (index when left out)
+    path: str                  # YAML path, for error messages
+    pinned_id: Optional[str] = None
+    children: list["CellSpec"] = field(default_factory=list)
+    gpu_index: Optional[int] = None  # leaves: index of the GPU within its node
+
+
+@dataclass
+class Chain:
+    """One homogeneous pool: a cell hierarchy and its physical top-level cells."""
+
+    name: str
+    levels: list[str]              # cell type per level, levels[0] = leaf (GPU) type
+    node_level: int                # 1-based
+    gpus_per_level: list[int]      # index 0 -> level 1 -> 1 GPU
+    children_per_level: list[int]  # h_k: level-(k-1) children of a level-k cell (index 0 -> 0)
+    node_cpus: float
+    node_memory_gb: float
+    cells: list[CellSpec] = field(default_factory=list)  # top-level physical cells
+
+    @property
+    def top_level(self) -> int:
+        return len(self.levels)
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_level[-1] * len(self.cells)
+
+    @property
+    def node_gpus(self) -> int:
+        return self.gpus_per_level[self.node_level - 1]
+
+    def level_of(self, cell_type: str) -> int:
+        name = cell_type
+        if name.startswith(self.name + "."):
+            name = name[len(self.name) + 1:]
+        if name not in self.levels:
+            raise KeyError(f"cell type {cell_type!r} is not in chain {self.name!r} (levels: {', '.join(self.levels)})")
+        return self.levels.index(name) + 1
+
+    def level_for_gpus(self, gpus: int) -> Optional[int]:
+        """Smallest level whose cells hold ``gpus`` GPUs (None: more than a top cell)."""
+        for i, n in enumerate(self.gpus_per_level):
+            if n >= gpus:
+                return i + 1
+        return None
+
+
+@dataclass
+class VCSpec:
+    name: str
+    cells: dict[tuple[str, int], int] = field(default_factory=dict)  # (chain, level) -> cellNumber
+    pinned: list[str] = field(default_factory=list)
+    users: list[str] = field(default_factory=list)
+    admins: list[str] = field(default_factory=list)
+    weight: float = 0.0          # default: the VC's GPU count
+    weight_given: bool = False
+
+
+@dataclass
+class ClusterSpec:
+    chains: dict[str, Chain]
+    vcs: dict[str, VCSpec]
+    admins: list[str]
+    pinned: dict[str, tuple[str, int]]  # pinnedCellId -> (chain, level)
+    source: str = "<spec>"
+    raw: dict = field(default_factory=dict)
+
+    def level_of(self, chain: str, cell_type_name: str) -> int:
+        if chain not in self.chains:
+            raise KeyError(f"unknown chain {chain!r}")
+        return self.chains[chain].level_of(cell_type_name)
+
+    def vc_gpus(self, vc: str) -> int:
+        spec = self.vcs[vc]
+        total = sum(n * self.chains[c].gpus_per_level[k - 1] for (c, k), n in spec.cells.items())
+        for pid in spec.pinned:
+            c, k = self.pinned[pid]
+            total += self.chains[c].gpus_per_level[k - 1]
+        return total
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(c.gpus for c in self.chains.values())
+
+
+# ---------------------------------------------------------------- loading
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys (PyYAML keeps the last silently)."""
+
+
+def _construct_mapping(loader, node, deep=False):
+    seen = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise SpecError("(yaml)", f"line {key_node.start_mark.line + 1}: duplicate key {key!r}")
+        seen[key] = True
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _read(source: Union[str, os.PathLike, dict]) -> tuple[Any, str]:
+    if isinstance(source, dict):
+        return source, "<dict>"
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source
+                                            and (os.path.exists(source) or source.endswith((".yaml", ".yml", ".json")))):
+        p = Path(source)
+        if not p.is_file():
+            raise SpecError(str(p), "file not found")
+        text, name = p.read_text(), str(p)
+    elif isinstance(source, str):
+        text, name = source, "<text>"
+    else:
+        raise SpecError("(spec)", f"expected a file path, YAML text or a dict, got {type(source).__name__}")
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader), name
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise SpecError("(yaml)", f"{where}{exc.problem}") from None
+    except yaml.YAMLError as exc:  # pragma: no cover - other YAML errors
+        raise SpecError("(yaml)", str(exc)) from None
+
+
+def _fmt_path(parts) -> str:
+    out = ""
+    for p in parts:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        else:
+            out += ("." if out else "") + str(p)
+    return out or "(root)"
+
+
+_TYPE_WORDS = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
+               "number": "a number", "boolean": "true or false"}
+
+
+def _schema_problem(err: jsonschema.ValidationError) -> tuple[str, str]:
+    path = list(err.absolute_path)
+    v, inst = err.validator, err.instance
+    if v == "required":
+        missing = [k for k in err.validator_value if not isinstance(inst, dict) or k not in inst]
+        return _fmt_path(path), f"missing required field {missing[0]!r}"
+    if v == "additionalProperties":
+        allowed = set(err.schema.get("properties", {}))
+        extra = sorted(str(k) for k in inst if k not in allowed)
+        hint = f" (allowed: {', '.join(sorted(allowed))})" if allowed else ""
+        return _fmt_path(path), f"unknown field {extra[0]!r}{hint}"
+    if v == "type":
+        want = err.validator_value
+        words = " or ".join(_TYPE_WORDS[w] for w in (want if isinstance(want, list) else [want]))
+        return _fmt_path(path), f"must be {words}, got {inst!r}"
+    if v == "minimum":
+        return _fmt_path(path), f"must be a positive integer, got {inst!r}"
+    if v == "exclusiveMinimum":
+        return _fmt_path(path), f"must be positive, got {inst!r}"
+    if v in ("minItems", "minProperties", "minLength"):
+        return _fmt_path(path), "must not be empty"
+    if v == "pattern":
+        return _fmt_path(path), (f"{inst!r} is not a valid name (letters, digits and _ . @ -, "
+                                 "starting with a letter or digit)")
+    return _fmt_path(path), err.message  # pragma: no cover - schema has no other keywords
+
+
+def load_spec(source: Union[str, os.PathLike, dict]) -> ClusterSpec:
+    """Load and check a spec from a file path, YAML text or a dict."""
+    doc, name = _read(source)
+    if not isinstance(doc, dict):
+        raise SpecError("(root)", f"must be a mapping with physicalCluster and virtualClusters, got {type(doc).__name__}")
+    errors = list(_VALIDATOR.iter_errors(doc))
+    if errors:
+        # the earliest error in document order reads best; ties by keyword for determinism
+        err = min(errors, key=lambda e: ([str(p) for p in e.absolute_path], e.validator))
+        raise SpecError(*_schema_problem(err))
+    return _Builder(doc, name).build()
+
+
+# ---------------------------------------------------------------- semantic checks
+
+class _Builder:
+    def __init__(self, doc: dict, name: str):
+        self.doc = doc
+        self.name = name
+        self.types: dict = doc["physicalCluster"]["cellTypes"]
+        self.used_ids: dict[str, str] = {}       # node-and-above address -> path
+        self.pinned: dict[str, tuple[str, int, str]] = {}
+        self.counters: dict[str, int] = {}
+
+    def build(self) -> ClusterSpec:
+        chains = self._chains()
+        for i, top in enumerate(self.doc["physicalCluster"]["physicalCells"]):
+            chain = chains[top["cellType"]]
+            path = f"physicalCluster.physicalCells[{i}]"
+            chain.cells.append(self._cell(chain, chain.top_level, top, path, None, len(chain.cells), []))
+        total = sum(c.gpus for c in chains.values())
+        if total > MAX_GPUS:
+            raise SpecError("physicalCluster.physicalCells", f"{total} GPUs is more than the {MAX_GPUS} supported")
+        vcs = self._vcs(chains)
+        admins = list(self.doc.get("admins", []))
+        spec = ClusterSpec(chains=chains, vcs=vcs, admins=admins,
+                           pinned={k: (v[0], v[1]) for k, v in self.pinned.items()},
+                           source=self.name, raw=self.doc)
+        for vc in vcs.values():
+            if not vc.weight_given:
+                vc.weight = float(spec.vc_gpus(vc.name))
+        self._feasible(spec)
+        return spec
+
+    # -- cell types and chains
+    def _walk_types(self, top: str, path: str) -> list[str]:
+        """Cell types from ``top`` down to the leaf; refuses unknown tops and cycles."""
+        if top not in self.types:
+            raise SpecError(path, f"unknown cell type {top!r} (defined: {', '.join(sorted(self.types))})")
+        seen = [top]
+        t = top
+        while t in self.types:
+            child = self.types[t]["childCellType"]
+            if child in seen:
+                cycle = " -> ".join(seen[seen.index(child):] + [child])
+                raise SpecError(f"physicalCluster.cellTypes.{t}.childCellType", f"cell type cycle: {cycle}")
+            seen.append(child)
+            t = child
+        return seen
+
+    def _chains(self) -> dict[str, Chain]:
+        chains: dict[str, Chain] = {}
+        cells = self.doc["physicalCluster"]["physicalCells"]
+        for i, top in enumerate(cells):
+            tname = top["cellType"]
+            if tname in chains:
+                continue
+            path = f"physicalCluster.physicalCells[{i}].cellType"
+            down = self._walk_types(tname, path)
+            levels = list(reversed(down))
+            nodes = [t for t in levels if self.types.get(t, {}).get("isNodeLevel")]
+            if not nodes:
+                raise SpecError(f"physicalCluster.cellTypes.{tname}",
+                                f"chain {tname} has no node level (mark one of its cell types isNodeLevel: true)")
+            if len(nodes) > 1:
+                raise SpecError(f"physicalCluster.cellTypes.{nodes[1]}.isNodeLevel",
+                                f"chain {tname} has {len(nodes)} node levels ({', '.join(nodes)}); exactly one is allowed")
+            gpl, hpl = [1], [0]
+            for t in levels[1:]:
+                h = self.types[t]["childCellNumber"]
+                hpl.append(h)
+                gpl.append(gpl[-1] * h)
+                if gpl[-1] > MAX_GPUS:
+                    raise SpecError(f"physicalCluster.cellTypes.{t}.childCellNumber",
+                                    f"one {t} cell would hold {gpl[-1]} GPUs, more than the {MAX_GPUS} supported")
+            node_level = levels.index(nodes[0]) + 1
+            nt = self.types[nodes[0]]
+            ngpu = gpl[node_level - 1]
+            chains[tname] = Chain(name=tname, levels=levels, node_level=node_level, gpus_per_level=gpl,
+                                  children_per_level=hpl,
+                                  node_cpus=float(nt.get("cpus", DEFAULT_CPUS_PER_GPU * ngpu)),
+                                  node_memory_gb=float(nt.get("memoryGB", DEFAULT_MEMORY_GB_PER_GPU * ngpu)))
+        # a chain's top type may not sit inside another chain in use
+        for i, top in enumerate(cells):
+            for other in chains.values():
+                if other.name != top["cellType"] and top["cellType"] in other.levels:
+                    raise SpecError(f"physicalCluster.physicalCells[{i}].cellType",
+                                    f"cell type {top['cellType']} is inside chain {other.name}; "
+                                    f"list whole {other.name} cells (or only {top['cellType']} cells)")
+        return chains
+
+    # -- physical cells
+    def _fill(self, ctype: str) -> str:
+        n = self.counters.get(ctype, 0)
+        self.counters[ctype] = n + 1
+        return f"{ctype.lower()}-{n}"
+
+    def _cell(self, chain: Chain, level: int, raw: dict, path: str, node: Optional[str],
+              index: int, leaf_counter: list) -> CellSpec:
+        ctype = chain.levels[level - 1]
+        given = raw.get("cellAddress")
+        if level >= chain.node_level:
+            if level == chain.node_level:
+                addr = str(given) if given is not None else self._fill("node")
+            else:
+                addr = str(given) if given is not None else self._fill(ctype)
+            if addr in self.used_ids:
+                raise SpecError(f"{path}.cellAddress" if given is not None else path,
+                                f"duplicate cell address {addr!r} (also at {self.used_ids[addr]})")
+            self.used_ids[addr] = path
+            if level == chain.node_level:
+                node, leaf_counter = addr, [0, set()]
+        else:
+            addr = str(given) if given is not None else str(index)
+        cell = CellSpec(cell_type=ctype, level=level, address=addr, path=path, pinned_id=raw.get("pinnedCellId"))
+        if cell.pinned_id is not None:
+            if cell.pinned_id in self.pinned:
+                raise SpecError(f"{path}.pinnedCellId",
+                                f"duplicate pinnedCellId {cell.pinned_id!r} (also at {self.pinned[cell.pinned_id][2]})")
+            self.pinned[cell.pinned_id] = (chain.name, level, path)
+        kids = raw.get("cellChildren")
+        if level == 1:
+            if kids:
+                raise SpecError(f"{path}.cellChildren", f"a {ctype} cell is a GPU (level 1) and has no children")
+            if given is not None:
+                if isinstance(given, bool) or not isinstance(given, int) or given < 0:
+                    raise SpecError(f"{path}.cellAddress",
+                                    f"a GPU's cellAddress is its index on the node (a non-negative integer), got {given!r}")
+                gidx = given
+            else:
+                gidx = leaf_counter[0]
+            if gidx in leaf_counter[1]:
+                raise SpecError(f"{path}.cellAddress" if given is not None else path,
+                                f"duplicate GPU index {gidx} on node {node}")
+            leaf_counter[1].add(gidx)
+            leaf_counter[0] += 1
+            cell.gpu_index = gidx
+            return cell
+        h = chain.children_per_level[level - 1]
+        if kids is not None and len(kids) != h:
+            raise SpecError(f"{path}.cellChildren",
+                            f"has {len(kids)} children but cell type {ctype} has childCellNumber {h}")
+        seen: dict[str, int] = {}
+        for j in range(h):
+            child_raw = kids[j] if kids is not None else {}
+            cpath = f"{path}.cellChildren[{j}]"
+            child = self._cell(chain, level - 1, child_raw, cpath, node, j, leaf_counter)
+            if level - 1 < chain.node_level and level - 1 > 1:
+                if child.address in seen:
+                    raise SpecError(f"{cpath}.cellAddress",
+                                    f"duplicate cell address {child.address!r} among the children of {path}")
+                seen[child.address] = j
+            cell.children.append(child)
+        return cell
+
+    # -- virtual clusters
+    def _vcs(self, chains: dict[str, Chain]) -> dict[str, VCSpec]:
+        vcs: dict[str, VCSpec] = {}
+        claimed: dict[str, str] = {}
+        for name, raw in self.doc["virtualClusters"].items():
+            base = f"virtualClusters.{name}"
+            vc = VCSpec(name=name, users=list(raw.get("users", [])), admins=list(raw.get("admins", [])))
+            if "weight" in raw:
+                vc.weight, vc.weight_given = float(raw["weight"]), True
+            for i, vcell in enumerate(raw.get("virtualCells", [])):
+                path = f"{base}.virtualCells[{i}].cellType"
+                chain, level = _resolve_type(chains, vcell["cellType"], path)
+                key = (chain, level)
+                vc.cells[key] = vc.cells.get(key, 0) + vcell["cellNumber"]
+            for i, p in enumerate(raw.get("pinnedCells", [])):
+                pid = p["pinnedCellId"]
+                path = f"{base}.pinnedCells[{i}].pinnedCellId"
+                if pid not in self.pinned:
+                    known = ", ".join(sorted(self.pinned)) or "none"
+                    raise SpecError(path, f"unknown pinnedCellId {pid!r} (physical pinned cells: {known})")
+                if pid in claimed:
+                    raise SpecError(path, f"pinned cell {pid!r} is already assigned to VC {claimed[pid]}")
+                claimed[pid] = name
+                vc.pinned.append(pid)
+            if not vc.cells and not vc.pinned:
+                raise SpecError(base, "VC has no cells (give virtualCells or pinnedCells)")
+            vcs[name] = vc
+        for pid, (_, _, path) in self.pinned.items():
+            if pid not in claimed:
+                raise SpecError(f"{path}.pinnedCellId", f"pinned cell {pid!r} is not assigned to any VC")
+        return vcs
+
+    # -- feasibility, eq. (1)/(2) at time 0
+    def _feasible(self, spec: ClusterSpec) -> None:
+        for chain in spec.chains.values():
+            free = initial_free_counts(chain)
+            reserved = [0] * (chain.top_level + 1)
+            for vc in spec.vcs.values():
+                for (c, k), n in vc.cells.items():
+                    if c == chain.name:
+                        reserved[k] += n
+            problem = invariant_violation(chain, free, reserved, [0] * (chain.top_level + 1))
+            if problem:
+                raise SpecError("virtualClusters", f"infeasible VC assignment: {problem}")
+
+
+def _resolve_type(chains: dict[str, Chain], text: str, path: str) -> tuple[str, int]:
+    """``CHAIN.TYPE`` (or a bare ``TYPE`` found in exactly one chain) -> (chain, level)."""
+    for cname in sorted(chains, key=len, reverse=True):
+        if text.startswith(cname + "."):
+            tname = text[len(cname) + 1:]
+            chain = chains[cname]
+            if tname not in chain.levels:
+                raise SpecError(path, f"cell type {tname!r} is not in chain {cname} (levels: {', '.join(chain.levels)})")
+            return cname, chain.levels.index(tname) + 1
+    owners = [c for c in chains.values() if text in c.levels]
+    if len(owners) == 1:
+        return owners[0].name, owners[0].levels.index(text) + 1
+    if len(owners) > 1:
+        raise SpecError(path, f"cell type {text!r} is in several chains ({', '.join(c.name for c in owners)}); "
+                              f"write it as CHAIN.TYPE")
+    head = text.split(".", 1)[0]
+    raise SpecError(path, f"unknown cell type {text!r}: write CHAIN.TYPE with a chain among "
+                          f"{', '.join(sorted(chains))}" + (f" (no chain {head!r})" if "." in text else ""))
+
+
+def initial_free_counts(chain: Chain) -> list[int]:
+    """f_k at time 0: the highest cells holding no pinned cell, per level (index = level)."""
+    free = [0] * (chain.top_level + 1)
+
+    def walk(cell: CellSpec) -> bool:  # returns True if the subtree holds a pinned cell
+        if cell.pinned_id is not None:
+            return True
+        flags = [walk(ch) for ch in cell.children]
+        if any(flags):
+            for ch, f in zip(cell.children, flags):
+                if not f:
+                    free[ch.level] += 1
+            return True
+        return False
+
+    for top in chain.cells:
+        if not walk(top):
+            free[chain.top_level] += 1
+    return free
+
+
+def invariant_violation(chain: Chain, free: list[int], reserved: list[int], allocated: list[int]) -> Optional[str]:
+    """Check r_k - a_k <= f_k + F_k (eq. (2)) from the top level down; describe the first break."""
+    F = 0
+    for k in range(chain.top_level, 0, -1):
+        need = reserved[k] - allocated[k]
+        supply = free[k] + F
+        if need > supply:
+            return (f"chain {chain.name} level {k} ({chain.levels[k - 1]}): VCs reserve {need} more cells, "
+                    f"the chain can supply {supply} once higher-level reservations are counted")
+        if k > 1:
+            F = (supply - need) * chain.children_per_level[k - 1]
+    return None

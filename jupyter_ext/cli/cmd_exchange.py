@@ -1,0 +1,153 @@
+"""``hived exchange``: cell exchange between VCs (paper 000 §3.3).
+
+Online, against a running service (``hived serve``; found like every other
+command: --url/--token, $HIVED_URL/$HIVED_TOKEN, or the data dir)::
+
+    hived exchange board                      # open offers and requests
+    hived exchange ledger                     # GPU-hours contributed/consumed/surplus per VC
+    hived exchange offer   --vc A --cell-type NODE --count 1 --duration 10h [--start 1h]
+    hived exchange request --vc B --cell-type NODE --count 1 --duration 10h
+
+Offline, a dry run of the matching over a spec and a file of posts (YAML
+or JSON), nothing sent anywhere::
+
+    hived exchange dry-run --spec cluster.yaml --posts posts.yaml [--policy balanced]
+
+posts.yaml: ``{now: 0, ledger: {VC: {contributed: h, consumed: h}},
+posts: [{kind: offer|request, vc, cell_type, count, duration, start,
+in_return: {cell_type, count}}]}`` (times in seconds; ``in_return`` makes
+a spatial exchange, e.g. one 8-GPU cell for eight 1-GPU cells).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> float:
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*", str(text))
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected a duration like 3600, 90m, 10h or 2d, got {text!r}")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def register(subparsers, summary: str) -> None:
+    p = subparsers.add_parser("exchange", help=summary, description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="action", metavar="ACTION")
+    for name, text in (("board", "open offers and requests"), ("ledger", "GPU-hour ledger per VC"),
+                       ("offers", "open offers"), ("requests", "open requests")):
+        q = sub.add_parser(name, help=text)
+        _conn(q)
+    for name, text in (("offer", "offer cells of a VC for a time window (VC admins)"),
+                       ("request", "ask for cells for a time window (VC admins)")):
+        q = sub.add_parser(name, help=text)
+        _conn(q)
+        q.add_argument("--vc", required=True, help="the VC posting")
+        q.add_argument("--cell-type", dest="cell_type", required=True,
+                       help="cell type, e.g. NODE or DGX2-V100.NODE (CHAIN.TYPE)")
+        q.add_argument("--count", type=int, required=True, help="number of cells")
+        q.add_argument("--duration", type=duration, required=True, help="window length: 36000, 600m, 10h, 1d")
+        q.add_argument("--start", type=duration, default=0.0, help="window start from now (default 0)")
+    d = sub.add_parser("dry-run", help="match a file of posts offline against a spec (nothing is sent)")
+    d.add_argument("--spec", required=True, help="cluster spec (YAML)")
+    d.add_argument("--posts", required=True, help="posts file (YAML or JSON), see 'hived exchange --help'")
+    d.add_argument("--policy", default="balanced", help="balanced (default) or first_fit")
+    d.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run, action=None)
+
+
+def _conn(q) -> None:
+    q.add_argument("--url", default=None, help="service URL (default $HIVED_URL or the local 'hived serve')")
+    q.add_argument("--token", default=None, help="API token (default $HIVED_TOKEN)")
+    q.add_argument("--user", default=None, help="act as this user (default $HIVED_USER)")
+    q.add_argument("--json", action="store_true", help="print the raw JSON answer")
+
+
+def _fail(msg: str) -> int:
+    print(f"hived exchange: {msg}", file=sys.stderr)
+    return 2
+
+
+def run(args) -> int:
+    if not args.action:
+        return _fail("say what to do: board, ledger, offers, requests, offer, request or dry-run (see --help)")
+    if args.action == "dry-run":
+        return dry_run(args)
+    from hived.jupyter_ext.client import HivedClient, HivedError
+
+    try:
+        client = HivedClient(url=args.url, token=args.token, user=args.user)
+        if args.action in ("offer", "request"):
+            body = {"vc": args.vc, "cell_type": args.cell_type, "count": args.count,
+                    "duration": args.duration, "start": args.start}
+            doc = (client.post_offer if args.action == "offer" else client.post_request)(body)
+        else:
+            doc = client.exchange(args.action)
+    except HivedError as exc:
+        return _fail(str(exc))
+    if args.json or args.action not in ("ledger",):
+        print(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        print(_ledger_table(doc.get("ledger", doc)))
+    return 0
+
+
+def _ledger_table(ledger: dict) -> str:
+    lines = [f"{'VC':<16}{'contributed h':>15}{'consumed h':>12}{'surplus h':>11}"]
+    for vc, e in sorted(ledger.items()):
+        lines.append(f"{vc:<16}{e['contributed']:>15.2f}{e['consumed']:>12.2f}{e['surplus']:>11.2f}")
+    return "\n".join(lines)
+
+
+def dry_run(args) -> int:
+    import yaml
+
+    from hived.core.exchange import ExchangeArbiter, ExchangeError
+    from hived.core.spec import SpecError, load_spec
+
+    try:
+        spec = load_spec(args.spec)
+    except (SpecError, OSError) as exc:
+        return _fail(str(exc))
+    try:
+        with open(args.posts) as f:
+            doc = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as exc:
+        return _fail(f"{args.posts}: {exc}")
+    if not isinstance(doc, dict) or not isinstance(doc.get("posts"), list):
+        return _fail(f"{args.posts}: expected a mapping with a 'posts' list")
+    try:
+        arb = ExchangeArbiter(None, spec, args.policy)
+    except ValueError as exc:
+        return _fail(str(exc))
+    now = float(doc.get("now", 0.0))
+    for vc, e in (doc.get("ledger") or {}).items():
+        if vc not in spec.vcs:
+            return _fail(f"{args.posts}: ledger.{vc}: unknown VC")
+        arb.ledger.entry(vc).contributed = float(e.get("contributed", 0.0))
+        arb.ledger.entry(vc).consumed = float(e.get("consumed", 0.0))
+    for n, p in enumerate(doc["posts"]):
+        if not isinstance(p, dict) or p.get("kind") not in ("offer", "request"):
+            return _fail(f"{args.posts}: posts[{n}].kind: must be offer or request")
+        try:
+            arb.post_payload(p["kind"], {k: v for k, v in p.items() if k != "kind"}, now)
+        except ExchangeError as exc:
+            return _fail(f"{args.posts}: posts[{n}].{exc}")
+    made = arb.match(now, start=False)
+    result = {"exchanges": [e.to_dict() for e in made], "left": arb.board(), "ledger": arb.ledger_view()}
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+        return 0
+    print(f"{len(made)} exchange(s) matched by policy {arb.policy.name}:")
+    for e in made:
+        legs = "; ".join(f"{g.lender} -> {g.borrower}: {g.cells}" for g in e.legs)
+        print(f"  {e.id} [{e.start:g}, {e.end:g}) {legs}{' (spatial)' if e.spatial else ''}")
+    left = result["left"]
+    print(f"left on the board: {len(left['offers'])} offer(s), {len(left['requests'])} request(s)")
+    print(_ledger_table(result["ledger"]))
+    return 0

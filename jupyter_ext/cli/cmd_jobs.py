@@ -1,0 +1,36 @@
+"""``hived jobs``: list jobs, filtered by VC, state or user."""
+from __future__ import annotations
+
+from hived.jupyter_ext.service import cli_support as cs
+
+
+def register(subparsers, summary: str) -> None:
+    p = subparsers.add_parser("jobs", help=summary, description="List jobs with their state and GPUs.",
+                              epilog=cs.EXIT_CODES_HELP)
+    p.add_argument("--vc", default=None, help="only this VC")
+    p.add_argument("--state", default=None,
+                   help="only this state (queued, placed, running, preempting, succeeded, failed, cancelled)")
+    p.add_argument("--mine", action="store_true", help="only my jobs")
+    p.add_argument("--owner", default=None, help="only this user's jobs")
+    p.add_argument("--active", action="store_true", help="hide jobs that have ended")
+    cs.add_common(p)
+    p.set_defaults(func=cs.guarded("hived jobs", run))
+
+
+def run(args, backend) -> int:
+    user = cs.user_of(args) if args.mine else args.owner
+    jobs = backend.jobs(vc=args.vc, state=args.state, user=user)
+    if args.active:
+        jobs = [j for j in jobs if j["state"] not in cs.TERMINAL]
+    if args.json:
+        cs.print_json({"jobs": jobs})
+        return cs.OK
+    if not jobs:
+        print("no jobs")
+        return cs.OK
+    rows = [[j["id"], j["name"] or "-", j["user"], j["vc"], j["job_class"].upper(), j["state"]
+             + (f" #{j['queue_position']}" if j.get("queue_position") is not None else ""),
+             j["gpus"], cs.placement_text(j["placement"]), j["preemptions"], cs.ago(j["submitted"])]
+            for j in jobs]
+    print(cs.table(rows, ["ID", "NAME", "USER", "VC", "CLASS", "STATE", "GPUS", "PLACEMENT", "PREEMPTED", "AGE"]))
+    return cs.OK

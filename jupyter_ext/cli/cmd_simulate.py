@@ -1,0 +1,161 @@
+"""``hived simulate``: replay a trace through the scheduler engine, or run a named workload.
+
+Trace replay (sharing safety, 001 §5.2-5.3)::
+
+    hived simulate --trace philly --scheme all --out runs/philly --load 0.9
+    hived simulate --trace jobs.csv --spec cluster.yaml --scheme hived --out runs/x
+
+Named workloads are other engineers' experiments: ``--workload NAME ARGS...``
+hands ``ARGS`` to ``hived.jupyter_ext.report.NAME.main`` (e.g. ``fitgpp``,
+``allox``, ``exchange``).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+PHILLY_DEFAULT = "/work/shared/traces/philly"
+RUNS = {"private": ("private", "node"), "quota": ("quota", "node"),
+        "hived": ("hived", None), "hived-static": ("hived-static", None)}
+
+
+def register(subparsers, summary: str) -> None:
+    p = subparsers.add_parser(
+        "simulate", help=summary, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trace", metavar="T",
+                   help="'philly' (the Philly trace), a Philly .csv.gz/folder, 'table1' (synthetic, 001 Table 1) "
+                        "or a CSV in our format (docs/simulator.md)")
+    p.add_argument("--spec", metavar="S", help="cluster spec whose VCs are the trace's tenants "
+                                               "(default: a cluster sized by --load, quotas by GPU-hours)")
+    p.add_argument("--scheme", default="all",
+                   help="private|quota|hived|hived-static, a comma list, or 'all' (default: all, both cell kinds)")
+    p.add_argument("--cells", choices=("multi", "node"), default=None,
+                   help="VC cells for hived: node-level only or multi-level (default: both with --scheme all, else node)")
+    p.add_argument("--out", metavar="DIR", help="output folder (CSV, JSON, PNG)")
+    p.add_argument("--load", type=float, default=0.9, help="offered load that sizes the cluster (default 0.9)")
+    p.add_argument("--nodes", type=int, default=None, help="cluster size in 8-GPU nodes (overrides --load)")
+    p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N jobs of the trace")
+    p.add_argument("--scale", type=float, default=0.05, help="table1: share of the 141,950 jobs (default 0.05)")
+    p.add_argument("--days", type=float, default=14.0, help="table1: days of arrivals (default 14)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--workload", nargs=argparse.REMAINDER, metavar="NAME ARGS",
+                   help="run hived.jupyter_ext.report.NAME.main(ARGS) instead (e.g. fitgpp, allox, exchange)")
+    p.set_defaults(func=run)
+
+
+def _fail(msg: str) -> int:
+    print(f"hived simulate: {msg}", file=sys.stderr)
+    return 2
+
+
+def run_workload(argv: list) -> int:
+    name, rest = argv[0], list(argv[1:])
+    if name == "trace":  # the trace replay itself, with its own options
+        parser = argparse.ArgumentParser(prog="hived")
+        register(parser.add_subparsers(), "replay a trace")
+        args = parser.parse_args(["simulate", *rest])
+        return run(args) if not args.workload else _fail("--workload trace: nested --workload")
+    if not name.replace("_", "").isalnum():
+        return _fail(f"--workload: bad name {name!r}")
+    try:
+        mod = importlib.import_module(f"hived.jupyter_ext.report.{name}")
+    except ModuleNotFoundError as e:
+        if e.name == f"hived.jupyter_ext.report.{name}":
+            return _fail(f"--workload: no workload named {name!r} (no module hived.jupyter_ext.report.{name})")
+        raise
+    if not hasattr(mod, "main"):
+        return _fail(f"--workload: hived.jupyter_ext.report.{name} has no main(argv)")
+    return int(mod.main(rest) or 0)
+
+
+def load_trace(args):
+    from hived.core.sim import generator
+    from hived.core.sim.traces import read_csv, read_philly
+    t = args.trace
+    if t == "philly":
+        return read_philly(PHILLY_DEFAULT, limit=args.limit)
+    if t == "table1":
+        return generator.generate(scale=args.scale, days=args.days, seed=args.seed).head(args.limit)
+    if t.endswith(".csv.gz") or (not t.endswith(".csv") and __import__("os").path.isdir(t)):
+        return read_philly(t, limit=args.limit)
+    return read_csv(t, limit=args.limit)
+
+
+def plan(args) -> list:
+    """[(scheme, cells)] to run."""
+    names = list(RUNS) if args.scheme == "all" else [s.strip() for s in args.scheme.split(",") if s.strip()]
+    bad = [n for n in names if n not in RUNS]
+    if bad or not names:
+        raise ValueError(f"--scheme: unknown {bad or names}; choose from {', '.join(RUNS)} or all")
+    out = []
+    for n in names:
+        scheme, cells = RUNS[n]
+        if cells is not None:
+            out.append((scheme, cells))
+        elif args.cells:
+            out.append((scheme, args.cells))
+        elif args.scheme == "all" and scheme == "hived":
+            out += [(scheme, "node"), (scheme, "multi")]
+        else:
+            out.append((scheme, "node"))
+    return out
+
+
+def run(args) -> int:
+    if args.workload:
+        return run_workload(args.workload)
+    if args.workload is not None:
+        return _fail("--workload: give a NAME")
+    if not args.trace:
+        return _fail("give --trace T (or --workload NAME)")
+    if not args.out:
+        return _fail("give --out DIR")
+    if args.limit is not None and args.limit < 1:
+        return _fail(f"--limit: must be >= 1, got {args.limit}")
+    if args.nodes is None and not (0 < args.load <= 10):
+        return _fail(f"--load: must be in (0, 10], got {args.load}")
+    from tqdm import tqdm
+
+    from hived.core.sim.schemes import size_cluster, sizing_from_spec
+    from hived.core.sim.simulate import simulate
+    from hived.core.sim.traces import TraceError
+    from hived.core.spec import SpecError, load_spec
+    from hived.jupyter_ext.report.sharing import run_name, write_comparison, write_run
+    try:
+        runs = plan(args)
+        trace = load_trace(args)
+        if not trace.jobs:
+            return _fail(f"--trace: no jobs in {args.trace}")
+        spec = None
+        if args.spec:
+            load_spec(args.spec)  # refuse a bad spec before any run
+            spec = args.spec
+            sizing = sizing_from_spec(spec, trace)
+        else:
+            sizing = size_cluster(trace, args.load, nodes=args.nodes)
+    except (TraceError, SpecError, ValueError, OSError) as e:
+        return _fail(str(e))
+    print(f"{len(trace.jobs)} jobs, {len(trace.tenants)} tenants, {sizing.nodes} nodes x 8 GPUs, "
+          f"offered load {sizing.load:.2f}", file=sys.stderr)
+    results = {}
+    for scheme, cells in runs:
+        bar = tqdm(total=len(trace.jobs), desc=f"{scheme}{'' if scheme in ('private', 'quota') else '/' + cells}",
+                   unit="job", file=sys.stderr, disable=args.no_progress, mininterval=0.5)
+        try:
+            r = simulate(trace, scheme, cells=cells, sizing=sizing, spec=spec, progress=bar.update)
+        except (SpecError, ValueError) as e:
+            bar.close()
+            return _fail(f"{scheme}: {e}")
+        bar.close()
+        results[run_name(r)] = r
+        s = write_run(r, args.out)
+        print(f"{run_name(r)}: avg queueing delay {s['avg_queue_delay_s'] / 60:.1f} min, "
+              f"preempted GPUs {s['preempted_gpus']}, {s['wall_s']:.1f} s ({s['jobs_per_s']} jobs/s)")
+    doc = write_comparison(results, args.out)
+    for name, bad in doc["anomalies"].items():
+        print(f"{name}: {len(bad)} tenant(s) wait longer than in their private cluster"
+              + (f": {', '.join(bad)}" if bad else ""))
+    print(f"wrote {args.out}/summary.json and plots")
+    return 0

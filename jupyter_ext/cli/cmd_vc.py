@@ -1,0 +1,55 @@
+"""``hived vc``: VC views (cells per level: total, used, free, lent) and usage."""
+from __future__ import annotations
+
+from hived.jupyter_ext.service import cli_support as cs
+
+
+def register(subparsers, summary: str) -> None:
+    p = subparsers.add_parser("vc", help=summary,
+                              description="Without NAME: every VC's GPUs in use and queue. With NAME: "
+                                          "that VC's cells per level, its queue and running jobs.",
+                              epilog=cs.EXIT_CODES_HELP)
+    p.add_argument("name", nargs="?", help="VC name")
+    cs.add_common(p)
+    p.set_defaults(func=cs.guarded("hived vc", run))
+
+
+def _view_rows(view) -> list[list]:
+    """The allocator's view is a dict (or nested dicts) of counters per chain/level."""
+    rows = []
+
+    def walk(prefix, v):
+        if isinstance(v, dict) and v and all(not isinstance(x, dict) for x in v.values()):
+            rows.append([prefix] + [f"{k}={x}" for k, x in v.items() if not isinstance(x, (list, dict))])
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                walk(f"{prefix}/{k}" if prefix else str(k), x)
+        elif isinstance(v, list):
+            for i, x in enumerate(v):
+                walk(f"{prefix}[{i}]", x)
+    walk("", view)
+    return rows
+
+
+def run(args, backend) -> int:
+    if args.name:
+        v = backend.vc(args.name)
+        if args.json:
+            cs.print_json(v)
+            return cs.OK
+        print(f"VC {v['name']}: {v['gpus_used']}/{v['gpus_total']} guaranteed GPUs in use; "
+              f"users {', '.join(v['users']) or 'anyone'}; admins {', '.join(v['admins']) or '-'}")
+        print("  cells: " + ", ".join(f"{k} x{n}" for k, n in v["cells"].items()))
+        for row in _view_rows(v["view"]):
+            print("  " + "  ".join(str(c) for c in row))
+        print(f"  running: {' '.join(v['running']) or '-'}")
+        print(f"  queue:   {' '.join(v['queue']) or '-'}")
+        return cs.OK
+    vcs = backend.vcs()["vcs"]
+    if args.json:
+        cs.print_json({"vcs": vcs})
+        return cs.OK
+    rows = [[n, f"{v['gpus_used']}/{v['gpus_total']}", len(v["running"]), len(v["queue"]),
+             ", ".join(f"{k} x{c}" for k, c in v["cells"].items())] for n, v in vcs.items()]
+    print(cs.table(rows, ["VC", "GPUS USED", "RUNNING", "QUEUED", "CELLS"]))
+    return cs.OK

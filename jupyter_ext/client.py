@@ -1,0 +1,243 @@
+"""The Python client of hived's REST API.
+
+Every door that is not the server itself (the CLI, the magics, the widgets,
+the MLflow backend) talks to the scheduler through this one class, so that
+finding the service, authenticating and turning refusals into readable errors
+happen in one place.
+
+Finding the service, first match wins:
+1. ``url=`` / ``token=`` given to the constructor;
+2. ``$HIVED_URL`` / ``$HIVED_TOKEN``;
+3. inside a Jupyter kernel: the Jupyter server that runs this kernel (hived's
+   extension is enabled in it);
+4. the ``server.json`` that ``hived serve`` wrote in the data directory
+   (``data_dir=``, ``$HIVED_DATA_DIR``, then ``~/.hived``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import requests
+
+TERMINAL_STATES = ("succeeded", "failed", "cancelled")
+DEFAULT_DATA_DIR = "~/.hived"
+USER_HEADER = "X-Hived-User"  # honoured only by servers configured to trust it (see docs/jupyter.md)
+
+
+class HivedError(Exception):
+    """A refusal or failure from the service; ``str(e)`` is one readable line."""
+
+    def __init__(self, status: int, message: str, where: Optional[str] = None):
+        super().__init__(status, message, where)
+        self.status = status
+        self.message = message
+        self.where = where
+
+    def __str__(self) -> str:
+        where = f" (at {self.where})" if self.where else ""
+        code = f" [HTTP {self.status}]" if self.status else ""
+        return f"hived: {self.message}{where}{code}"
+
+
+class HivedUnreachable(HivedError):
+    """No hived service answers at the url (the message names the url)."""
+
+
+class HivedTimeout(HivedError, TimeoutError):
+    """``wait`` ran out of time before the job reached a terminal state."""
+
+
+def default_data_dir(data_dir: Optional[str] = None) -> Path:
+    return Path(data_dir or os.environ.get("HIVED_DATA_DIR") or DEFAULT_DATA_DIR).expanduser()
+
+
+def read_server_file(data_dir: Optional[str] = None) -> Optional[dict]:
+    """The ``{"url","token","pid"}`` of a live ``hived serve``, or None (absent or stale)."""
+    path = default_data_dir(data_dir) / "server.json"
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    pid = info.get("pid")
+    if isinstance(pid, int) and pid > 0:
+        try:
+            os.kill(pid, 0)  # signal 0: only asks whether the process exists
+        except ProcessLookupError:
+            return None  # left behind by a server that died
+        except PermissionError:
+            pass  # alive, owned by someone else
+    if not isinstance(info.get("url"), str):
+        return None
+    return info
+
+
+def _own_jupyter_server() -> Optional[dict]:
+    """The Jupyter server running this kernel, when we are inside one.
+
+    The kernel knows only its connection file (``kernel-<id>.json``); the
+    server that owns that kernel id is the one listing it at ``/api/kernels``.
+    """
+    try:
+        from ipykernel.connect import get_connection_file
+        conn = get_connection_file()
+    except Exception:  # not in a kernel (plain python, IPython terminal)
+        return None
+    kernel_id = Path(conn).stem.replace("kernel-", "", 1)
+    try:
+        from jupyter_server.serverapp import list_running_servers
+        servers = list(list_running_servers())
+    except Exception:
+        return None
+    for info in servers:
+        url, token = info.get("url"), info.get("token", "")
+        try:
+            r = requests.get(url.rstrip("/") + "/api/kernels", timeout=2,
+                             headers={"Authorization": f"token {token}"} if token else {})
+            if r.ok and any(k.get("id") == kernel_id for k in r.json()):
+                return {"url": url, "token": token}
+        except (requests.RequestException, ValueError):
+            continue
+    return None
+
+
+def find_service(url: Optional[str] = None, token: Optional[str] = None,
+                 data_dir: Optional[str] = None) -> tuple[str, Optional[str]]:
+    """(base url of the Jupyter server, token) following the order in the module doc."""
+    if url:
+        return url, token if token is not None else os.environ.get("HIVED_TOKEN")
+    if os.environ.get("HIVED_URL"):
+        return os.environ["HIVED_URL"], token if token is not None else os.environ.get("HIVED_TOKEN")
+    for info in (_own_jupyter_server(), read_server_file(data_dir)):
+        if info:
+            return info["url"], token if token is not None else info.get("token")
+    where = default_data_dir(data_dir) / "server.json"
+    raise HivedUnreachable(0, "no hived service found: set HIVED_URL (and HIVED_TOKEN) "
+                              "or start one with 'hived serve'", str(where))
+
+
+class HivedClient:
+    """Calls ``<url>/hived/api/...``; answers are the JSON documents of docs/rest-api.md."""
+
+    def __init__(self, url: Optional[str] = None, token: Optional[str] = None,
+                 user: Optional[str] = None, *, data_dir: Optional[str] = None,
+                 timeout: float = 30.0):
+        base, self.token = find_service(url, token, data_dir)
+        self.url = base.rstrip("/") + "/"
+        self.api = self.url + "hived/api/"
+        self.user = user if user is not None else os.environ.get("HIVED_USER")
+        self.timeout = timeout
+        self._session = requests.Session()
+        if self.token:
+            self._session.headers["Authorization"] = f"token {self.token}"
+        if self.user:
+            self._session.headers[USER_HEADER] = self.user
+
+    def __repr__(self) -> str:
+        return f"HivedClient({self.url!r}, user={self.user!r})"
+
+    # -- plumbing ---------------------------------------------------------
+    def _call(self, method: str, route: str, *, params: Optional[dict] = None,
+              body: Any = None, timeout: Optional[float] = None) -> Any:
+        target = self.api + route
+        try:
+            r = self._session.request(method, target, params=params,
+                                      json=body if body is not None else None,
+                                      timeout=timeout or self.timeout)
+        except requests.ConnectionError as exc:
+            raise HivedUnreachable(0, f"no hived service at {self.url} ({type(exc).__name__})",
+                                   self.url) from None
+        except requests.Timeout:
+            raise HivedUnreachable(0, f"hived service at {self.url} did not answer in "
+                                      f"{timeout or self.timeout:g} s", target) from None
+        if r.status_code >= 400:
+            raise self._error(r, route)
+        if not r.content:
+            return {}
+        try:
+            return r.json()
+        except ValueError:
+            raise HivedError(r.status_code, f"answer is not JSON: {r.text[:120]!r}", route) from None
+
+    @staticmethod
+    def _error(r: requests.Response, route: str) -> HivedError:
+        try:
+            doc = r.json()
+            message, where = str(doc.get("error") or doc.get("message") or r.reason), doc.get("where")
+        except (ValueError, AttributeError):
+            # not our handler (proxy, missing extension, login redirect): say so briefly
+            text = " ".join(r.text.split())[:160]
+            message, where = f"{r.reason}: {text}" if text else str(r.reason), route
+        if r.status_code == 404 and where is None:
+            where = route
+        return HivedError(r.status_code, message, where)
+
+    # -- routes -----------------------------------------------------------
+    def status(self) -> dict:
+        return self._call("GET", "status")
+
+    def cluster(self) -> dict:
+        return self._call("GET", "cluster")
+
+    def vcs(self) -> dict:
+        return self._call("GET", "vcs")
+
+    def vc(self, name: str) -> dict:
+        return self._call("GET", f"vcs/{_seg(name)}")
+
+    def submit(self, payload: dict) -> dict:
+        return self._call("POST", "jobs", body=payload)
+
+    def job(self, job_id: str) -> dict:
+        return self._call("GET", f"jobs/{_seg(job_id)}")
+
+    def jobs(self, vc: Optional[str] = None, state: Optional[str] = None,
+             user: Optional[str] = None) -> list[dict]:
+        params = {k: v for k, v in (("vc", vc), ("state", state), ("user", user)) if v}
+        return self._call("GET", "jobs", params=params)["jobs"]
+
+    def cancel(self, job_id: str) -> dict:
+        return self._call("POST", f"jobs/{_seg(job_id)}/cancel", body={})
+
+    def logs(self, job_id: str, rank: int = 0, offset: int = 0, follow: bool = False) -> dict:
+        params = {"rank": rank, "offset": offset, "follow": 1 if follow else 0}
+        # a follow request is held by the server until text arrives (<= ~20 s)
+        return self._call("GET", f"jobs/{_seg(job_id)}/logs", params=params,
+                          timeout=self.timeout + 30 if follow else None)
+
+    def wait(self, job_id: str, poll: float = 1.0, timeout: Optional[float] = None) -> dict:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if job.get("state") in TERMINAL_STATES:
+                return job
+            if deadline is not None and time.monotonic() >= deadline:
+                raise HivedTimeout(0, f"job {job_id} still {job.get('state')} after {timeout:g} s", job_id)
+            time.sleep(poll)
+
+    def reload_spec(self, spec_text: Optional[str] = None, path: Optional[str] = None) -> dict:
+        body: dict = {}
+        if spec_text is not None:
+            body["spec"] = spec_text
+        if path is not None:
+            body["path"] = path
+        return self._call("POST", "spec/reload", body=body)
+
+    # -- cell exchange ----------------------------------------------------
+    def exchange(self, what: str = "board") -> Any:
+        """GET exchange/{offers|requests|board|ledger}."""
+        return self._call("GET", f"exchange/{_seg(what)}")
+
+    def post_offer(self, payload: dict) -> dict:
+        return self._call("POST", "exchange/offers", body=payload)
+
+    def post_request(self, payload: dict) -> dict:
+        return self._call("POST", "exchange/requests", body=payload)
+
+
+def _seg(value: str) -> str:
+    """One URL path segment: ids and VC names never smuggle a '/'."""
+    return requests.utils.quote(str(value), safe="")

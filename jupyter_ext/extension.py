@@ -1,0 +1,128 @@
+"""The jupyter-server extension: hosts one SchedulerService and its REST API.
+
+Configure it like any jupyter-server component::
+
+    c.HivedExtension.spec_path = "/etc/hived/cluster.yaml"
+    c.HivedExtension.data_dir = "/var/lib/hived"
+
+(or ``$HIVED_SPEC`` / ``$HIVED_DATA_DIR``). Without a spec the server still
+starts: the API answers ``status`` with ``ok: false`` and everything else
+with a 503 naming the missing setting, so that an installed-but-unconfigured
+JupyterLab keeps working.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Optional
+
+from jupyter_server.auth import Authorizer
+from traitlets import Float, Int, Type, Unicode, default
+from traitlets.config import LoggingConfigurable
+
+from .auth import Access, HivedAuthorizer
+
+
+class HivedExtension(LoggingConfigurable):
+    """Settings of hived inside a Jupyter server."""
+
+    spec_path = Unicode(config=True, help="Cluster spec (YAML). Default: $HIVED_SPEC.")
+    data_dir = Unicode(config=True, help="Where the job store and logs live. Default: $HIVED_DATA_DIR or ~/.hived.")
+    launcher = Unicode("local", config=True, help="Launcher of the service: 'local' (processes) or an import path.")
+    tick_seconds = Float(0.5, config=True, help="Seconds between scheduling rounds.")
+    follow_timeout = Float(20.0, config=True, help="Longest wait of a logs?follow=1 request, in seconds.")
+    follow_poll = Float(0.2, config=True, help="How often a follow request looks for new log text, in seconds.")
+    max_body_bytes = Int(1 << 20, config=True, help="Largest request body accepted, in bytes.")
+    service_class = Type(
+        "hived.jupyter_ext.service.service.SchedulerService", klass=object, config=True,
+        help="The scheduler service to host (constructor: spec_path, data_dir, launcher=, tick_seconds=).",
+    )
+    authorizer_class = Type(
+        HivedAuthorizer, klass=Authorizer, config=True,
+        help="Authorizer for the hived API (swap to change who may do what).",
+    )
+
+    @default("spec_path")
+    def _spec_default(self) -> str:
+        return os.environ.get("HIVED_SPEC", "")
+
+    @default("data_dir")
+    def _data_default(self) -> str:
+        return os.environ.get("HIVED_DATA_DIR") or os.path.expanduser("~/.hived")
+
+
+class HivedState:
+    """What the handlers reach through ``settings["hived"]``."""
+
+    def __init__(self, config: HivedExtension, authorizer: Authorizer, version: str):
+        self.config, self.authorizer, self.version = config, authorizer, version
+        self.service: Any = None
+        self.access = Access()
+        self.error: Optional[str] = None
+        self._reload_lock = threading.Lock()
+
+    def start(self) -> None:
+        from hived.core.spec import load_spec
+        cfg = self.config
+        if not cfg.spec_path:
+            self.error = "no cluster spec: set c.HivedExtension.spec_path or $HIVED_SPEC"
+            return
+        spec = load_spec(cfg.spec_path)
+        os.makedirs(cfg.data_dir, exist_ok=True)
+        svc = cfg.service_class(cfg.spec_path, cfg.data_dir, launcher=_launcher(cfg.launcher),
+                              tick_seconds=cfg.tick_seconds)
+        svc.start()
+        self.service, self.access = svc, Access.from_spec(spec)
+
+    def reload(self, source: str) -> Any:
+        """Reload the spec in the service, then the membership lists from it."""
+        from hived.core.spec import load_spec
+        with self._reload_lock:
+            spec = load_spec(source)  # checks it first: a bad spec changes nothing
+            result = self.service.reload_spec(source)
+            self.access = Access.from_spec(spec)
+            return result
+
+    def stop(self) -> None:
+        if self.service is not None:
+            svc, self.service = self.service, None
+            svc.stop()
+
+
+def _launcher(name: str) -> Any:
+    if name == "local" or "." not in name:
+        return name
+    import importlib
+    module, _, attr = name.rpartition(".")
+    return getattr(importlib.import_module(module), attr)()
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("hived")
+    except Exception:
+        return "0+unknown"
+
+
+def load(serverapp) -> HivedState:
+    from .handlers import handlers
+    cfg = HivedExtension(parent=serverapp)
+    state = HivedState(cfg, cfg.authorizer_class(parent=serverapp, identity_provider=serverapp.identity_provider),
+                       _version())
+    try:
+        state.start()
+    except Exception as exc:  # a bad spec must not take JupyterLab down with it
+        state.error = f"{type(exc).__name__}: {exc}"
+        serverapp.log.error("hived: service not started: %s", state.error)
+    serverapp.web_app.settings["hived"] = state
+    serverapp.web_app.add_handlers(".*$", handlers(serverapp.base_url))
+    serverapp.log.info("hived: REST API at %shived/api/ (spec %s, data %s)",
+                       serverapp.base_url, cfg.spec_path or "-", cfg.data_dir)
+    return state
+
+
+def unload(serverapp) -> None:
+    state = serverapp.web_app.settings.get("hived")
+    if state is not None:
+        state.stop()

@@ -1,0 +1,31 @@
+"""The REST routes of hived, mounted under ``<base_url>/hived/api/``."""
+from __future__ import annotations
+
+from jupyter_server.utils import url_path_join
+
+from .cluster import (ClusterHandler, OpenAPIHandler, SpecReloadHandler, StatusHandler,
+                      VCHandler, VCsHandler)
+from .exchange import ExchangeHandler
+from .jobs import CancelHandler, JobHandler, JobsHandler, LogsHandler
+
+_SEG = r"([^/]+)"
+# (path under hived/api/, handler, OpenAPI path) - the test suite checks this
+# table against openapi.json in both directions
+ROUTES = [
+    ("status", StatusHandler, "/status"),
+    ("openapi.json", OpenAPIHandler, "/openapi.json"),
+    ("cluster", ClusterHandler, "/cluster"),
+    ("vcs", VCsHandler, "/vcs"),
+    (f"vcs/{_SEG}", VCHandler, "/vcs/{vc}"),
+    ("jobs", JobsHandler, "/jobs"),
+    (f"jobs/{_SEG}", JobHandler, "/jobs/{job_id}"),
+    (f"jobs/{_SEG}/cancel", CancelHandler, "/jobs/{job_id}/cancel"),
+    (f"jobs/{_SEG}/logs", LogsHandler, "/jobs/{job_id}/logs"),
+    ("exchange/(board|ledger|offers|requests)", ExchangeHandler,
+     ("/exchange/board", "/exchange/ledger", "/exchange/offers", "/exchange/requests")),
+    ("spec/reload", SpecReloadHandler, "/spec/reload"),
+]
+
+
+def handlers(base_url: str) -> list[tuple[str, type]]:
+    return [(url_path_join(base_url, "hived", "api", path) + "/?$", cls) for path, cls, _ in ROUTES]

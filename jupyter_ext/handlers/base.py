@@ -1,0 +1,179 @@
+"""What every hived REST handler shares: JSON in and out, refusals, permissions.
+
+Refusals are ``ApiError`` (a tornado ``HTTPError``) carrying ``where``; the
+``write_error`` below turns every error, jupyter-server's own 403s included,
+into ``{"error": ..., "where": ...}``. Exceptions from the service are mapped
+to 4xx by :func:`service_errors` so that bad input never reaches a 5xx.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from http.client import responses
+from typing import Any, Iterator, Optional
+
+from jupyter_server.base.handlers import APIHandler
+from tornado import web
+
+from ..auth import job_resource
+from . import schema
+
+
+class ApiError(web.HTTPError):
+    def __init__(self, status: int, message: str, where: Optional[str] = None):
+        super().__init__(status, log_message=message.replace("%", "%%"))
+        self.message, self.where = message, where
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")  # json accepts NaN/Infinity by default
+
+
+@contextlib.contextmanager
+def service_errors(where_default: Optional[str] = None) -> Iterator[None]:
+    """Translate the service's refusals into 4xx answers.
+
+    - ``RequestError(field, problem)`` (core) and ``SpecError(path, problem)``: 400
+    - ``LookupError`` (unknown job / VC): 404
+    - ``PermissionError``: 403
+    - ``ValueError``: 400; anything else is a bug and stays a 500.
+    """
+    try:
+        yield
+    except ApiError:
+        raise
+    except LookupError as exc:
+        msg = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+        raise ApiError(404, msg or "not found", where_default) from None
+    except PermissionError as exc:
+        raise ApiError(403, str(exc) or "not allowed", where_default) from None
+    except Exception as exc:
+        field = getattr(exc, "field", None) or getattr(exc, "path", None)
+        problem = getattr(exc, "problem", None)
+        if problem is not None:
+            raise ApiError(400, str(problem), str(field) if field is not None else where_default) from None
+        if isinstance(exc, ValueError):
+            raise ApiError(400, str(exc), where_default) from None
+        raise
+
+
+class HivedHandler(APIHandler):
+    auth_resource = "hived"
+
+    # -- context ----------------------------------------------------------
+    @property
+    def hived(self):
+        return self.settings["hived"]
+
+    @property
+    def svc(self):
+        state = self.hived
+        if state.service is None:
+            raise ApiError(503, f"hived service not running: {state.error}", "server config")
+        return state.service
+
+    @property
+    def username(self) -> str:
+        return self.current_user.username
+
+    # -- permissions ------------------------------------------------------
+    async def allowed(self, action: str, resource: str) -> bool:
+        ok = self.hived.authorizer.is_authorized(self, self.current_user, action, resource)
+        if hasattr(ok, "__await__"):
+            ok = await ok
+        return bool(ok)
+
+    async def require(self, action: str, resource: str, what: str, where: str) -> None:
+        if not await self.allowed(action, resource):
+            raise ApiError(403, f"user {self.username!r} may not {what}", where)
+
+    async def job_or_404(self, job_id: str, action: str = "read") -> dict:
+        """The job, after checking the user may ``action`` it.
+
+        A job the user may not even read answers 403 (not 404): the id space
+        is not secret, and a clear refusal is easier to act on.
+        """
+        with service_errors(f"jobs/{job_id}"):
+            job = self.svc.get_job(job_id)
+        verb = "see" if action == "read" else "cancel"
+        await self.require(action, job_resource(job["vc"], job["user"]),
+                           f"{verb} job {job_id} of {job['user']!r} in VC {job['vc']!r}", f"jobs/{job_id}")
+        return job
+
+    # -- JSON -------------------------------------------------------------
+    def json_body(self, schema_name: str, required: bool = True) -> dict:
+        raw = self.request.body or b""
+        limit = self.hived.config.max_body_bytes
+        if len(raw) > limit:
+            raise ApiError(413, f"body is {len(raw)} bytes, the limit is {limit}", "body")
+        if not raw.strip():
+            if required:
+                raise ApiError(400, "a JSON object body is required", "body")
+            body: Any = {}
+        else:
+            try:
+                body = json.loads(raw, parse_constant=_reject_constant)
+            except (ValueError, RecursionError) as exc:
+                raise ApiError(400, f"body is not valid JSON: {str(exc)[:160]}", "body") from None
+        problem = schema.first_error(schema_name, body)
+        if problem:
+            raise ApiError(400, *problem)
+        return body
+
+    def query_int(self, name: str, default: int, lo: int, hi: int) -> int:
+        raw = self.get_query_argument(name, None)
+        if raw is None or raw == "":
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ApiError(400, f"must be an integer, got {raw[:40]!r}", f"query.{name}") from None
+        if not lo <= value <= hi:
+            raise ApiError(400, f"must be between {lo} and {hi}, got {value}", f"query.{name}")
+        return value
+
+    def reply(self, doc: Any, status: int = 200) -> None:
+        self.set_status(status)
+        try:
+            text = json.dumps(doc, default=_jsonable, allow_nan=False)
+        except ValueError:  # a non-finite float somewhere: JSON has no spelling for it
+            text = json.dumps(_finite(doc), default=_jsonable, allow_nan=False)
+        self.finish(text)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        self.set_header("Content-Type", "application/json")
+        exc = (kwargs.get("exc_info") or (None, None, None))[1]
+        where = None
+        if isinstance(exc, ApiError):
+            message, where = exc.message, exc.where
+        elif isinstance(exc, web.HTTPError) and exc.log_message:
+            message = exc.log_message % exc.args if exc.args else exc.log_message
+        elif status_code == 403:
+            message = "not authenticated: give the server token (Authorization: token ...)"
+        else:
+            message = responses.get(status_code, "error")
+        if where is None:
+            where = self.request.path
+        self.finish(json.dumps({"error": message, "where": where}))
+
+
+def _jsonable(value: Any) -> Any:
+    """Service answers may hold enums, tuples, sets, non-finite floats."""
+    if hasattr(value, "value"):
+        return value.value
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

@@ -1,0 +1,83 @@
+"""Read-only views (status, cluster, VCs), the OpenAPI document and spec reload."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..auth import vc_resource
+from .base import ApiError, HivedHandler, service_errors
+from .schema import openapi
+
+# keys that name who holds a GPU; hidden from users outside the holder's VC
+_PRIVATE_KEYS = ("job", "job_id", "user", "owner", "name", "jobs")
+
+
+class StatusHandler(HivedHandler):
+    async def get(self):
+        state, user = self.hived, self.username
+        access = state.access
+        self.reply({
+            "ok": state.service is not None,
+            "version": state.version,
+            "user": user,
+            "admin": access.is_admin(user),
+            "vcs": access.vcs_of(user),
+            **({"error": state.error} if state.service is None else {}),
+        })
+
+
+class OpenAPIHandler(HivedHandler):
+    async def get(self):
+        self.reply(openapi())
+
+
+class ClusterHandler(HivedHandler):
+    async def get(self):
+        await self.require("read", "hived:cluster", "see the cluster (not in any VC)", "cluster")
+        with service_errors("cluster"):
+            doc = self.svc.cluster()
+        if not self.hived.access.is_admin(self.username):
+            doc = redact(doc, set(self.hived.access.vcs_of(self.username)))
+        self.reply(doc)
+
+
+def redact(doc: Any, own_vcs: set) -> Any:
+    """Hide job ids and users of GPUs held by other VCs (keep the VC: the
+    picture is coloured by VC for everyone)."""
+    if isinstance(doc, list):
+        return [redact(v, own_vcs) for v in doc]
+    if not isinstance(doc, dict):
+        return doc
+    vc = doc.get("vc")
+    hide = isinstance(vc, str) and vc not in own_vcs
+    return {k: (None if hide and k in _PRIVATE_KEYS else redact(v, own_vcs)) for k, v in doc.items()}
+
+
+class VCsHandler(HivedHandler):
+    async def get(self):
+        await self.require("read", "hived:cluster", "see VCs (not in any VC)", "vcs")
+        with service_errors("vcs"):
+            doc = self.svc.vcs()
+        vcs = doc.get("vcs", doc) if isinstance(doc, dict) else {}
+        visible = set(self.hived.access.vcs_of(self.username))
+        self.reply({"vcs": {name: view for name, view in vcs.items() if name in visible}})
+
+
+class VCHandler(HivedHandler):
+    async def get(self, vc: str):
+        if vc not in self.hived.access.vc_users:
+            raise ApiError(404, f"no VC named {vc!r}", f"vcs/{vc}")
+        await self.require("read", vc_resource(vc), f"see VC {vc!r} (not a member)", f"vcs/{vc}")
+        with service_errors(f"vcs/{vc}"):
+            self.reply(self.svc.vc(vc))
+
+
+class SpecReloadHandler(HivedHandler):
+    async def post(self):
+        await self.require("write", "hived:admin", "reload the spec (cluster admins only)", "spec/reload")
+        body = self.json_body("SpecReload", required=False)
+        source = body.get("spec") or body.get("path") or self.hived.config.spec_path
+        if not source:
+            raise ApiError(400, "no spec given and none configured", "body.spec")
+        with service_errors("body.spec" if "spec" in body else "body.path"):
+            result = self.hived.reload(source)
+        self.reply(result if isinstance(result, dict) else {"ok": True})

@@ -1,0 +1,39 @@
+"""Cell exchange: the bulletin board, offers, requests and the GPU-hour ledger.
+
+The service's exchange methods are looked up by name (``exchange_<what>``)
+so that a service built without the exchange answers a clear 404 rather
+than failing.
+"""
+from __future__ import annotations
+
+from ..auth import exchange_resource
+from .base import ApiError, HivedHandler, service_errors
+
+VIEWS = ("board", "ledger", "offers", "requests")
+
+
+class ExchangeHandler(HivedHandler):
+    def _method(self, name: str):
+        method = getattr(self.svc, f"exchange_{name}", None)
+        if method is None:
+            raise ApiError(404, "cell exchange is not enabled in this service", f"exchange/{name}")
+        return method
+
+    async def get(self, what: str):
+        await self.require("read", "hived:cluster", "see the exchange (not in any VC)", f"exchange/{what}")
+        with service_errors(f"exchange/{what}"):
+            doc = self._method(what)()
+        self.reply(doc if isinstance(doc, dict) else {what: doc})
+
+    async def post(self, what: str):
+        if what not in ("offers", "requests"):
+            raise ApiError(404, f"only offers and requests can be posted, not {what!r}", f"exchange/{what}")
+        body = self.json_body("ExchangePost")
+        vc = body["vc"]
+        if vc not in self.hived.access.vc_users:
+            raise ApiError(400, f"no VC named {vc!r}", "body.vc")
+        await self.require("write", exchange_resource(vc), f"trade the cells of VC {vc!r} (VC admins only)", "body.vc")
+        kind = "offer" if what == "offers" else "request"
+        with service_errors("body"):
+            doc = self._method(f"post_{kind}")(self.username, body)
+        self.reply(doc if isinstance(doc, dict) else {kind: doc}, status=201)

@@ -1,0 +1,87 @@
+"""Jobs: submit, list, get, cancel, logs (with follow)."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ..auth import job_resource, vc_resource
+from ..client import TERMINAL_STATES
+from .base import ApiError, HivedHandler, service_errors
+
+STATES = ("queued", "placed", "running", "preempting", "succeeded", "failed", "cancelled")
+
+
+class JobsHandler(HivedHandler):
+    async def post(self):
+        body = self.json_body("JobSubmit")
+        vc = body["vc"]
+        if vc not in self.hived.access.vc_users:
+            raise ApiError(400, f"no VC named {vc!r}; VCs: {', '.join(sorted(self.hived.access.vc_users))}", "body.vc")
+        await self.require("write", vc_resource(vc), f"submit to VC {vc!r} (not in its users)", "body.vc")
+        with service_errors("body"):
+            job = self.svc.submit(self.username, body)
+        self.reply(job, status=201)
+
+    async def get(self):
+        vc = self.get_query_argument("vc", None) or None
+        state = self.get_query_argument("state", None) or None
+        user = self.get_query_argument("user", None) or None
+        if state is not None and state not in STATES:
+            raise ApiError(400, f"must be one of {', '.join(STATES)}", "query.state")
+        if vc is not None:
+            if vc not in self.hived.access.vc_users:
+                raise ApiError(404, f"no VC named {vc!r}", "query.vc")
+            await self.require("read", vc_resource(vc), f"see the jobs of VC {vc!r} (not a member)", "query.vc")
+        with service_errors("query"):
+            jobs = self.svc.list_jobs(vc=vc, state=state, user=user)
+        if not self.hived.access.is_admin(self.username):
+            jobs = [j for j in jobs if await self.allowed("read", job_resource(j["vc"], j["user"]))]
+        self.reply({"jobs": jobs})
+
+
+class JobHandler(HivedHandler):
+    async def get(self, job_id: str):
+        self.reply(await self.job_or_404(job_id))
+
+
+class CancelHandler(HivedHandler):
+    async def post(self, job_id: str):
+        self.json_body("Cancel", required=False)
+        job = await self.job_or_404(job_id, "write")
+        if job["state"] in TERMINAL_STATES:
+            raise ApiError(409, f"job {job_id} already {job['state']}", f"jobs/{job_id}")
+        with service_errors(f"jobs/{job_id}"):
+            self.reply(self.svc.cancel(job_id, self.username))
+
+
+class LogsHandler(HivedHandler):
+    async def get(self, job_id: str):
+        rank = self.query_int("rank", 0, 0, 100_000)
+        offset = self.query_int("offset", 0, 0, 1 << 40)
+        follow = self.query_int("follow", 0, 0, 1)
+        job = await self.job_or_404(job_id)
+        pods = _pod_count(job)
+        if pods is not None and rank >= pods:
+            raise ApiError(400, f"job {job_id} has {pods} pod(s); rank must be below {pods}", "query.rank")
+        deadline = time.monotonic() + self.hived.config.follow_timeout
+        while True:
+            # read the state before the log: a job that is done now has all its text written
+            done = job["state"] in TERMINAL_STATES
+            with service_errors(f"jobs/{job_id}/logs"):
+                text, next_offset = self.svc.logs(job_id, rank=rank, offset=offset)
+            if text or done or not follow or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(self.hived.config.follow_poll)
+            with service_errors(f"jobs/{job_id}"):
+                job = self.svc.get_job(job_id)
+        self.reply({"text": text, "offset": next_offset, "done": bool(done and not text)})
+
+
+def _pod_count(job: dict):
+    pods = job.get("pods")
+    if isinstance(pods, int):
+        return pods
+    placement = job.get("placement")
+    if isinstance(placement, dict) and placement.get("pods"):
+        return len(placement["pods"])
+    return None

@@ -1,0 +1,262 @@
+"""IPython magics: ``%gpu_submit`` (line and cell), ``%gpu_status``, ``%gpu_logs``,
+``%gpu_cancel``, ``%gpu_jobs``. Load with ``%load_ext hived.jupyter_ext``.
+
+``%gpu_submit`` shows a live status line (queued -> placed -> running ->
+finished, with queue position, GPUs and elapsed time) and streams the job's
+log into the cell. Interrupting the cell (Ctrl-C / the stop button) detaches:
+the job keeps running. Service errors are printed as one line, never as a
+traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from typing import Optional
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+
+from .client import TERMINAL_STATES, HivedClient, HivedError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError (one line in IPython) instead of exiting."""
+
+    def error(self, message):
+        raise UsageError(f"{self.prog}: {message}")
+
+    def exit(self, status=0, message=None):
+        if message:
+            raise UsageError(message.strip())
+        raise UsageError(self.format_help())
+
+
+def _submit_parser() -> _Parser:
+    p = _Parser(prog="%gpu_submit", description="Submit a job to hived (TE by default).", add_help=True)
+    p.add_argument("--vc", help="VC to submit to (default: $HIVED_VC, or your only VC)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--gpus", type=int, help="GPUs per pod (default 1)")
+    size.add_argument("--cell", dest="cell_type", help="one cell of this type per pod, e.g. NODE")
+    p.add_argument("--pods", type=int, default=None, help="pods in the gang (default 1)")
+    p.add_argument("--affinity", choices=["hard", "soft"], default=None)
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument("--be", action="store_true", help="best-effort batch job (preemptible by TE)")
+    kind.add_argument("--opportunistic", action="store_true", help="low priority on any idle cell")
+    p.add_argument("--allow-opportunistic", action="store_true", help="may run low priority when the VC is full")
+    p.add_argument("--grace", type=float, default=None, help="grace period in seconds (SIGTERM to SIGKILL)")
+    p.add_argument("--name", default=None)
+    p.add_argument("--workdir", default=None, help="working directory (default: the notebook's)")
+    p.add_argument("--env", action="append", default=[], metavar="K=V", help="environment variable (repeatable)")
+    p.add_argument("--detach", action="store_true", help="return once submitted; do not follow")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="command (line form) or interpreter (cell form)")
+    return p
+
+
+def build_payload(args: argparse.Namespace, cell: Optional[str]) -> dict:
+    """The POST /jobs body from parsed options; the cell body becomes the script."""
+    words = [w for w in args.command if w != "--"] if args.command else []
+    if cell is not None and cell.strip():
+        # cell form: a shell script, or run by the interpreter named on the line
+        command = [*words, "-c", cell] if words else cell
+    elif words:
+        command = words
+    else:
+        raise UsageError("%gpu_submit: give a command (line form) or a script body (cell form)")
+    payload: dict = {"command": command, "job_class": "be" if args.be else
+                     "opportunistic" if args.opportunistic else "te",
+                     "workdir": args.workdir or os.getcwd()}
+    for key, value in (("vc", args.vc), ("gpus", args.gpus), ("cell_type", args.cell_type),
+                       ("pods", args.pods), ("affinity", args.affinity),
+                       ("grace_period", args.grace), ("name", args.name)):
+        if value is not None:
+            payload[key] = value
+    if args.allow_opportunistic:
+        payload["allow_opportunistic"] = True
+    if args.env:
+        env = {}
+        for item in args.env:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise UsageError(f"%gpu_submit: --env wants KEY=VALUE, got {item!r}")
+            env[key] = value
+        payload["env"] = env
+    return payload
+
+
+@magics_class
+class HivedMagics(Magics):
+    def __init__(self, shell, client: Optional[HivedClient] = None):
+        super().__init__(shell)
+        self._client = client
+        self.last_job: Optional[str] = None
+        self.poll = 0.5  # seconds between status/log reads while following
+
+    @property
+    def client(self) -> HivedClient:
+        if self._client is None:
+            self._client = HivedClient()
+        return self._client
+
+    # -- helpers ----------------------------------------------------------
+    def _job_id(self, line: str) -> str:
+        words = shlex.split(line)
+        if words:
+            return words[0]
+        if self.last_job:
+            return self.last_job
+        raise UsageError("no job id given and no job submitted from this notebook yet")
+
+    def _default_vc(self) -> str:
+        if os.environ.get("HIVED_VC"):
+            return os.environ["HIVED_VC"]
+        vcs = self.client.status().get("vcs") or []
+        if len(vcs) == 1:
+            return vcs[0]
+        if not vcs:
+            raise HivedError(403, f"user {self.client.status().get('user')!r} is in no VC", "vc")
+        raise UsageError(f"%gpu_submit: give --vc (your VCs: {', '.join(vcs)})")
+
+    @staticmethod
+    def _fail(exc: HivedError) -> None:
+        print(str(exc), file=sys.stderr)
+
+    # -- magics -----------------------------------------------------------
+    @line_cell_magic
+    def gpu_submit(self, line: str, cell: Optional[str] = None):
+        """%gpu_submit [--vc V] [--gpus N | --cell TYPE] [--pods K] [--affinity hard|soft]
+        [--be | --opportunistic] [--grace S] [--name N] [--detach] command ...
+
+        Cell form: %%gpu_submit [options] [interpreter] - the cell body is the
+        script (a shell script, or ``interpreter -c body``)."""
+        args = _submit_parser().parse_args(shlex.split(line))
+        payload = build_payload(args, cell)
+        try:
+            if "vc" not in payload:
+                payload["vc"] = self._default_vc()
+            job = self.client.submit(payload)
+        except HivedError as exc:
+            return self._fail(exc)
+        self.last_job = job["id"]
+        self.shell.user_ns["_gpu_job"] = job
+        if args.detach:
+            print(f"submitted {job['id']} to {job['vc']} ({job['state']})")
+            return None
+        self.follow(job)
+        return None
+
+    def follow(self, job: dict) -> dict:
+        """Status widget + streamed log until the job ends; Ctrl-C detaches."""
+        from IPython.display import display
+        from .widgets_job import JobStatusWidget
+
+        widget = JobStatusWidget()
+        widget.update(job)
+        in_kernel = getattr(self.shell, "kernel", None) is not None
+        if in_kernel:
+            display(widget)
+        else:
+            print(widget.text())
+        offset, last_state, job_id = 0, job.get("state"), job["id"]
+        try:
+            while True:
+                job = self.client.job(job_id)
+                widget.update(job)
+                if not in_kernel and job.get("state") != last_state:
+                    print(widget.text())
+                last_state = job.get("state")
+                if job.get("started") or job.get("state") in TERMINAL_STATES:
+                    chunk = self.client.logs(job_id, offset=offset)
+                    if chunk["text"]:
+                        sys.stdout.write(chunk["text"])
+                        sys.stdout.flush()
+                    offset = chunk["offset"]
+                    if job.get("state") in TERMINAL_STATES and not chunk["text"]:
+                        break
+                time.sleep(self.poll)
+        except KeyboardInterrupt:
+            print(f"\ndetached from {job_id} (it keeps running): %gpu_status {job_id}, "
+                  f"%gpu_logs {job_id}, %gpu_cancel {job_id}")
+        except HivedError as exc:
+            self._fail(exc)
+        self.shell.user_ns["_gpu_job"] = job
+        if in_kernel:
+            print(widget.text())
+        return job
+
+    @line_magic
+    def gpu_status(self, line: str):
+        """%gpu_status [job_id] - state, placement, elapsed time (default: the last job)."""
+        from .widgets_job import JobStatusWidget
+        try:
+            job = self.client.job(self._job_id(line))
+        except HivedError as exc:
+            return self._fail(exc)
+        w = JobStatusWidget()
+        w.update(job)
+        print(w.text())
+        for t, state, reason in (job.get("history") or [])[-10:]:
+            stamp = time.strftime("%H:%M:%S", time.localtime(t)) if isinstance(t, (int, float)) else t
+            print(f"  {stamp} {state}{': ' + reason if reason else ''}")
+        self.shell.user_ns["_gpu_job"] = job
+
+    @line_magic
+    def gpu_logs(self, line: str):
+        """%gpu_logs [job_id] [-f] [--rank R] - print (or follow) a job's log."""
+        p = _Parser(prog="%gpu_logs")
+        p.add_argument("job_id", nargs="?")
+        p.add_argument("-f", "--follow", action="store_true")
+        p.add_argument("--rank", type=int, default=0)
+        args = p.parse_args(shlex.split(line))
+        job_id = self._job_id(args.job_id or "")
+        offset = 0
+        try:
+            while True:
+                chunk = self.client.logs(job_id, rank=args.rank, offset=offset, follow=args.follow)
+                sys.stdout.write(chunk["text"])
+                offset = chunk["offset"]
+                if not args.follow or chunk["done"]:
+                    break
+        except KeyboardInterrupt:
+            print(f"\nstopped following {job_id}")
+        except HivedError as exc:
+            self._fail(exc)
+
+    @line_magic
+    def gpu_cancel(self, line: str):
+        """%gpu_cancel [job_id] - cancel a job (its owner, a VC admin or a cluster admin)."""
+        try:
+            job = self.client.cancel(self._job_id(line))
+        except HivedError as exc:
+            return self._fail(exc)
+        print(f"{job['id']}: {job['state']}")
+
+    @line_magic
+    def gpu_jobs(self, line: str):
+        """%gpu_jobs [--vc V] [--state S] [--user U] - the jobs you may see."""
+        p = _Parser(prog="%gpu_jobs")
+        p.add_argument("--vc")
+        p.add_argument("--state")
+        p.add_argument("--user")
+        args = p.parse_args(shlex.split(line))
+        from .widgets_job import fmt_seconds, elapsed, placement_text
+        try:
+            jobs = self.client.jobs(vc=args.vc, state=args.state, user=args.user)
+        except HivedError as exc:
+            return self._fail(exc)
+        if not jobs:
+            print("no jobs")
+        for j in jobs:
+            print(f"{j['id']:<14} {j['state']:<10} {j['vc']:<10} {j['user']:<10} {j['job_class']:<4} "
+                  f"{fmt_seconds(elapsed(j)):>7} {j.get('name') or ''} {placement_text(j)}".rstrip())
+        self.shell.user_ns["_gpu_jobs"] = jobs
+
+
+def load_ipython_extension(ipython) -> None:
+    ipython.register_magics(HivedMagics(ipython))
+
+
+def unload_ipython_extension(ipython) -> None:
+    pass  # IPython has no unregister; reloading replaces the magics

@@ -1,0 +1,219 @@
+"""Files and plots for sharing-safety simulations (core/sim/simulate.py results).
+
+``write_run(result, out_dir)`` writes ``jobs_<run>.csv`` (one row per job)
+and ``summary_<run>.json``; ``write_comparison(results, out_dir)`` writes
+``summary.json`` for all runs and the plots a person wants (matplotlib, Agg):
+
+* ``queue_delay_over_time.png``: each tenant's queueing delay over submit
+  time, 12-hour moving average, one line per scheme (001 Figures 5a/6);
+* ``normalized_delay.png``: per tenant average queueing delay normalized to
+  its private cluster (001 Figure 7);
+* ``fragmentation.png``: share of 8-GPU nodes that cannot host an 8-GPU
+  guaranteed job, over time (001 Figures 6 and 11);
+* ``preempted_gpus.png``: GPUs preempted per 12 hours, static vs dynamic
+  binding (001 Figure 10).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+from typing import Optional
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from hived.core.sim.simulate import ROW_FIELDS, SimResult  # noqa: E402
+
+WINDOW = 12 * 3600.0
+DAY = 86400.0
+
+
+def run_name(r: SimResult) -> str:
+    return r.scheme if r.scheme in ("private", "quota") else f"{r.scheme}-{r.cells}"
+
+
+def write_run(r: SimResult, out_dir: str) -> dict:
+    os.makedirs(out_dir, exist_ok=True)
+    name = run_name(r)
+    with open(os.path.join(out_dir, f"jobs_{name}.csv"), "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(ROW_FIELDS))
+        w.writeheader()
+        for row in r.rows:
+            w.writerow(row)
+    summ = r.summary()
+    with open(os.path.join(out_dir, f"summary_{name}.json"), "w", encoding="utf-8") as f:
+        json.dump(summ, f, indent=2, sort_keys=True)
+    return summ
+
+
+def moving_average(points: list, window: float = WINDOW) -> tuple:
+    """(times, averages): at each point, the mean of values in the trailing ``window``."""
+    pts = sorted(points)
+    xs, ys = [], []
+    lo, acc = 0, 0.0
+    for hi, (t, v) in enumerate(pts):
+        acc += v
+        while pts[lo][0] < t - window:
+            acc -= pts[lo][1]
+            lo += 1
+        xs.append(t)
+        ys.append(acc / (hi - lo + 1))
+    return xs, ys
+
+
+def anomalies(results: dict) -> dict:
+    """Per shared run: tenants whose average queueing delay exceeds the private one."""
+    priv = results.get("private")
+    if priv is None:
+        return {}
+    base = priv.tenant_delays()
+    out = {}
+    for name, r in results.items():
+        if name == "private":
+            continue
+        d = r.tenant_delays()
+        out[name] = {t: {"private_s": round(base[t], 1), "shared_s": round(d[t], 1),
+                         "ratio": round(d[t] / base[t], 3) if base[t] > 0 else None}
+                     for t in sorted(d) if t in base and d[t] > base[t] + 1e-9}
+    return out
+
+
+def waited_for_others(results: dict) -> dict:
+    """Per shared run: guaranteed jobs that started at once in their private cluster
+    but waited in the shared one (count and share)."""
+    priv = results.get("private")
+    if priv is None:
+        return {}
+    at_once = {r["job_id"] for r in priv.rows if r["queue_delay"] is not None and r["queue_delay"] <= 0}
+    out = {}
+    for name, r in results.items():
+        if name == "private":
+            continue
+        waited = [row for row in r.rows if row["job_id"] in at_once
+                  and (row["queue_delay"] is None or row["queue_delay"] > 0)]
+        out[name] = {"jobs_at_once_in_private": len(at_once), "waited_in_shared": len(waited),
+                     "examples": [row["job_id"] for row in waited[:5]]}
+    return out
+
+
+def write_comparison(results: dict, out_dir: str, *, tenants: Optional[list] = None) -> dict:
+    """``results``: run name -> SimResult. Writes summary.json and the plots; returns the summary."""
+    os.makedirs(out_dir, exist_ok=True)
+    summary = {name: r.summary() for name, r in results.items()}
+    doc = {"runs": summary, "anomalies": anomalies(results), "waited_for_others": waited_for_others(results)}
+    pre = {n: s["preempted_gpus"] for n, s in summary.items()}
+    if "hived-node" in pre and "hived-static-node" in pre and pre["hived-static-node"]:
+        doc["dynamic_vs_static_preempted_gpus_reduction"] = round(1 - pre["hived-node"] / pre["hived-static-node"], 4)
+    frag = {n: s["avg_fragmentation"] for n, s in summary.items() if s["avg_fragmentation"] is not None}
+    if "hived-node" in frag and "hived-multi" in frag:
+        doc["fragmentation_node_minus_multi"] = round(frag["hived-node"] - frag["hived-multi"], 4)
+    with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=2, sort_keys=True)
+    plot_delay_over_time(results, os.path.join(out_dir, "queue_delay_over_time.png"), tenants)
+    if "private" in results:
+        plot_normalized(results, os.path.join(out_dir, "normalized_delay.png"))
+    if any(r.frag for r in results.values()):
+        plot_fragmentation(results, os.path.join(out_dir, "fragmentation.png"))
+    if any(r.scheme.startswith("hived") for r in results.values()):
+        plot_preempted(results, os.path.join(out_dir, "preempted_gpus.png"))
+    return doc
+
+
+def _tenants_by_jobs(results: dict) -> list:
+    any_r = next(iter(results.values()))
+    count: dict = {}
+    for row in any_r.rows:
+        count[row["tenant"]] = count.get(row["tenant"], 0) + 1
+    return sorted(count, key=lambda t: -count[t])
+
+
+def plot_delay_over_time(results: dict, path: str, tenants: Optional[list] = None) -> None:
+    tenants = tenants or _tenants_by_jobs(results)
+    cols = 3
+    rows_n = (len(tenants) + cols - 1) // cols
+    fig, axes = plt.subplots(rows_n, cols, figsize=(5 * cols, 2.6 * rows_n), squeeze=False, sharex=True)
+    for ax, t in zip(axes.flat, tenants):
+        for name, r in results.items():
+            if name.startswith("hived-static") or name == "hived-multi" and "hived-node" in results:
+                continue
+            pts = [(row["submit"], row["queue_delay"] / 60.0) for row in r.rows
+                   if row["tenant"] == t and row["queue_delay"] is not None]
+            if pts:
+                xs, ys = moving_average(pts)
+                ax.plot([x / DAY for x in xs], ys, label=name, lw=1)
+        ax.set_title(t, fontsize=9)
+        ax.set_ylabel("delay (min)", fontsize=8)
+    for ax in list(axes.flat)[len(tenants):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    for ax in axes[-1]:
+        ax.set_xlabel("submit time (days)", fontsize=8)
+    fig.suptitle("Queueing delay, 12-hour moving average over submit time")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_normalized(results: dict, path: str) -> None:
+    base = results["private"].tenant_delays()
+    tenants = [t for t in _tenants_by_jobs(results) if t in base]
+    shared = [n for n in results if n != "private" and not n.startswith("hived-static")]
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(tenants) + 2), 3.8))
+    width = 0.8 / max(1, len(shared))
+    for k, name in enumerate(shared):
+        d = results[name].tenant_delays()
+        vals = [(d.get(t, 0.0) / base[t]) if base[t] > 0 else 0.0 for t in tenants]
+        ax.bar([i + k * width for i in range(len(tenants))], vals, width, label=name)
+    ax.axhline(1.0, color="k", lw=0.8, ls="--", label="private = 1")
+    ax.set_xticks([i + width * (len(shared) - 1) / 2 for i in range(len(tenants))])
+    ax.set_xticklabels(tenants, rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("avg queueing delay / private")
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.legend(fontsize=8)
+    ax.set_title("Average queueing delay normalized to the private cluster (cf. 001 Fig. 7)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_fragmentation(results: dict, path: str) -> None:
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    for name, r in results.items():
+        if r.frag:
+            xs, ys = moving_average([(t, f * 100) for t, f in r.frag])
+            ax.plot([x / DAY for x in xs], ys, label=name, lw=1)
+    ax.set_xlabel("time (days)")
+    ax.set_ylabel("fragmented nodes (%)")
+    ax.set_title("Nodes that cannot host an 8-GPU guaranteed job (12-h average)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_preempted(results: dict, path: str) -> None:
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    for name, r in results.items():
+        if not r.scheme.startswith("hived"):
+            continue
+        buckets: dict = {}
+        for t, g, _ in r.preempted:
+            b = int(t // WINDOW)
+            buckets[b] = buckets.get(b, 0) + g
+        if not r.preempted:
+            ax.plot([], [], label=f"{name} (0)")
+            continue
+        last = max(buckets)
+        xs = [b * WINDOW / DAY for b in range(last + 1)]
+        ax.step(xs, [buckets.get(b, 0) for b in range(last + 1)], where="post", lw=1,
+                label=f"{name} ({sum(buckets.values())} GPUs)")
+    ax.set_xlabel("time (days)")
+    ax.set_ylabel("GPUs preempted per 12 h")
+    ax.set_title("Preempted GPUs: dynamic vs static binding (cf. 001 Fig. 10)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,2 @@
+"""The scheduler service: durable store, launchers, GPU discovery, and the
+``SchedulerService`` that drives ``hived.core.engine`` with the wall clock."""

@@ -1,0 +1,186 @@
+"""What the job commands of the ``hived`` CLI share: finding the service,
+turning refusals into exit codes, and printing tables.
+
+Two ways to reach the scheduler:
+- a running service (``hived serve`` or JupyterLab with the extension),
+  through ``HivedClient``: ``--url``/``--token``, ``$HIVED_URL``, or the
+  ``server.json`` in the data directory;
+- embedded (``--data-dir D`` when no service runs there): the command opens
+  the store itself, as a restarting service would. Submissions are stored and
+  run when a service next starts on D.
+
+Exit codes (docs/cli.md): 0 ok; 1 the job failed or was cancelled (``--wait``);
+2 refused: bad input or usage; 3 not allowed; 4 not found; 5 no service.
+"""
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+OK, JOB_FAILED, BAD_INPUT, NOT_ALLOWED, NOT_FOUND, UNREACHABLE = 0, 1, 2, 3, 4, 5
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+EXIT_CODES_HELP = ("exit codes: 0 ok, 1 job failed or cancelled (--wait), 2 bad input, "
+                   "3 not allowed, 4 not found, 5 no service reachable")
+
+
+def add_common(p, *, json_flag: bool = True) -> None:
+    g = p.add_argument_group("service")
+    g.add_argument("--url", default=None, help="service URL (default $HIVED_URL, else DATA_DIR/server.json)")
+    g.add_argument("--token", default=None, help="service token (default $HIVED_TOKEN or server.json)")
+    g.add_argument("--user", default=None,
+                   help="act as this user (default $HIVED_USER, else your login name)")
+    g.add_argument("--data-dir", default=None,
+                   help="data directory: finds its running service, or opens it embedded when none runs")
+    g.add_argument("--spec", default=None,
+                   help="embedded mode only: the cluster spec (default: the one the service last used)")
+    if json_flag:
+        p.add_argument("--json", action="store_true", help="print JSON for scripts instead of tables")
+
+
+def user_of(args) -> str:
+    return args.user or os.environ.get("HIVED_USER") or getpass.getuser()
+
+
+class Remote:
+    """A running service, through the REST client."""
+
+    embedded = False
+
+    def __init__(self, args):
+        from hived.jupyter_ext.client import HivedClient
+        self.c = HivedClient(url=args.url, token=args.token, user=user_of(args), data_dir=args.data_dir)
+
+    def submit(self, payload): return self.c.submit(payload)
+    def job(self, job_id): return self.c.job(job_id)
+    def jobs(self, vc=None, state=None, user=None): return self.c.jobs(vc=vc, state=state, user=user)
+    def cancel(self, job_id): return self.c.cancel(job_id)
+    def vcs(self): return self.c.vcs()
+    def vc(self, name): return self.c.vc(name)
+    def cluster(self): return self.c.cluster()
+    def status(self): return self.c.status()
+
+    def logs(self, job_id, rank=0, offset=0, follow=False):
+        return self.c.logs(job_id, rank=rank, offset=offset, follow=follow)
+
+    def close(self): pass
+
+
+class Embedded:
+    """The store of ``data_dir`` opened in this process (no service running there)."""
+
+    embedded = True
+
+    def __init__(self, args):
+        from .service import SchedulerService
+        from .store import SqliteStore
+        data_dir = Path(args.data_dir).expanduser()
+        spec = args.spec
+        if spec is None:
+            if not (data_dir / "hived.db").exists():
+                raise LookupError(f"{data_dir}: no hived data here and no service running; "
+                                  f"start one with 'hived serve --data-dir {data_dir} --spec FILE'")
+            st = SqliteStore(data_dir)
+            spec = st.get_meta("spec")
+            st.close()
+            if spec is None:
+                raise LookupError(f"{data_dir}: no spec stored; pass --spec FILE")
+        self.user = user_of(args)
+        self.svc = SchedulerService(spec, data_dir)
+
+    def submit(self, payload): return self.svc.submit(self.user, payload)
+    def job(self, job_id): return self.svc.get_job(job_id)
+    def jobs(self, vc=None, state=None, user=None): return self.svc.list_jobs(vc, state, user)
+    def cancel(self, job_id): return self.svc.cancel(job_id, self.user)
+    def vcs(self): return self.svc.vcs()
+    def vc(self, name): return self.svc.vc(name)
+    def cluster(self): return self.svc.cluster()
+    def status(self): return self.svc.status()
+
+    def logs(self, job_id, rank=0, offset=0, follow=False):
+        text, off = self.svc.logs(job_id, rank, offset)
+        # nothing schedules while no service runs: what is there is all there is for now
+        return {"text": text, "offset": off, "done": True}
+
+    def close(self): self.svc.close()
+
+
+def connect(args):
+    """A running service when one answers, else embedded on --data-dir."""
+    from hived.jupyter_ext.client import read_server_file
+    if args.data_dir and not args.url and not os.environ.get("HIVED_URL") \
+            and read_server_file(args.data_dir) is None:
+        return Embedded(args)
+    return Remote(args)
+
+
+def error_exit(prog: str, exc: BaseException) -> int:
+    """Print one readable line for a refusal; return its exit code."""
+    from hived.jupyter_ext.client import HivedError, HivedUnreachable
+    from .service import DataDirBusy, NotAuthorized
+    from .store import StoreError
+    if isinstance(exc, HivedUnreachable):
+        code = UNREACHABLE
+    elif isinstance(exc, HivedError):
+        code = {400: BAD_INPUT, 401: NOT_ALLOWED, 403: NOT_ALLOWED, 404: NOT_FOUND}.get(exc.status, UNREACHABLE
+                                                                                        if exc.status >= 500 else BAD_INPUT)
+    elif isinstance(exc, (NotAuthorized, PermissionError)):
+        code = NOT_ALLOWED
+    elif isinstance(exc, LookupError):
+        code = NOT_FOUND
+    elif isinstance(exc, (DataDirBusy, StoreError)):
+        code = UNREACHABLE
+    elif isinstance(exc, ValueError):
+        code = BAD_INPUT
+    else:
+        raise exc
+    msg = str(exc)
+    if msg.startswith("hived: "):
+        msg = msg[len("hived: "):]
+    print(f"{prog}: {msg}", file=sys.stderr)
+    return code
+
+
+def guarded(prog: str, body: Callable[[Any], int]) -> Callable[[Any], int]:
+    """Wrap a command: open the backend, run, close, map refusals to exit codes."""
+    def run(args) -> int:
+        backend = None
+        try:
+            backend = connect(args)
+            return body(args, backend)
+        except Exception as exc:  # refusals become one line and an exit code; bugs re-raise
+            return error_exit(prog, exc)
+        finally:
+            if backend is not None:
+                backend.close()
+    return run
+
+
+def print_json(obj) -> None:
+    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=str)
+    sys.stdout.write("\n")
+
+
+def table(rows: list[list], headers: list[str]) -> str:
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def placement_text(p: Optional[dict]) -> str:
+    if not p:
+        return "-"
+    return " ".join(f"{q['node']}:{','.join(map(str, q['gpus']))}" for q in p["pods"])
+
+
+def ago(t: Optional[float]) -> str:
+    if not t:
+        return "-"
+    s = max(0, time.time() - t)
+    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.0f}h"

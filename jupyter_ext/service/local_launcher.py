@@ -1,0 +1,360 @@
+"""LocalLauncher: each pod of a gang is a process group on this machine.
+
+Layout under the launcher's root directory (``<data_dir>/jobs``)::
+
+    <job>/attempt-<n>/launched.json     written BEFORE any process starts
+    <job>/attempt-<n>/rank-<r>.spec.json what pod_runner runs
+    <job>/attempt-<n>/rank-<r>.pod.json pid, process group, start time (by pod_runner)
+    <job>/attempt-<n>/rank-<r>.exit.json exit code (by pod_runner when the command ends)
+    <job>/logs/rank-<r>/<offset>.log    the pod's output, all attempts, rotated
+    <job>/work/                         $HIVED_JOB_DIR: checkpoints survive preemption
+
+These files are what lets a restarted service adopt pods it did not start
+(it is no longer their parent) and still learn their exit codes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from hived.core.jobs import JobRequest, Placement
+
+from .launcher import LauncherEvent
+from .pod_runner import proc_start_ticks, seg_path, segments
+
+RUNNER = str(Path(__file__).with_name("pod_runner.py"))
+LOG_TAIL_BYTES = 4096
+GANG_KILL_GRACE = 5.0   # when one pod of a gang fails, the others get this long
+
+
+@dataclass
+class _Pod:
+    rank: int
+    pid: Optional[int] = None
+    start_ticks: Optional[int] = None
+    proc: Optional[subprocess.Popen] = None   # None when adopted after a restart
+    exit_code: Optional[int] = None
+    done: bool = False
+    lost: bool = False
+
+
+@dataclass
+class _Job:
+    job_id: str
+    attempt: int
+    dir: Path
+    pods: list[_Pod] = field(default_factory=list)
+    kill_at: Optional[float] = None     # SIGKILL the groups at this monotonic time
+    killed: bool = False
+    terminating: bool = False
+    cause: Optional[_Pod] = None        # the pod whose failure stopped the gang
+
+
+def _pid_alive(pid: int, start_ticks: Optional[int]) -> bool:
+    """Alive, not a zombie, and the same process (pid not reused)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().decode(errors="replace").rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    if fields[0] in ("Z", "X"):
+        return False
+    return start_ticks is None or int(fields[19]) == start_ticks
+
+
+def _read_json(path: Path) -> Optional[dict]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _atomic_write(path: Path, obj: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj))
+    os.replace(tmp, path)
+
+
+class LocalLauncher:
+    """Runs gangs as local processes; see the module docstring for the files.
+
+    ``max_log_bytes``/``keep_logs``: each pod's log is rotated when a segment
+    reaches ``max_log_bytes``; the newest ``keep_logs`` segments are kept.
+    ``gpu_ids``: optional map (node, gpu index) -> the id to put in
+    CUDA_VISIBLE_DEVICES (a UUID from discovery); default the index itself.
+    """
+
+    def __init__(self, root: str | os.PathLike, *, max_log_bytes: int = 10 << 20, keep_logs: int = 5,
+                 gpu_ids: Optional[dict] = None, python: str = sys.executable):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.max_log_bytes, self.keep_logs = max_log_bytes, keep_logs
+        self.gpu_ids = gpu_ids or {}
+        self.python = python
+        self._jobs: dict[str, _Job] = {}
+        self._events: list[LauncherEvent] = []
+        self._lock = threading.RLock()
+
+    # -- paths -------------------------------------------------------------
+
+    def job_dir(self, job_id: str) -> Path:
+        if not job_id or "/" in job_id or job_id in (".", ".."):
+            raise ValueError(f"job_id: not usable as a directory name: {job_id!r}")
+        return self.root / job_id
+
+    def _attempt_dir(self, job_id: str, attempt: int) -> Path:
+        return self.job_dir(job_id) / f"attempt-{attempt}"
+
+    def _log_dir(self, job_id: str, rank: int) -> Path:
+        return self.job_dir(job_id) / "logs" / f"rank-{rank}"
+
+    # -- protocol ----------------------------------------------------------
+
+    def launch(self, job_id: str, request: JobRequest, placement: Placement, attempt: int) -> None:
+        argv = self._argv(request.command)
+        with self._lock:
+            if job_id in self._jobs and not self._all_done(self._jobs[job_id]):
+                raise RuntimeError(f"launch: job {job_id} still has running pods")
+            adir = self._attempt_dir(job_id, attempt)
+            adir.mkdir(parents=True, exist_ok=True)
+            work = self.job_dir(job_id) / "work"
+            work.mkdir(exist_ok=True)
+            world = len(placement.pods)
+            # the marker first: a restart that finds it knows processes may exist
+            _atomic_write(adir / "launched.json", {"attempt": attempt, "world_size": world,
+                                                    "time": time.time()})
+            job = _Job(job_id, attempt, adir)
+            for pod in placement.pods:
+                gpus = [str(self.gpu_ids.get((pod.node, g), g)) for g in pod.gpus]
+                env = dict(os.environ)
+                env.update({str(k): str(v) for k, v in (request.env or {}).items()})
+                env.update({
+                    "CUDA_VISIBLE_DEVICES": ",".join(gpus),
+                    "NVIDIA_VISIBLE_DEVICES": ",".join(gpus) if gpus else "void",
+                    "HIVED_JOB_ID": job_id, "HIVED_VC": request.vc, "HIVED_USER": request.user,
+                    "HIVED_RANK": str(pod.rank), "HIVED_WORLD_SIZE": str(world),
+                    "HIVED_ATTEMPT": str(attempt), "HIVED_NODE": pod.node,
+                    "HIVED_JOB_DIR": str(work), "PYTHONUNBUFFERED": "1",
+                })
+                spec = {
+                    "argv": argv, "rank": pod.rank, "attempt": attempt,
+                    "workdir": request.workdir or None,
+                    "log_dir": str(self._log_dir(job_id, pod.rank)),
+                    "max_bytes": self.max_log_bytes, "keep": self.keep_logs,
+                    "pod_file": str(adir / f"rank-{pod.rank}.pod.json"),
+                    "exit_file": str(adir / f"rank-{pod.rank}.exit.json"),
+                    "header": f"[hived] job {job_id} rank {pod.rank}/{world} attempt {attempt} "
+                              f"on {pod.node} GPUs {','.join(gpus) or '-'}: {shlex.join(argv)}",
+                }
+                spec_path = adir / f"rank-{pod.rank}.spec.json"
+                _atomic_write(spec_path, spec)
+                proc = subprocess.Popen([self.python, RUNNER, str(spec_path)], env=env,
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, start_new_session=True,
+                                        close_fds=True)
+                job.pods.append(_Pod(pod.rank, proc.pid, proc_start_ticks(proc.pid), proc))
+            self._jobs[job_id] = job
+            self._events.append(LauncherEvent(job_id, "started", attempt=attempt))
+
+    @staticmethod
+    def _argv(command) -> list[str]:
+        if isinstance(command, str):
+            if not command.strip():
+                raise ValueError("command: empty")
+            return ["/bin/sh", "-c", command]
+        argv = [str(a) for a in (command or [])]
+        if not argv or not argv[0]:
+            raise ValueError("command: empty")
+        return argv
+
+    def terminate(self, job_id: str, grace_period: float) -> None:
+        """SIGTERM every pod's group now, SIGKILL them after ``grace_period`` s."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None or self._all_done(job):
+                return
+            deadline = time.monotonic() + max(0.0, grace_period)
+            if job.terminating:
+                job.kill_at = min(job.kill_at or deadline, deadline)
+            else:
+                job.terminating, job.kill_at = True, deadline
+                self._signal(job, signal.SIGTERM)
+            if grace_period <= 0:
+                self._kill(job)
+
+    def _signal(self, job: _Job, sig: int) -> None:
+        for pod in job.pods:
+            if pod.pid and not pod.done:
+                try:
+                    os.killpg(pod.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def _kill(self, job: _Job) -> None:
+        job.killed = True
+        self._signal(job, signal.SIGKILL)
+
+    def poll(self) -> list[LauncherEvent]:
+        with self._lock:
+            now = time.monotonic()
+            for job in list(self._jobs.values()):
+                if self._all_done(job):
+                    continue
+                if job.kill_at is not None and now >= job.kill_at and not job.killed:
+                    self._kill(job)
+                for pod in job.pods:
+                    if not pod.done:
+                        self._check_pod(job, pod)
+                if self._all_done(job):
+                    self._finish(job)
+                elif not job.terminating:
+                    failed = [p for p in job.pods if p.done and (p.exit_code != 0 or p.lost)]
+                    if failed:
+                        # one member of a gang failed: the gang cannot go on
+                        job.cause = failed[0]
+                        self.terminate(job.job_id, GANG_KILL_GRACE)
+            events, self._events = self._events, []
+            return events
+
+    def _check_pod(self, job: _Job, pod: _Pod) -> None:
+        if pod.proc is not None:
+            rc = pod.proc.poll()
+            if rc is None:
+                return
+        elif _pid_alive(pod.pid, pod.start_ticks):
+            return
+        else:
+            rc = None
+        pod.done = True
+        info = _read_json(job.dir / f"rank-{pod.rank}.exit.json")
+        if info is not None:
+            pod.exit_code = int(info["exit_code"])
+        elif job.killed:
+            pod.exit_code = -signal.SIGKILL     # we killed the wrapper before it could write
+        elif rc is not None:
+            pod.exit_code = rc if rc <= 0 or rc < 128 else -(rc - 128)
+        else:
+            pod.lost = True                     # gone without a word while we were away
+
+    def _finish(self, job: _Job) -> None:
+        # the group may still hold stragglers (daemonised grandchildren)
+        for pod in job.pods:
+            try:
+                os.killpg(pod.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, TypeError):
+                pass
+        bad = job.cause or next((p for p in job.pods if p.lost or p.exit_code != 0), None)
+        rank = bad.rank if bad else 0
+        if bad is not None and bad.lost:
+            code, tail = None, "hived: the pod's processes vanished while the service was down"
+        else:
+            code, tail = (bad.exit_code if bad else 0), self.tail(job.job_id, rank)
+        self._events.append(LauncherEvent(job.job_id, "exited", code, tail, job.attempt))
+        del self._jobs[job.job_id]
+
+    @staticmethod
+    def _all_done(job: _Job) -> bool:
+        return all(p.done for p in job.pods)
+
+    def adopt(self, job_id: str, placement: Placement) -> bool:
+        """After a restart: track the pods of the job's latest attempt.
+
+        True when they are alive, or ended leaving their exit codes (poll()
+        then reports them); False when there is nothing to adopt: never
+        launched, or vanished without a trace.
+        """
+        jdir = self.job_dir(job_id)
+        attempts = sorted((int(p.name.split("-")[1]) for p in jdir.glob("attempt-*")
+                           if p.name.split("-")[1].isdigit()), reverse=True)
+        if not attempts:
+            return False
+        attempt = attempts[0]
+        adir = jdir / f"attempt-{attempt}"
+        marker = _read_json(adir / "launched.json")
+        if marker is None:
+            return False
+        job = _Job(job_id, attempt, adir)
+        for pod in placement.pods:
+            pod_file, exit_file = adir / f"rank-{pod.rank}.pod.json", adir / f"rank-{pod.rank}.exit.json"
+            info = _read_json(pod_file)
+            # the runner writes its pod file first thing; give a just-started one a moment
+            deadline = time.monotonic() + 2.0
+            while info is None and (adir / f"rank-{pod.rank}.spec.json").exists() \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)
+                info = _read_json(pod_file)
+            if info is None:
+                if not exit_file.exists():
+                    self._kill_known(job)
+                    return False
+                job.pods.append(_Pod(pod.rank, None, None, None, done=True,
+                                     exit_code=int(_read_json(exit_file)["exit_code"])))
+                continue
+            alive = _pid_alive(info["pid"], info.get("start_ticks"))
+            if not alive and not exit_file.exists():
+                self._kill_known(job)   # a gang with a lost member is not worth keeping
+                return False
+            job.pods.append(_Pod(pod.rank, info["pid"], info.get("start_ticks")))
+        with self._lock:
+            self._jobs[job_id] = job
+        return True
+
+    def _kill_known(self, job: _Job) -> None:
+        for pod in job.pods:
+            if pod.pid and _pid_alive(pod.pid, pod.start_ticks):
+                try:
+                    os.killpg(pod.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def running(self) -> list[str]:
+        with self._lock:
+            return [j for j, job in self._jobs.items() if not self._all_done(job)]
+
+    # -- logs --------------------------------------------------------------
+
+    def logs(self, job_id: str, rank: int = 0, offset: int = 0, limit: int = 1 << 20) -> tuple[str, int]:
+        """Text from byte ``offset`` of the pod's log stream, and the offset after it.
+
+        Offsets run across rotations; text older than the kept segments is gone,
+        and reading restarts at the oldest kept byte.
+        """
+        d = str(self._log_dir(job_id, rank))
+        segs = segments(d)
+        if not segs:
+            return "", offset
+        offset = max(offset, segs[0])
+        out, pos = bytearray(), offset
+        for i, start in enumerate(segs):
+            end = segs[i + 1] if i + 1 < len(segs) else None
+            if end is not None and pos >= end:
+                continue
+            try:
+                with open(seg_path(d, start), "rb") as f:
+                    f.seek(pos - start)
+                    data = f.read(limit - len(out))
+            except FileNotFoundError:
+                continue   # rotated away under us
+            out += data
+            pos += len(data)
+            if len(out) >= limit or (end is not None and pos < end):
+                break
+        return bytes(out).decode(errors="replace"), pos
+
+    def log_size(self, job_id: str, rank: int = 0) -> int:
+        d = str(self._log_dir(job_id, rank))
+        segs = segments(d)
+        return segs[-1] + os.path.getsize(seg_path(d, segs[-1])) if segs else 0
+
+    def tail(self, job_id: str, rank: int = 0, nbytes: int = LOG_TAIL_BYTES) -> str:
+        end = self.log_size(job_id, rank)
+        return self.logs(job_id, rank, max(0, end - nbytes))[0]

@@ -1,0 +1,173 @@
+"""REST job bodies -> ``JobRequest``, and ``JobRecord`` -> the REST job dict.
+
+Shape checks live here (types, unknown fields, empty command, missing
+working directory, absurd numbers); what depends on the cluster (VC exists,
+the gang fits the VC at all) is ``Engine.validate``'s job. Every refusal is a
+``RequestError(field, problem)`` and happens before anything is stored.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any, Optional
+
+from hived.core.engine import RequestError
+from hived.core.engine_records import JobRecord
+from hived.core.jobs import Affinity, JobClass, JobRequest, JobState, PodGroup
+
+MAX_GRACE = 86400.0          # one day: longer is a typo, not a grace period
+MAX_NAME = 200
+MAX_ENV = 256
+MAX_COMMAND_CHARS = 100_000
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+RESERVED_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+
+FIELDS = ("vc", "command", "job_class", "pods", "gpus", "cell_type", "groups", "chain", "affinity",
+          "grace_period", "name", "env", "workdir", "allow_opportunistic", "estimate",
+          "max_retries", "labels", "cpus", "memory_gb")
+
+
+def _int(payload: dict, key: str, default: Optional[int], lo: int, hi: int) -> Optional[int]:
+    v = payload.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        else:
+            raise RequestError(key, f"must be an integer, got {v!r}")
+    if not lo <= v <= hi:
+        raise RequestError(key, f"must be between {lo} and {hi}, got {v}")
+    return v
+
+
+def _num(payload: dict, key: str, default, lo: float, hi: float) -> Optional[float]:
+    v = payload.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise RequestError(key, f"must be a finite number, got {v!r}")
+    if not lo <= v <= hi:
+        raise RequestError(key, f"must be between {lo:g} and {hi:g}, got {v:g}")
+    return float(v)
+
+
+def _group(d: Any, where: str) -> PodGroup:
+    """One pod group; ``where`` prefixes field names in errors ("" for the flat form)."""
+    pre = f"{where}." if where else ""
+    if not isinstance(d, dict):
+        raise RequestError(where, f"must be an object, got {type(d).__name__}")
+    unknown = set(d) - {"pods", "gpus", "cell_type", "cpus", "memory_gb"}
+    if unknown:
+        raise RequestError(f"{pre}{sorted(unknown)[0]}", "unknown field")
+    cell_type = d.get("cell_type")
+    if cell_type is not None and (not isinstance(cell_type, str) or not cell_type):
+        raise RequestError(f"{pre}cell_type", f"must be a cell type name, got {cell_type!r}")
+    try:
+        pods = _int(d, "pods", 1, 1, 4096)
+        gpus = _int(d, "gpus", 1, 1, 1_000_000)
+        cpus = _num(d, "cpus", None, 0, 1_000_000)
+        mem = _num(d, "memory_gb", None, 0, 1_000_000_000)
+    except RequestError as e:
+        raise RequestError(f"{pre}{e.field}", e.problem) from None
+    return PodGroup(pods=pods, gpus=gpus, cell_type=cell_type, cpus=cpus, memory_gb=mem)
+
+
+def parse_job(user: str, payload: Any, *, check_workdir: bool = True) -> JobRequest:
+    """The POST /jobs body (see docs/architecture.md) -> JobRequest, or RequestError."""
+    if not isinstance(payload, dict):
+        raise RequestError("body", f"must be a JSON object, got {type(payload).__name__}")
+    unknown = sorted(set(payload) - set(FIELDS))
+    if unknown:
+        raise RequestError(unknown[0], f"unknown field; known: {', '.join(FIELDS)}")
+    vc = payload.get("vc")
+    if not isinstance(vc, str) or not vc:
+        raise RequestError("vc", f"required: the name of a VC, got {vc!r}")
+    command = payload.get("command")
+    if isinstance(command, str):
+        if not command.strip():
+            raise RequestError("command", "must not be empty")
+        if len(command) > MAX_COMMAND_CHARS:
+            raise RequestError("command", f"longer than {MAX_COMMAND_CHARS} characters")
+    elif isinstance(command, list):
+        if not command or not all(isinstance(a, str) for a in command) or not command[0].strip():
+            raise RequestError("command", "must be a non-empty list of strings whose first item is the program")
+    else:
+        raise RequestError("command", f"required: a string or a list of strings, got {command!r}")
+    try:
+        job_class = JobClass(str(payload.get("job_class", "te")).lower())
+    except ValueError:
+        raise RequestError("job_class", f"must be te, be or opportunistic, got {payload.get('job_class')!r}") from None
+    try:
+        affinity = Affinity(str(payload.get("affinity", "hard")).lower())
+    except ValueError:
+        raise RequestError("affinity", f"must be hard or soft, got {payload.get('affinity')!r}") from None
+    if "groups" in payload:
+        if any(k in payload for k in ("pods", "gpus", "cell_type", "cpus", "memory_gb")):
+            raise RequestError("groups", "give either groups or pods/gpus/cell_type, not both")
+        groups = payload["groups"]
+        if not isinstance(groups, list) or not groups:
+            raise RequestError("groups", "must be a non-empty list of {pods, gpus | cell_type}")
+        groups = [_group(g, f"groups[{i}]") for i, g in enumerate(groups)]
+    else:
+        groups = [_group({k: payload[k] for k in ("pods", "gpus", "cell_type", "cpus", "memory_gb")
+                          if k in payload}, "")]
+    grace = _num(payload, "grace_period", 0.0, 0.0, MAX_GRACE)
+    name = payload.get("name", "")
+    if not isinstance(name, str) or len(name) > MAX_NAME:
+        raise RequestError("name", f"must be a string of at most {MAX_NAME} characters")
+    env = payload.get("env") or {}
+    if not isinstance(env, dict) or len(env) > MAX_ENV:
+        raise RequestError("env", f"must be an object of at most {MAX_ENV} NAME: value pairs")
+    for k, v in env.items():
+        if not isinstance(k, str) or not ENV_NAME.match(k):
+            raise RequestError(f"env.{k}", "not a valid environment variable name")
+        if k in RESERVED_ENV or k.startswith("HIVED_"):
+            raise RequestError(f"env.{k}", "set by hived from the job's cells; cannot be overridden")
+        if not isinstance(v, (str, int, float)) or isinstance(v, bool):
+            raise RequestError(f"env.{k}", f"must be a string, got {v!r}")
+    workdir = payload.get("workdir")
+    if workdir is not None:
+        if not isinstance(workdir, str) or not workdir:
+            raise RequestError("workdir", f"must be a path, got {workdir!r}")
+        if check_workdir and not os.path.isdir(workdir):
+            raise RequestError("workdir", f"{workdir} does not exist or is not a directory")
+    labels = payload.get("labels") or {}
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise RequestError("labels", "must be an object of string: string")
+    allow = payload.get("allow_opportunistic", False)
+    if not isinstance(allow, bool):
+        raise RequestError("allow_opportunistic", f"must be true or false, got {allow!r}")
+    chain = payload.get("chain")
+    if chain is not None and not isinstance(chain, str):
+        raise RequestError("chain", f"must be a chain name, got {chain!r}")
+    return JobRequest(
+        user=user, vc=vc, command=command, job_class=job_class, groups=groups, chain=chain,
+        affinity=affinity, grace_period=grace, allow_opportunistic=allow, name=name,
+        env={k: str(v) for k, v in env.items()}, workdir=workdir,
+        estimate=_num(payload, "estimate", None, 0.0, 1e9),
+        max_retries=_int(payload, "max_retries", None, 0, 100), labels=dict(labels))
+
+
+def job_dict(rec: JobRecord, queue_position: Optional[int] = None) -> dict:
+    """The REST job dict (docs/architecture.md, GET jobs/{id})."""
+    req = rec.request
+    p = rec.placement
+    return {
+        "id": rec.job_id, "name": req.name, "user": req.user, "vc": req.vc,
+        "job_class": req.job_class.value, "state": rec.state.value,
+        "command": req.command, "gpus": rec.gpus, "pods": len(rec.pod_gpus) or req.total_pods,
+        "affinity": req.affinity.value, "grace_period": req.grace_period,
+        "workdir": req.workdir, "chain": req.chain,
+        "placement": None if p is None else {
+            "chain": p.chain, "opportunistic": p.opportunistic,
+            "pods": [{"rank": q.rank, "node": q.node, "gpus": list(q.gpus)} for q in p.pods]},
+        "submitted": rec.submitted, "started": rec.started, "ended": rec.ended,
+        "exit_code": rec.exit_code, "failure_class": rec.failure_class,
+        "preemptions": rec.preemptions, "attempts": rec.attempts,
+        "queue_position": queue_position if rec.state is JobState.QUEUED else None,
+        "reason": rec.reason or (rec.history[-1][2] if rec.history else ""),
+        "progress": list(rec.progress) if rec.progress else None,
+        "history": [{"time": t, "state": s, "reason": r} for t, s, r in rec.history],
+    }

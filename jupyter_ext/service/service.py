@@ -1,0 +1,563 @@
+"""SchedulerService: the engine, a store and a launcher, driven by the wall clock.
+
+One lock guards everything, so the REST handlers (jupyter-server's threads),
+the CLI in embedded mode and the timer thread can all call in. Every public
+method returns JSON-able dicts. Bad input raises ``RequestError`` (HTTP 400;
+``NotFound``, a subclass, for unknown jobs and VCs: 404); a user acting on a VC
+or job that is not theirs raises ``NotAuthorized`` (a ``PermissionError``: 403).
+
+Write, then act: each change of the engine's state is committed to the store
+before the service acts on it. Per timer tick:
+
+1. the launcher's events (started / exited) go to the engine;
+2. ``engine.step(now)`` decides; every job it touched is written (record,
+   history, binding) in one transaction;
+3. only then are the decisions executed: START launches, PREEMPT/KILL signal.
+
+So a ``kill -9`` at any instant leaves a store from which ``__init__``
+rebuilds the same state: records restored in submission order (queued jobs
+in their queue order), holding jobs re-bound to the same cells through
+``Engine.restore`` -> ``Allocator.restore``, their processes adopted when
+alive. A running job whose processes vanished ends its run with failure
+class "lost" (``failures.py`` then decides whether it is retried).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from hived.core.engine import Engine, EngineConfig, RequestError
+from hived.core.engine_records import JobRecord
+from hived.core.jobs import DecisionKind, JobState
+
+from .launcher import Launcher
+from .payload import job_dict, parse_job
+from .service_views import cluster_dict, vc_dict
+from .store import SqliteStore, Store
+
+log = logging.getLogger("hived.service")
+
+HOLDING = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
+LOST_TAIL = "hived: the job's processes were gone when the service restarted (SIGKILL, node lost)"
+
+
+class NotAuthorized(PermissionError):
+    """The user may not do this (not a member/admin of the VC, not the job's owner)."""
+
+
+class NotFound(RequestError, LookupError):
+    """Unknown job or VC (``field`` says which); a LookupError too, so doors answer 404."""
+
+
+class DataDirBusy(RuntimeError):
+    """Another live service holds this data directory."""
+
+
+def _exclusive(data_dir: Path):
+    """One service per data directory: two would launch the same jobs twice.
+    The kernel drops the lock when the process dies, so kill -9 leaves none behind."""
+    import fcntl
+    f = open(data_dir / "service.lock", "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        pid = f.read().strip() or "?"
+        f.close()
+        raise DataDirBusy(f"{data_dir}: another hived service (pid {pid}) is using this data directory; "
+                           f"stop it or use another --data-dir") from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
+
+
+def _spec_text(spec) -> Optional[str]:
+    import json
+    if isinstance(spec, dict):
+        return json.dumps(spec)
+    if isinstance(spec, (str, os.PathLike)):
+        p = Path(spec)
+        try:
+            if "\n" not in str(spec) and p.is_file():
+                return p.read_text()
+        except OSError:
+            return None
+        return str(spec)
+    return None
+
+
+def _load_spec(spec):
+    from hived.core.spec import load_spec
+    return spec if hasattr(spec, "chains") else load_spec(spec)
+
+
+class SchedulerService:
+    def __init__(self, spec_path, data_dir, launcher: str | Launcher = "local", tick_seconds: float = 0.5,
+                 *, store: Optional[Store] = None, synchronous: str = "FULL",
+                 queue_policy: str = "fifo", preemption_policy: str = "fitgpp",
+                 engine_config: Optional[EngineConfig] = None, health=None, scheme: Optional[str] = None,
+                 clock: Callable[[], float] = time.time):
+        self.data_dir = Path(data_dir).expanduser()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.tick_seconds = float(tick_seconds)
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        # "quota" is the baseline allocator of the paper's comparisons; $HIVED_SCHEME picks it too
+        scheme = scheme or os.environ.get("HIVED_SCHEME") or "hived"
+        if scheme not in ("hived", "quota"):
+            raise ValueError(f"scheme: must be hived or quota, got {scheme!r}")
+        self._policies = (queue_policy, preemption_policy, engine_config)
+        self.scheme = scheme
+        self.spec = _load_spec(spec_path)
+        self._lockfile = _exclusive(self.data_dir)
+        self.store = store or SqliteStore(self.data_dir, synchronous=synchronous)
+        text = _spec_text(spec_path)
+        if text is not None:   # lets `hived ... --data-dir` open this directory embedded later
+            self.store.set_meta("spec", text)
+        if launcher == "local":
+            from .local_launcher import LocalLauncher
+            launcher = LocalLauncher(self.data_dir / "jobs")
+        self.launcher = launcher
+        self._check_workdir = type(launcher).__name__ == "LocalLauncher"
+        self.health = health
+        self.last_error: Optional[str] = None
+        self.ticks = 0
+        self._unhealthy: dict[tuple, str] = {}
+        self._seen: dict[str, tuple] = {}        # job id -> fingerprint last written
+        self._hist: dict[str, int] = {}          # job id -> history entries written
+        self._bound: dict[str, Any] = {}         # job id -> placement written as binding
+        self._live: set[str] = set()             # non-terminal jobs (what a step can change)
+        self._launched: set[str] = set()         # jobs the launcher is running (or adopted)
+        self._extra: dict[str, dict] = {}        # stored jobs the current spec cannot restore
+        self.eng = self._new_engine(self.spec)
+        self.recovered = self._recover()
+
+    def _new_engine(self, spec) -> Engine:
+        qp, pp, cfg = self._policies
+        if self.scheme == "quota":   # the baseline allocator, same engine (for comparisons)
+            from hived.core.quota import QuotaAllocator
+            spec = QuotaAllocator(spec)
+        return Engine(spec, queue_policy=qp, preemption_policy=pp, config=cfg)
+
+    # ------------------------------------------------------------------ persistence
+
+    @staticmethod
+    def _fingerprint(rec: JobRecord) -> tuple:
+        return (rec.state, len(rec.history), id(rec.placement), rec.attempts, rec.progress,
+                rec.killed, len(rec.waiting_for), getattr(rec, "_seq", None), rec.not_before)
+
+    def _write(self, ids, now: float) -> None:
+        """Write the jobs among ``ids`` whose state moved since last written (one commit)."""
+        eng = self.eng
+        with self.store.transaction():
+            for jid in ids:
+                rec = eng._jobs.get(jid)
+                if rec is None:
+                    continue
+                fp = self._fingerprint(rec)
+                if self._seen.get(jid) == fp:
+                    continue
+                known = jid in self._seen
+                self._seen[jid] = fp
+                d = rec.to_dict()
+                qkey = getattr(rec, "_seq", None)
+                if not known:
+                    self.store.add_job(d, now, qkey)
+                else:
+                    n = self._hist.get(jid, 0)
+                    self.store.update_job(d, now, rec.history[n:], qkey)
+                self._hist[jid] = len(rec.history)
+                if rec.placement is not None and rec.state in HOLDING:
+                    if self._bound.get(jid) is not rec.placement:
+                        self.store.bind(jid, rec.attempts + (rec.state is JobState.PLACED), d["placement"], now)
+                        self._bound[jid] = rec.placement
+                elif jid in self._bound:
+                    self.store.unbind(jid)
+                    del self._bound[jid]
+                if rec.state.terminal:
+                    self._live.discard(jid)
+                else:
+                    self._live.add(jid)
+
+    def _write_live(self, now: float, also=()) -> None:
+        self._write(list(self._live) + [j for j in also if j not in self._live], now)
+
+    # ------------------------------------------------------------------ restart
+
+    def _recover(self) -> dict:
+        """Rebuild the engine from the store; adopt or relaunch the holding jobs."""
+        t0 = time.perf_counter()
+        now = self.clock()
+        rows = self.store.load_jobs_with_keys()
+        holding, queued, other = [], [], []
+        for d, qkey in rows:
+            st = d.get("state")
+            (holding if st in ("placed", "running", "preempting") else
+             queued if st == "queued" else other).append((d, qkey))
+        # queued jobs in their queue order (preempted ones were put at the head)
+        queued.sort(key=lambda r: (r[1] is None, r[1] if r[1] is not None else 0))
+        summary = {"jobs": len(rows), "adopted": [], "lost": [], "relaunch": [], "unrestorable": []}
+        for d, _ in holding + other + queued:
+            try:
+                rec = JobRecord.from_dict(d)
+                self.eng.restore(rec)
+            except Exception as exc:  # a spec change, a binding conflict: keep the record readable
+                log.error("job %s cannot be restored: %s", d.get("job_id"), exc)
+                self._extra[d["job_id"]] = d
+                summary["unrestorable"].append(f"{d.get('job_id')}: {exc}")
+                self._seen[d["job_id"]] = ("extra",)
+                continue
+            self._seen[rec.job_id] = self._fingerprint(rec)
+            self._hist[rec.job_id] = len(rec.history)
+            if rec.state in HOLDING:
+                self._bound[rec.job_id] = rec.placement
+            if not rec.state.terminal:
+                self._live.add(rec.job_id)
+        for d, _ in holding:
+            jid = d["job_id"]
+            rec = self.eng._jobs.get(jid)
+            if rec is None or rec.state not in HOLDING:
+                continue
+            if rec.state is JobState.PLACED and rec.waiting_for:
+                continue  # never launched: waits for its victims as before
+            alive = self.launcher.adopt(jid, rec.placement)
+            if alive:
+                self._launched.add(jid)
+                summary["adopted"].append(jid)
+                if rec.state is JobState.PLACED:
+                    self.eng.on_started(jid, now)
+                elif rec.state is JobState.PREEMPTING:
+                    left = max(0.0, (rec.grace_deadline or now) - now)
+                    self.launcher.terminate(jid, left)
+            elif rec.state is JobState.PLACED:
+                summary["relaunch"].append(jid)   # the engine emits START again at the next step
+            else:
+                summary["lost"].append(jid)
+                self.eng.on_finished(jid, now, -9, LOST_TAIL)
+        self._write_live(now)
+        summary["seconds"] = round(time.perf_counter() - t0, 3)
+        if rows:
+            log.info("recovered %d jobs in %.2fs: %d adopted, %d lost, %d to relaunch",
+                     len(rows), summary["seconds"], len(summary["adopted"]), len(summary["lost"]),
+                     len(summary["relaunch"]))
+        return summary
+
+    # ------------------------------------------------------------------ the timer
+
+    def start(self) -> "SchedulerService":
+        with self._lock:
+            if self._thread is not None:
+                return self
+            if self.health is not None and hasattr(self.health, "start"):
+                self.health.start()
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="hived-scheduler", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, cancel_jobs: bool = False, timeout: float = 30.0) -> None:
+        """Stop the timer. Jobs keep running (a restart adopts them) unless
+        ``cancel_jobs``, which cancels every unfinished job and waits up to
+        ``timeout`` s for their processes."""
+        if cancel_jobs:
+            with self._lock:
+                for jid in list(self._live):
+                    rec = self.eng._jobs[jid]
+                    if not rec.state.terminal:
+                        self._cancel(jid, rec.request.user)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                self.tick()
+                with self._lock:
+                    if not self._launched:
+                        break
+                time.sleep(0.1)
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def close(self) -> None:
+        """Stop the timer and release the store and the data directory."""
+        self.stop()
+        self.store.close()
+        if self._lockfile is not None:
+            self._lockfile.close()
+            self._lockfile = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception as exc:  # keep scheduling; say what went wrong
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("scheduler tick failed")
+            self._wake.wait(self.tick_seconds)
+            self._wake.clear()
+
+    def tick(self) -> list[dict]:
+        """One round: launcher events in, engine step, write, then act."""
+        with self._lock:
+            now = self.clock()
+            touched = self._events(now)
+            if self.health is not None:
+                touched += self._health(now)
+            decisions = self.eng.step(now)
+            self._write_live(now, also=touched + [d.job_id for d in decisions])
+            self._execute(decisions, now)
+            self.ticks += 1
+            return [{"kind": d.kind.value, "job_id": d.job_id, "reason": d.reason} for d in decisions]
+
+    def _events(self, now: float) -> list[str]:
+        touched = []
+        for ev in self.launcher.poll():
+            rec = self.eng._jobs.get(ev.job_id)
+            if rec is None:
+                continue
+            touched.append(ev.job_id)
+            if ev.kind == "started":
+                if rec.state is JobState.PLACED and not rec.waiting_for:
+                    self.eng.on_started(ev.job_id, now)
+            elif ev.kind == "exited":
+                self._launched.discard(ev.job_id)
+                if rec.state not in HOLDING:
+                    continue
+                if rec.state is JobState.PLACED and not rec.waiting_for:
+                    self.eng.on_started(ev.job_id, now)
+                if rec.state is JobState.PREEMPTING:
+                    # we asked it to stop: whatever its exit code, it goes back to its queue
+                    self.eng.on_preempted(ev.job_id, now)
+                elif ev.exit_code is None:
+                    self.eng.on_finished(ev.job_id, now, -9, ev.log_tail or LOST_TAIL)
+                else:
+                    self.eng.on_finished(ev.job_id, now, int(ev.exit_code), ev.log_tail)
+        return touched
+
+    def _execute(self, decisions, now: float) -> None:
+        for d in decisions:
+            rec = self.eng._jobs.get(d.job_id)
+            if rec is None:
+                continue
+            if d.kind is DecisionKind.START:
+                if rec.state is not JobState.PLACED:
+                    continue
+                try:
+                    self.launcher.launch(d.job_id, rec.request, rec.placement, rec.attempts + 1)
+                except Exception as exc:  # cannot start at all: the run fails like a bad command
+                    log.error("launch of %s failed: %s", d.job_id, exc)
+                    self.eng.on_started(d.job_id, now)
+                    self.eng.on_finished(d.job_id, now, 127, f"hived: launch failed: {exc}")
+                    self._write([d.job_id], now)
+                    continue
+                self._launched.add(d.job_id)
+            elif d.kind in (DecisionKind.PREEMPT, DecisionKind.KILL):
+                if d.kind is DecisionKind.PREEMPT:
+                    self.store.add_preemption(d.job_id, now, d.reason)
+                if d.job_id in self._launched:
+                    self.launcher.terminate(d.job_id, d.grace_period if d.kind is DecisionKind.PREEMPT else 0.0)
+                elif rec.state in HOLDING:
+                    # nothing runs yet (placed, not launched): it is gone at once
+                    self.eng.on_preempted(d.job_id, now)
+                    self._write([d.job_id], now)
+
+    def _health(self, now: float) -> list[str]:
+        touched = []
+        for node, gpu, healthy, reason in self.health.poll():
+            self.set_health(node, gpu, healthy, reason, _now=now)
+        return touched
+
+    # ------------------------------------------------------------------ API
+
+    def _authorize_vc(self, user: str, vc: str) -> None:
+        spec = self.spec.vcs.get(vc)
+        if spec is None:
+            raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
+        users = list(spec.users or [])
+        if users and user not in users and user not in self._admins(vc):
+            raise NotAuthorized(f"user {user!r} is not a member of VC {vc!r} (members: {', '.join(users)})")
+
+    def _admins(self, vc: str) -> set:
+        spec = self.spec.vcs.get(vc)
+        return set(getattr(spec, "admins", []) or []) | set(getattr(self.spec, "admins", []) or [])
+
+    def submit(self, user: str, payload: dict) -> dict:
+        """Validate, queue and durably store one job; returns its job dict."""
+        if not isinstance(user, str) or not user.strip():
+            raise RequestError("user", "must be a non-empty user name")
+        req = parse_job(user, payload, check_workdir=self._check_workdir)
+        with self._lock:
+            self._authorize_vc(user, req.vc)
+            now = self.clock()
+            jid = self.eng.submit(req, now)
+            try:
+                self._write([jid], now)
+            except Exception:
+                # not stored = not accepted: take it back out of the engine
+                self.eng.cancel(jid, now, user)
+                self.eng._jobs.pop(jid, None)
+                self._live.discard(jid)
+                self._seen.pop(jid, None)
+                raise
+            rec = self.eng._jobs[jid]
+            out = job_dict(rec, self._tail_position(rec))
+        self._wake.set()
+        return out
+
+    def _tail_position(self, rec: JobRecord) -> Optional[int]:
+        """Position of a job just queued, without listing the queue (O(1) for
+        order-keeping policies; submissions stay fast with long queues)."""
+        pol = self.eng.queue_policy
+        lanes = getattr(self.eng, "_lanes", {}).get(rec.request.vc)
+        if rec.state is not JobState.QUEUED or lanes is None or not getattr(pol, "preserves_order", False):
+            return self._position(rec)
+        te, rest = lanes
+        if getattr(pol, "te_first", False) and rec.job_id in te:
+            return len(te) - 1
+        return len(te) + len(rest) - 1
+
+    def _position(self, rec: JobRecord) -> Optional[int]:
+        if rec.state is not JobState.QUEUED:
+            return None
+        try:
+            return self.eng.queue(rec.request.vc).index(rec.job_id)
+        except ValueError:
+            return None
+
+    def _rec(self, job_id: str) -> JobRecord:
+        rec = self.eng._jobs.get(job_id) if isinstance(job_id, str) else None
+        if rec is None:
+            raise NotFound("job_id", f"unknown job {job_id!r}")
+        return rec
+
+    def get_job(self, job_id: str) -> dict:
+        with self._lock:
+            if job_id in self._extra:
+                return job_dict(JobRecord.from_dict(self._extra[job_id]))
+            return job_dict(self._rec(job_id), None) if self._rec(job_id).state is not JobState.QUEUED \
+                else job_dict(self._rec(job_id), self._position(self._rec(job_id)))
+
+    def list_jobs(self, vc: Optional[str] = None, state: Optional[str] = None,
+                  user: Optional[str] = None) -> list[dict]:
+        with self._lock:
+            if vc is not None and vc not in self.spec.vcs:
+                raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
+            if state is not None:
+                try:
+                    JobState(state)
+                except ValueError:
+                    raise RequestError("state", f"unknown state {state!r}; known: "
+                                       f"{', '.join(s.value for s in JobState)}") from None
+            positions: dict = {}
+            for v in ([vc] if vc else self.spec.vcs):
+                positions.update({j: i for i, j in enumerate(self.eng.queue(v))})
+            return [job_dict(r, positions.get(r.job_id)) for r in self.eng.jobs(vc, state)
+                    if user is None or r.request.user == user]
+
+    def cancel(self, job_id: str, user: str) -> dict:
+        with self._lock:
+            rec = self._rec(job_id)
+            if user != rec.request.user and user not in self._admins(rec.request.vc):
+                raise NotAuthorized(f"user {user!r} may not cancel {job_id}: it belongs to "
+                                    f"{rec.request.user!r} and {user!r} is not an admin of VC {rec.request.vc!r}")
+            self._cancel(job_id, user)
+            return job_dict(self._rec(job_id))
+
+    def _cancel(self, job_id: str, user: str) -> None:
+        now = self.clock()
+        decisions = self.eng.cancel(job_id, now, user)
+        self._write([job_id] + [d.job_id for d in decisions], now)
+        self._execute(decisions, now)
+        self._wake.set()
+
+    def logs(self, job_id: str, rank: int = 0, offset: int = 0) -> tuple[str, int]:
+        with self._lock:
+            rec = self._rec(job_id)
+            pods = len(rec.pod_gpus) or rec.request.total_pods
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < pods:
+            raise RequestError("rank", f"must be an integer from 0 to {pods - 1}, got {rank!r}")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise RequestError("offset", f"must be an integer >= 0, got {offset!r}")
+        return self.launcher.logs(job_id, rank, offset)
+
+    def job_done(self, job_id: str) -> bool:
+        with self._lock:
+            return self._rec(job_id).state.terminal
+
+    def report_progress(self, job_id: str, done: float, total: float) -> dict:
+        with self._lock:
+            now = self.clock()
+            self.eng.report_progress(job_id, done, total, now)
+            self._write([job_id], now)
+            return job_dict(self._rec(job_id))
+
+    def set_health(self, node: str, gpu: Optional[int], healthy: bool, reason: str = "", _now=None) -> dict:
+        with self._lock:
+            now = _now if _now is not None else self.clock()
+            decisions = self.eng.set_health(node, gpu, healthy, now)
+            if healthy:
+                self._unhealthy.pop((node, gpu), None)
+            else:
+                self._unhealthy[(node, gpu)] = reason or "marked unhealthy"
+            self._write_live(now, also=[d.job_id for d in decisions])
+            self._execute(decisions, now)
+            return {"node": node, "gpu": gpu, "healthy": healthy, "preempted": [d.job_id for d in decisions]}
+
+    def cluster(self) -> dict:
+        with self._lock:
+            return cluster_dict(self)
+
+    def vcs(self) -> dict:
+        with self._lock:
+            return {"vcs": {v: vc_dict(self, v) for v in self.spec.vcs}}
+
+    def vc(self, name: str) -> dict:
+        with self._lock:
+            if name not in self.spec.vcs:
+                raise NotFound("vc", f"unknown VC {name!r}; known: {', '.join(sorted(self.spec.vcs))}")
+            return vc_dict(self, name)
+
+    def reload_spec(self, path_or_text) -> dict:
+        """Reconfigure: a new engine on the new spec, every job restored into it
+        (the restart path, as HiveD does). Refused, changing nothing, when a
+        running job's binding does not fit the new spec."""
+        from hived.core.spec import SpecError
+        try:
+            new_spec = _load_spec(path_or_text)
+        except SpecError as exc:
+            raise RequestError(exc.path, exc.problem) from None
+        with self._lock:
+            eng = self._new_engine(new_spec)
+            for rec in sorted(self.eng._jobs.values(), key=lambda r: (r.state is JobState.QUEUED,
+                                                                      getattr(r, "_seq", 0))):
+                copy = JobRecord.from_dict(rec.to_dict())
+                try:
+                    eng.restore(copy)
+                except Exception as exc:
+                    raise RequestError("spec", f"job {rec.job_id} ({rec.state.value}) does not fit the new "
+                                       f"spec: {exc}; nothing changed") from None
+            self.eng, self.spec = eng, new_spec
+            text = _spec_text(path_or_text)
+            if text is not None:
+                self.store.set_meta("spec", text)
+            self._seen = {j: None for j in self._seen}   # rewrite all: queue keys changed
+            self._write_live(self.clock())
+            return {"ok": True, "vcs": sorted(new_spec.vcs), "chains": sorted(new_spec.chains)}
+
+    def status(self) -> dict:
+        with self._lock:
+            counts: dict = {}
+            for r in self.eng._jobs.values():
+                counts[r.state.value] = counts.get(r.state.value, 0) + 1
+            return {"ok": True, "data_dir": str(self.data_dir), "jobs": counts, "ticks": self.ticks,
+                    "pid": os.getpid(), "last_error": self.last_error, "recovered": {
+                        k: (len(v) if isinstance(v, list) else v) for k, v in self.recovered.items()}}

@@ -1,0 +1,73 @@
+"""JSON views of the cluster and of VCs for SchedulerService (GET cluster, vcs)."""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+from hived.core.jobs import JobState
+
+HOLDING = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
+
+
+def jsonable(x: Any) -> Any:
+    """Allocator views are dataclasses keyed by tuples: make them plain JSON."""
+    if hasattr(x, "to_dict") and callable(x.to_dict):
+        return jsonable(x.to_dict())
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {f.name: jsonable(getattr(x, f.name)) for f in dataclasses.fields(x)}
+    if isinstance(x, dict):
+        return {("/".join(map(str, k)) if isinstance(k, tuple) else str(k)): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, enum.Enum):
+        return x.value
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return str(x)
+
+
+def holders(svc) -> dict:
+    """(node, gpu) -> job id, for every job holding cells."""
+    out = {}
+    for rec in svc.eng._jobs.values():
+        if rec.state in HOLDING and rec.placement is not None:
+            for pod in rec.placement.pods:
+                for g in pod.gpus:
+                    out.setdefault((pod.node, g), rec.job_id)
+    return out
+
+
+def cluster_dict(svc) -> dict:
+    held = holders(svc)
+    chains = {}
+    for name, chain in svc.spec.chains.items():
+        ngpus = chain.gpus_per_level[chain.node_level - 1]
+        nodes = {}
+        for node in svc.eng.alloc.node_free(name):
+            nodes[node] = {"gpus": [{
+                "index": g, "holder": held.get((node, g)),
+                "healthy": (node, g) not in svc._unhealthy and (node, None) not in svc._unhealthy,
+                "problem": svc._unhealthy.get((node, g)) or svc._unhealthy.get((node, None)),
+            } for g in range(ngpus)]}
+        chains[name] = {"levels": list(chain.levels), "node_level": chain.node_level,
+                        "gpus_per_level": list(chain.gpus_per_level), "nodes": nodes,
+                        "free_gpus": svc.eng.alloc.free_gpus(name)}
+    counts: dict = {}
+    for r in svc.eng._jobs.values():
+        counts[r.state.value] = counts.get(r.state.value, 0) + 1
+    return {"chains": chains, "jobs": counts, "vcs": sorted(svc.spec.vcs)}
+
+
+def vc_dict(svc, vc: str) -> dict:
+    spec = svc.spec.vcs[vc]
+    view = jsonable(svc.eng.alloc.vc_view(vc))
+    running = [r.job_id for r in svc.eng._jobs.values() if r.request.vc == vc and r.state in HOLDING]
+    return {
+        "name": vc, "users": list(spec.users or []), "admins": list(getattr(spec, "admins", []) or []),
+        "cells": {f"{c}/{lvl}": n for (c, lvl), n in spec.cells.items()},
+        "view": view, "queue": svc.eng.queue(vc), "running": running,
+        "gpus_used": sum(svc.eng._jobs[j].gpus for j in running
+                         if not svc.eng._jobs[j].opportunistic),
+        "gpus_total": sum(n * svc.spec.chains[c].gpus_per_level[lvl - 1] for (c, lvl), n in spec.cells.items()),
+    }

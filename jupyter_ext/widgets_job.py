@@ -1,0 +1,85 @@
+"""The live status line of one job, as shown under ``%gpu_submit``.
+
+Rendered as an ipywidgets ``HTML`` in a notebook; ``text()`` gives the same
+facts as plain text for terminals and logs.
+"""
+from __future__ import annotations
+
+import html
+import time
+from typing import Optional
+
+import ipywidgets as W
+
+STATE_COLOURS = {
+    "queued": "#b58900", "placed": "#268bd2", "running": "#2aa198", "preempting": "#cb4b16",
+    "succeeded": "#859900", "failed": "#dc322f", "cancelled": "#6c71c4",
+}
+
+
+def placement_text(job: dict) -> str:
+    p = job.get("placement") or {}
+    pods = p.get("pods") or []
+    if not pods:
+        return ""
+    where = "; ".join(f"{q.get('node')}:{','.join(map(str, q.get('gpus') or []))}" for q in pods)
+    kind = " (opportunistic)" if p.get("opportunistic") else ""
+    return f"on {where}{kind}"
+
+
+def elapsed(job: dict, now: Optional[float] = None) -> Optional[float]:
+    """Seconds in the current phase: queued since submit, running since start, total once ended."""
+    now = time.time() if now is None else now
+    start = job.get("started") or job.get("submitted")
+    if not isinstance(start, (int, float)):
+        return None
+    end = job.get("ended") if isinstance(job.get("ended"), (int, float)) else now
+    return max(0.0, end - start)
+
+
+def fmt_seconds(s: Optional[float]) -> str:
+    if s is None:
+        return ""
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def status_facts(job: dict) -> list[str]:
+    state = job.get("state", "?")
+    facts = [f"{job.get('id')} {state}"]
+    if state == "queued" and job.get("queue_position") is not None:
+        facts.append(f"position {job['queue_position']} in {job.get('vc')}'s queue")
+    where = placement_text(job)
+    if where:
+        facts.append(where)
+    t = elapsed(job)
+    if t is not None:
+        facts.append(fmt_seconds(t))
+    if job.get("preemptions"):
+        facts.append(f"preempted {job['preemptions']}x")
+    if job.get("exit_code") is not None and state in ("succeeded", "failed"):
+        facts.append(f"exit {job['exit_code']}")
+    if job.get("failure_class"):
+        facts.append(str(job["failure_class"]))
+    return facts
+
+
+class JobStatusWidget(W.HTML):
+    """One line: id, state (coloured), queue position or GPUs, elapsed time."""
+
+    def update(self, job: dict) -> None:
+        self.job = job
+        state = job.get("state", "?")
+        colour = STATE_COLOURS.get(state, "#586e75")
+        facts = status_facts(job)
+        head = html.escape(str(job.get("name") or job.get("id")))
+        rest = " &middot; ".join(html.escape(f) for f in facts[1:])
+        self.value = (
+            f'<div class="hived-job" data-state="{html.escape(state)}" style="font-family:monospace">'
+            f"<b>{head}</b> "
+            f'<span class="hived-state" style="color:white;background:{colour};padding:0 6px;'
+            f'border-radius:3px">{html.escape(state)}</span> {rest}</div>'
+        )
+
+    def text(self) -> str:
+        return " | ".join(status_facts(getattr(self, "job", {}) or {}))

@@ -1,0 +1,371 @@
+"""KubernetesLauncher: the Launcher protocol (docs/architecture.md) on a Kubernetes cluster.
+
+One pod per gang member, bound to the node of its physical cell with the GPU
+indices hived chose (see pod_builder for the two ways of binding). A pod watch
+turns pod status into the protocol's events:
+
+- ``started`` once every pod of the gang is running;
+- ``exited`` once the gang is over: every pod succeeded (exit 0), or one pod
+  ended badly (its exit code; the reason - Error, OOMKilled, Evicted, node
+  lost, deleted - is in ``reason``/``log_tail``). A gang is all or nothing, so
+  the first bad member makes the launcher delete its siblings.
+
+``launch`` validates the job template before it creates anything, and a pod
+the API server refuses (quota, admission, a name taken) makes it delete the
+pods it already created: no half gang is left behind. ``terminate`` deletes
+the gang with the job's grace period; the gang's ``exited`` comes when the
+pods are gone (or ended). ``adopt`` after a restart finds the gang in the
+cluster. Node health comes from ``NodeHealth`` (``health_changes()``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from hived.core.jobs import JobRequest, Placement
+
+from . import pod_builder as pb
+from .nodes import NodeHealth
+from .template import JobTemplate, TemplateError
+from .watch import (DELETED, EXIT_DELETED, PENDING, RUNNING, SUCCEEDED, PodState, pod_state,
+                    pod_watch)
+
+log = logging.getLogger("hived.k8s.launcher")
+
+TEMPLATE_ATTR = "k8s_template"   # a job's own template overrides (dict) on its JobRequest
+
+
+@dataclass
+class JobEvent:
+    """A LauncherEvent (job_id, kind, exit_code, log_tail) with the Kubernetes detail added."""
+
+    job_id: str
+    kind: str                         # "started" | "exited"
+    exit_code: Optional[int] = None
+    log_tail: str = ""
+    state: str = ""                   # running | succeeded | failed | oom_killed | evicted | node_lost | deleted
+    reason: str = ""
+    rank: Optional[int] = None        # the pod that decided it
+    attempt: int = 0
+
+
+class LaunchError(RuntimeError):
+    """The API server refused a pod of the gang; the pods already created were removed."""
+
+    def __init__(self, job_id: str, status: Optional[int], message: str):
+        super().__init__(f"job {job_id}: the API server refused the gang ({status}): {message}")
+        self.job_id = job_id
+        self.status = status
+
+
+@dataclass
+class _Gang:
+    job_id: str
+    attempt: int
+    namespace: str
+    names: list
+    grace: float
+    states: dict = field(default_factory=dict)     # rank -> PodState
+    started: bool = False
+    ended: bool = False
+    terminating: bool = False
+    launching: bool = False
+
+
+def make_api_client(kubeconfig: Optional[str] = None, context: Optional[str] = None) -> client.ApiClient:
+    """In-cluster config when running in a pod, else the kubeconfig (``$KUBECONFIG`` / ~/.kube/config)."""
+    cfg = client.Configuration()
+    if kubeconfig is None:
+        try:
+            config.load_incluster_config(client_configuration=cfg)
+            return client.ApiClient(cfg)
+        except config.ConfigException:
+            pass
+    config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+    return client.ApiClient(cfg)
+
+
+def _api_message(e: ApiException) -> str:
+    try:
+        return json.loads(e.body).get("message") or str(e.reason)
+    except Exception:
+        return str(e.reason)
+
+
+class KubernetesLauncher:
+    """Launch gangs as pods. ``template`` is the default job template (dict or JobTemplate);
+    a job may add overrides as ``request.k8s_template`` (validated the same way)."""
+
+    def __init__(self, kubeconfig: Optional[str] = None, *, api_client: Optional[client.ApiClient] = None,
+                 template: Any = None, namespace: str = "default", instance: str = "hived",
+                 bind: str = "node_name", spec_version: str = "", context: Optional[str] = None,
+                 nodes: Optional[Iterable[str]] = None, emit_events: bool = True,
+                 priority_of: Optional[Callable[[JobRequest, Placement], Optional[int]]] = None,
+                 watch_timeout: int = 5):
+        if bind not in pb.BIND_MODES:
+            raise ValueError(f"bind: {bind!r} is not one of {pb.BIND_MODES}")
+        self.api = api_client or make_api_client(kubeconfig, context)
+        self.core = client.CoreV1Api(self.api)
+        self.template = JobTemplate.from_dict(template) if template is not None else None
+        self.namespace = namespace
+        self.instance = instance
+        self.bind = bind
+        self.spec_version = spec_version
+        self.priority_of = priority_of
+        self.emit_events = emit_events
+        self.selector = f"{pb.L_MANAGED}=hived,{pb.L_INSTANCE}={pb.label_value(instance)}"
+        self.watch = pod_watch(self.core, self.selector, self._on_pod, timeout_seconds=watch_timeout)
+        self.node_health = NodeHealth(self.core, nodes, timeout_seconds=watch_timeout) if nodes else None
+        self._gangs: dict[str, _Gang] = {}
+        self._events: list[JobEvent] = []
+        self._lock = threading.RLock()
+        self._started = False
+
+    # -- lifecycle -------------------------------------------------------
+    def start(self) -> "KubernetesLauncher":
+        if not self._started:
+            self._started = True
+            self.watch.start()
+            if self.node_health:
+                self.node_health.start()
+        return self
+
+    def stop(self) -> None:
+        if self._started:
+            self.watch.stop()
+            if self.node_health:
+                self.node_health.stop()
+            self._started = False
+
+    # -- templates -------------------------------------------------------
+    def template_for(self, request: JobRequest) -> JobTemplate:
+        """The job's template: the default with the job's overrides on top; raises TemplateError."""
+        own = getattr(request, TEMPLATE_ATTR, None)
+        if self.template is None:
+            if own is None:
+                raise TemplateError("template", "no job template: give the launcher a default or the job its own")
+            return JobTemplate.from_dict(own)
+        return self.template.merged(own)
+
+    def validate(self, request: JobRequest) -> JobTemplate:
+        """Everything ``launch`` would refuse for this request, without touching the cluster."""
+        t = self.template_for(request)
+        if not request.user or not request.vc:
+            raise TemplateError("request", "user and vc are required")
+        return t
+
+    def namespace_of(self, template: JobTemplate) -> str:
+        return template.namespace or self.namespace
+
+    # -- Launcher protocol ----------------------------------------------
+    def launch(self, job_id: str, request: JobRequest, placement: Placement, attempt: int) -> None:
+        self.start()
+        template = self.validate(request)            # refused here: nothing was created
+        ns = self.namespace_of(template)
+        priority = self.priority_of(request, placement) if self.priority_of else None
+        pods = pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
+                             instance=self.instance, bind=self.bind, spec_version=self.spec_version,
+                             priority=priority)
+        gang = _Gang(job_id, attempt, ns, [p["metadata"]["name"] for p in pods], request.grace_period,
+                     launching=True)
+        with self._lock:
+            self._gangs[job_id] = gang
+        created: list[str] = []
+        try:
+            for pod in pods:
+                self.core.create_namespaced_pod(ns, pod, _preload_content=False)
+                created.append(pod["metadata"]["name"])
+                if self.bind == "binding":
+                    self.core.create_namespaced_pod_binding(pod["metadata"]["name"], ns, pb.binding_body(pod),
+                                                            _preload_content=False)
+        except Exception as e:   # refused, or the connection broke: no half gang either way
+            self._rollback(ns, created)
+            with self._lock:
+                self._gangs.pop(job_id, None)
+            if isinstance(e, ApiException):
+                raise LaunchError(job_id, e.status, _api_message(e)) from None
+            raise LaunchError(job_id, None, f"{e.__class__.__name__}: {e}") from e
+        with self._lock:
+            gang.launching = False
+            self._evaluate(gang)
+
+    def _rollback(self, ns: str, names: list[str]) -> None:
+        """Delete the pods of a gang that could not be created whole (grace 0: they never ran)."""
+        for name in names:
+            try:
+                self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0, _preload_content=False)
+            except ApiException as e:
+                if e.status != 404:
+                    log.error("rollback: could not delete pod %s/%s: %s", ns, name, _api_message(e))
+
+    def terminate(self, job_id: str, grace_period: float) -> None:
+        self.start()
+        with self._lock:
+            gang = self._gangs.get(job_id)
+            if gang is None:
+                return
+            gang.terminating = True
+            names, ns = list(gang.names), gang.namespace
+        grace = max(0, int(round(grace_period)))
+        for name in names:
+            try:
+                self.core.delete_namespaced_pod(name, ns, grace_period_seconds=grace, _preload_content=False)
+                self._event(ns, name, "Preempting" if grace else "Killing",
+                            f"hived deletes the gang of job {job_id} (grace period {grace}s)")
+            except ApiException as e:
+                if e.status != 404:
+                    log.error("terminate %s: could not delete %s/%s: %s", job_id, ns, name, _api_message(e))
+        with self._lock:
+            self._evaluate(gang)
+
+    def poll(self) -> list[JobEvent]:
+        self.start()
+        with self._lock:
+            out, self._events = self._events, []
+        return out
+
+    def adopt(self, job_id: str, placement: Placement) -> bool:
+        """After a restart: track the job's pods again. True when its pods exist in the cluster
+        (a gang that ended while hived was down is adopted too; its ``exited`` follows in poll)."""
+        self.start()
+        pods = [p for p in self.watch.snapshot()
+                if (p["metadata"].get("annotations") or {}).get(pb.A_JOB) == job_id]
+        if not pods:
+            return False
+        attempt = max(int(p["metadata"]["annotations"].get(pb.A_ATTEMPT, 0)) for p in pods)
+        pods = [p for p in pods if int(p["metadata"]["annotations"].get(pb.A_ATTEMPT, 0)) == attempt]
+        binding = json.loads(pods[0]["metadata"]["annotations"][pb.A_BINDING])
+        ns = pods[0]["metadata"]["namespace"]
+        request = json.loads(pods[0]["metadata"]["annotations"].get(pb.A_REQUEST, "{}"))
+        names = [pb.pod_name(job_id, attempt, q["rank"]) for q in binding["pods"]]
+        gang = _Gang(job_id, attempt, ns, names, float(request.get("grace_period", 0.0)))
+        present = {p["metadata"]["name"]: p for p in pods}
+        with self._lock:
+            self._gangs[job_id] = gang
+            for rank, name in enumerate(names):
+                pod = present.get(name)
+                gang.states[rank] = pod_state(pod) if pod else PodState(DELETED, "missing after restart",
+                                                                        EXIT_DELETED)
+            # A gang already running when hived went down was reported started then.
+            gang.started = all(s.state in (RUNNING, SUCCEEDED) or s.terminal for s in gang.states.values()) \
+                and any(s.state != PENDING for s in gang.states.values())
+            self._evaluate(gang)
+        return True
+
+    def logs(self, job_id: str, rank: int = 0, offset: int = 0) -> tuple[str, int]:
+        with self._lock:
+            gang = self._gangs.get(job_id)
+        if gang is None or not 0 <= rank < len(gang.names):
+            return "", offset
+        try:
+            text = self.core.read_namespaced_pod_log(gang.names[rank], gang.namespace, container=pb.CONTAINER,
+                                                     _preload_content=False).data.decode("utf-8", "replace")
+        except ApiException as e:
+            return (f"(no logs from pod {gang.names[rank]}: {e.status} {_api_message(e)})\n" if offset == 0 else "",
+                    offset)
+        return text[offset:], len(text)
+
+    # -- extras ----------------------------------------------------------
+    def health_changes(self) -> list[tuple[str, bool]]:
+        """Node health changes since the last call: [(node, healthy)] (start() first)."""
+        return self.node_health.changes() if self.node_health else []
+
+    def owned_pods(self) -> list[dict]:
+        """The pods of this hived instance, as the watch cache holds them."""
+        self.start()
+        return self.watch.snapshot()
+
+    def gang_states(self, job_id: str) -> dict[int, PodState]:
+        with self._lock:
+            gang = self._gangs.get(job_id)
+            return dict(gang.states) if gang else {}
+
+    # -- watch -> events -------------------------------------------------
+    def _on_pod(self, kind: str, pod: dict) -> None:
+        ann = (pod.get("metadata") or {}).get("annotations") or {}
+        job_id = ann.get(pb.A_JOB)
+        if job_id is None:
+            return
+        with self._lock:
+            gang = self._gangs.get(job_id)
+            if gang is None or int(ann.get(pb.A_ATTEMPT, -1)) != gang.attempt:
+                return
+            gang.states[int(ann.get(pb.A_RANK, 0))] = pod_state(pod, deleted=(kind == "DELETED"))
+            if not gang.launching:
+                self._evaluate(gang)
+
+    def _evaluate(self, gang: _Gang) -> None:
+        """Turn the gang's pod states into at most one started and one exited event (lock held)."""
+        if gang.ended:
+            return
+        size = len(gang.names)
+        states = [gang.states.get(r) for r in range(size)]
+        if gang.terminating:
+            if all(s is not None and s.terminal for s in states):
+                codes = [s for s in states if s.state not in (DELETED, SUCCEEDED)]
+                first = codes[0] if codes else PodState(DELETED, "Deleted", EXIT_DELETED)
+                gang.ended = True
+                self._emit(gang, "exited", first, None, "terminated by hived")
+            return
+        bad = [(r, s) for r, s in enumerate(states) if s is not None and s.terminal and s.state != SUCCEEDED]
+        if bad:
+            rank, s = bad[0]
+            gang.ended = True
+            self._emit(gang, "exited", s, rank, "")
+            self._teardown(gang)
+            return
+        if not gang.started and all(s is not None and s.state in (RUNNING, SUCCEEDED) for s in states):
+            gang.started = True
+            self._emit(gang, "started", PodState(RUNNING), None, "")
+        if all(s is not None and s.state == SUCCEEDED for s in states):
+            gang.ended = True
+            self._emit(gang, "exited", PodState(SUCCEEDED, "Completed", 0), None, "")
+
+    def _emit(self, gang: _Gang, kind: str, s: PodState, rank: Optional[int], note: str) -> None:
+        tail = ""
+        if kind == "exited" and s.state != SUCCEEDED:
+            where = f"pod {gang.names[rank]} (rank {rank})" if rank is not None else "gang"
+            tail = f"{note or s.state}: {where}: {s.reason}" + (f": {s.message}" if s.message else "")
+        self._events.append(JobEvent(gang.job_id, kind, s.exit_code if kind == "exited" else None, tail,
+                                     s.state, s.reason, rank, gang.attempt))
+
+    def _teardown(self, gang: _Gang) -> None:
+        """One member failed: delete the others (a gang runs whole or not at all)."""
+        names = [n for r, n in enumerate(gang.names)
+                 if not (gang.states.get(r) and gang.states[r].terminal)]
+        if not names:
+            return
+        grace = max(0, int(round(gang.grace)))
+        ns = gang.namespace
+
+        def run():
+            for name in names:
+                try:
+                    self.core.delete_namespaced_pod(name, ns, grace_period_seconds=grace, _preload_content=False)
+                except ApiException as e:
+                    if e.status != 404:
+                        log.error("teardown %s: %s/%s: %s", gang.job_id, ns, name, _api_message(e))
+        # Not on the watch thread's lock: API calls there would stall every other event.
+        threading.Thread(target=run, name="hived-teardown", daemon=True).start()
+
+    def _event(self, ns: str, pod: str, reason: str, message: str) -> None:
+        """A Kubernetes Event on the pod (best effort; turned off if the server has no Events)."""
+        if not self.emit_events:
+            return
+        body = {"metadata": {"generateName": f"{pod}.", "namespace": ns},
+                "involvedObject": {"kind": "Pod", "name": pod, "namespace": ns, "apiVersion": "v1"},
+                "reason": reason, "message": message, "type": "Normal",
+                "source": {"component": "hived"}}
+        try:
+            self.core.create_namespaced_event(ns, body, _preload_content=False)
+        except ApiException as e:
+            if e.status == 404:
+                self.emit_events = False    # this API server does not serve Events
+            else:
+                log.debug("event on %s/%s not recorded: %s", ns, pod, e.status)

@@ -1,0 +1,216 @@
+"""Pod manifests for one gang: the GPUs hived chose, written where the pod can see them.
+
+Each gang member becomes one pod. Two ways to put it on its node (``bind``):
+
+- ``"node_name"``: the pod is created with ``spec.nodeName`` already set. One
+  API call per pod; no scheduler ever looks at it. Use this when hived is the
+  only thing deciding where GPU pods go (the default).
+- ``"binding"``: the pod is created with ``spec.schedulerName: hived`` and no
+  node, then bound through its ``pods/{name}/binding`` subresource, exactly as
+  a scheduler does. The default scheduler ignores pods that name another
+  scheduler, so the pod waits unbound until hived binds it; admission
+  webhooks and quota see an ordinary pending pod first. Two calls per pod.
+
+Either way the pod carries, as hivedscheduler's pods do:
+
+- annotation ``hived.io/gpu-isolation`` = this pod's GPU indices ("0,1"), and
+  ``NVIDIA_VISIBLE_DEVICES`` taken from it through the downward API, so the
+  NVIDIA container runtime exposes exactly those GPUs;
+- annotation ``hived.io/gang-binding`` = the binding of the *whole* gang
+  (chain, per pod: rank, node, GPU indices, cells) so that any one surviving
+  pod tells a restarted hived where all its siblings belong (paper 001, §4);
+- annotations with the job id, the request, the spec version and the attempt;
+- labels for selection: managed-by, instance, job, VC, user, priority class.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Optional
+
+from hived.core.jobs import JobRequest, Placement
+
+from .template import JobTemplate
+
+PREFIX = "hived.io/"
+A_JOB = PREFIX + "job-id"
+A_USER = PREFIX + "user"
+A_VC = PREFIX + "vc"
+A_RANK = PREFIX + "rank"
+A_ATTEMPT = PREFIX + "attempt"
+A_GPUS = PREFIX + "gpu-isolation"
+A_BINDING = PREFIX + "gang-binding"
+A_SPEC_VERSION = PREFIX + "spec-version"
+A_REQUEST = PREFIX + "request"
+A_JOB_CLASS = PREFIX + "job-class"
+
+L_MANAGED = "app.kubernetes.io/managed-by"
+L_INSTANCE = PREFIX + "instance"
+L_JOB = PREFIX + "job"
+L_VC = PREFIX + "vc"
+L_USER = PREFIX + "user"
+L_PRIORITY = PREFIX + "priority-class"
+L_RANK = PREFIX + "rank"
+
+BIND_MODES = ("node_name", "binding")
+CONTAINER = "main"
+SCHEDULER_NAME = "hived"
+
+_BAD = re.compile(r"[^a-z0-9-]+")
+_LABEL_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def slug(text: str, limit: int = 40) -> str:
+    """A DNS-label-safe form of ``text``; a hash keeps distinct ids distinct."""
+    s = _BAD.sub("-", text.lower()).strip("-")
+    if s != text or len(s) > limit:
+        h = hashlib.sha1(text.encode()).hexdigest()[:8]
+        s = f"{s[: limit - 9].strip('-')}-{h}".strip("-")
+    return s or "x"
+
+
+def label_value(text: str) -> str:
+    """A label-safe form of ``text`` (<= 63 chars); the exact value goes in an annotation."""
+    s = _LABEL_BAD.sub("_", text).strip("_.-")
+    if s != text or len(s) > 63:
+        h = hashlib.sha1(text.encode()).hexdigest()[:8]
+        s = f"{s[:54].strip('_.-')}_{h}".strip("_.-")
+    return s
+
+
+def pod_name(job_id: str, attempt: int, rank: int) -> str:
+    return f"hived-{slug(job_id)}-a{attempt}-r{rank}"
+
+
+def gang_binding(placement: Placement, priority: Optional[int] = None) -> dict:
+    """The whole gang's binding as stored in every pod (and read back by recovery)."""
+    out = {"chain": placement.chain, "opportunistic": placement.opportunistic,
+           "pods": [{"rank": p.rank, "node": p.node, "gpus": list(p.gpus), "cells": list(p.cells)}
+                    for p in placement.pods]}
+    if priority is not None:
+        out["priority"] = priority
+    return out
+
+
+def request_summary(request: JobRequest) -> dict:
+    from hived.core.engine_records import request_to_dict
+    return request_to_dict(request)
+
+
+def command_of(request: JobRequest, template: JobTemplate) -> tuple[list, list]:
+    """(command, args): the request's command wins over the template's."""
+    cmd = request.command
+    if isinstance(cmd, str) and cmd.strip():
+        return ["/bin/sh", "-c", cmd], []
+    if isinstance(cmd, (list, tuple)) and cmd:
+        return [str(c) for c in cmd], []
+    return list(template.command), list(template.args)
+
+
+def _group_of(request: JobRequest, rank: int):
+    i = rank
+    for g in request.groups:
+        if i < g.pods:
+            return g
+        i -= g.pods
+    return request.groups[-1] if request.groups else None
+
+
+def _fmt_quantity(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{int(round(x * 1000))}m"
+
+
+def build_pods(job_id: str, request: JobRequest, placement: Placement, attempt: int,
+               template: JobTemplate, *, namespace: str, instance: str = "hived",
+               bind: str = "node_name", spec_version: str = "", priority: Optional[int] = None,
+               scheduler_name: str = SCHEDULER_NAME) -> list[dict]:
+    """One manifest (a plain dict, camelCase as the API takes it) per pod of the gang."""
+    if bind not in BIND_MODES:
+        raise ValueError(f"bind: {bind!r} is not one of {BIND_MODES}")
+    binding_json = json.dumps(gang_binding(placement, priority), separators=(",", ":"), sort_keys=True)
+    request_json = json.dumps(request_summary(request), separators=(",", ":"), sort_keys=True)
+    command, args = command_of(request, template)
+    size = len(placement.pods)
+    pods = []
+    for pp in placement.pods:
+        gpus = ",".join(str(g) for g in pp.gpus)
+        labels = {**template.labels,
+                  L_MANAGED: "hived", L_INSTANCE: label_value(instance), L_JOB: label_value(job_id),
+                  L_VC: label_value(request.vc), L_USER: label_value(request.user),
+                  L_PRIORITY: "opportunistic" if placement.opportunistic else request.job_class.value,
+                  L_RANK: str(pp.rank)}
+        annotations = {**template.annotations,
+                       A_JOB: job_id, A_USER: request.user, A_VC: request.vc,
+                       A_JOB_CLASS: request.job_class.value, A_RANK: str(pp.rank),
+                       A_ATTEMPT: str(attempt), A_GPUS: gpus if gpus else "none",
+                       A_BINDING: binding_json, A_SPEC_VERSION: str(spec_version),
+                       A_REQUEST: request_json}
+        env = [{"name": "NVIDIA_VISIBLE_DEVICES",
+                "valueFrom": {"fieldRef": {"apiVersion": "v1",
+                                           "fieldPath": f"metadata.annotations['{A_GPUS}']"}}}]
+        hived_env = {"HIVED_JOB_ID": job_id, "HIVED_RANK": str(pp.rank), "HIVED_WORLD_SIZE": str(size),
+                     "HIVED_ATTEMPT": str(attempt), "HIVED_NODE": pp.node, "HIVED_GPUS": gpus,
+                     "HIVED_CHAIN": placement.chain, "HIVED_CELLS": ",".join(pp.cells),
+                     "HIVED_VC": request.vc, "HIVED_USER": request.user,
+                     "HIVED_JOB_CLASS": labels[L_PRIORITY]}
+        # Template env first, then the job's own, then hived's (which nothing overrides).
+        merged = {**template.env, **{k: str(v) for k, v in request.env.items()}, **hived_env}
+        env += [{"name": k, "value": v} for k, v in merged.items() if k != "NVIDIA_VISIBLE_DEVICES"]
+        container: dict[str, Any] = {"name": CONTAINER, "image": template.image, "env": env}
+        if command:
+            container["command"] = command
+        if args:
+            container["args"] = args
+        workdir = request.workdir or template.working_dir
+        if workdir:
+            container["workingDir"] = workdir
+        if template.image_pull_policy:
+            container["imagePullPolicy"] = template.image_pull_policy
+        if template.volume_mounts:
+            container["volumeMounts"] = [dict(v) for v in template.volume_mounts]
+        resources = {k: dict(v) for k, v in template.resources.items()}
+        group = _group_of(request, pp.rank)
+        req = resources.setdefault("requests", {})
+        if group is not None and group.cpus is not None:
+            req.setdefault("cpu", _fmt_quantity(group.cpus))
+        if group is not None and group.memory_gb is not None:
+            req.setdefault("memory", f"{int(round(group.memory_gb * 1024))}Mi")
+        resources = {k: v for k, v in resources.items() if v}
+        if resources:
+            container["resources"] = resources
+        spec: dict[str, Any] = {
+            "containers": [container],
+            # Set explicitly: no server-side defaulting may be assumed.
+            "restartPolicy": template.restart_policy,
+            "terminationGracePeriodSeconds": int(round(request.grace_period)),
+        }
+        if bind == "node_name":
+            spec["nodeName"] = pp.node
+        else:
+            spec["schedulerName"] = scheduler_name
+        if template.volumes:
+            spec["volumes"] = [dict(v) for v in template.volumes]
+        if template.service_account:
+            spec["serviceAccountName"] = template.service_account
+        if template.image_pull_secrets:
+            spec["imagePullSecrets"] = [{"name": s} for s in template.image_pull_secrets]
+        if template.node_selector:
+            spec["nodeSelector"] = dict(template.node_selector)
+        if template.tolerations:
+            spec["tolerations"] = [dict(t) for t in template.tolerations]
+        pods.append({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": pod_name(job_id, attempt, pp.rank), "namespace": namespace,
+                                  "labels": labels, "annotations": annotations},
+                     "spec": spec})
+    return pods
+
+
+def binding_body(pod: dict) -> dict:
+    """The Binding object that puts a ``bind="binding"`` pod on its node."""
+    node = json.loads(pod["metadata"]["annotations"][A_BINDING])["pods"]
+    rank = int(pod["metadata"]["annotations"][A_RANK])
+    target = next(p["node"] for p in node if p["rank"] == rank)
+    return {"apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": pod["metadata"]["name"], "namespace": pod["metadata"]["namespace"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": target}}

@@ -1,0 +1,170 @@
+"""``mlflow run --backend hived``: an MLflow project backend that submits BE jobs.
+
+``run()`` does what MLflow's local backend does up to the point of starting
+the command (fetch and validate the project, create the run with its params
+and source tags, build the entry point command), then hands the command to
+the hived service as a best-effort job whose environment points
+``mlflow.start_run()`` at that run.
+
+The ``mlflow run`` CLI never waits for plugin backends (it passes
+``synchronous=False``), so when called from it this backend blocks itself,
+prints the job's output, sets the run's terminal status and fails the
+command the way the local backend does; ``{"detach": true}`` returns at once.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+from typing import Optional
+
+from mlflow.exceptions import ExecutionException
+from mlflow.projects.backend.abstract_backend import AbstractBackend
+from mlflow.projects.utils import (
+    fetch_and_validate_project,
+    get_entry_point_command,
+    get_or_create_run,
+    get_run_env_vars,
+    load_project,
+)
+from mlflow.tracking import MlflowClient
+from mlflow.entities import RunTag
+from mlflow.utils.mlflow_tags import MLFLOW_PROJECT_BACKEND, MLFLOW_RUN_NAME
+
+from hived.jupyter_ext.client import HivedClient, HivedError, HivedUnreachable
+from hived.mlflow_plugin.config import BackendConfig, HivedBackendError, parse_config
+from hived.mlflow_plugin.history import KIND_TAG, SIGNATURE_TAG, MlflowHistory, project_signature
+from hived.mlflow_plugin.resume import checkpoint_dir_for, wrap_command
+from hived.mlflow_plugin.submitted_run import TAG, HivedSubmittedRun, print_sink
+
+# under "mlflow." so that `mlflow run` shows our lines the way it shows the local backend's
+_logger = logging.getLogger("mlflow.projects.hived")
+
+
+def mlflow_cli_params() -> Optional[dict]:
+    """The options of the enclosing ``mlflow run`` command; None under mlflow.projects.run()."""
+    try:
+        import click
+    except ImportError:  # pragma: no cover - mlflow depends on click
+        return None
+    ctx = click.get_current_context(silent=True)
+    while ctx is not None:
+        callback = getattr(ctx.command, "callback", None)
+        if callback is not None and getattr(callback, "__module__", "") == "mlflow.cli" \
+                and ctx.command.name == "run":
+            return dict(ctx.params)
+        ctx = ctx.parent
+    return None
+
+
+def called_from_mlflow_cli() -> bool:
+    return mlflow_cli_params() is not None
+
+
+def connect(cfg: BackendConfig) -> HivedClient:
+    """A client for the configured service, checked to answer; one-line errors."""
+    try:
+        client = HivedClient(url=cfg.service_url, token=cfg.token)
+        client.status()
+        client.vc(cfg.vc)  # unknown VC or no access: refused before the run exists
+    except HivedUnreachable as exc:
+        raise HivedBackendError(f"hived backend: {exc.message}; start one with 'hived serve' "
+                                f"or set service_url in --backend-config") from None
+    except HivedError as exc:
+        raise HivedBackendError(str(exc)) from None
+    return client
+
+
+def history_estimate(tracking_uri: Optional[str], experiment_id: str, sig: str) -> Optional[float]:
+    """Median run time of earlier finished runs of this project + entry point, as the job's hint."""
+    try:
+        past = list(MlflowHistory(tracking_uri, experiment_ids=[experiment_id], max_runs=50)
+                    .durations(sig, "gpu"))
+    except Exception as exc:  # a hint only: a store hiccup must not stop the submission
+        _logger.debug("no history estimate: %s", exc)
+        return None
+    return max(round(statistics.median(past), 3), 0.001) if past else None
+
+
+class HivedProjectBackend(AbstractBackend):
+    def run(self, project_uri, entry_point, params, version, backend_config,
+            tracking_uri, experiment_id):
+        cfg = parse_config(backend_config)
+        client = connect(cfg)
+        work_dir = fetch_and_validate_project(project_uri, version, entry_point, params)
+        project = load_project(work_dir)
+        if project.docker_env:
+            raise HivedBackendError("hived backend: docker_env projects are not supported; "
+                                    "the entry point runs in the job's own environment")
+        command = get_entry_point_command(project, entry_point, params,
+                                          cfg.mlflow.get("STORAGE_DIR"))[0]
+        run = get_or_create_run(None, project_uri, experiment_id, work_dir, version,
+                                entry_point, params)
+        run_id = run.info.run_id
+        submitted = self._submit(cfg, client, project.name or "mlflow", entry_point, command,
+                                 work_dir, run_id, experiment_id, tracking_uri)
+        cli = mlflow_cli_params()
+        if cli is not None and cli.get("run_name"):
+            # MLflow names the run only after a plugin returns; a failed blocking run never would be
+            MlflowClient(tracking_uri).set_tag(run_id, MLFLOW_RUN_NAME, cli["run_name"])
+        if cli is not None and not cfg.detach:
+            return self._block(submitted)
+        if cfg.detach or cli is not None:
+            _logger.info("=== hived job %s runs MLflow run %s (detached) ===",
+                         submitted.job_id, run_id)
+        return submitted
+
+    def _submit(self, cfg: BackendConfig, client: HivedClient, project_name: str,
+                entry_point: str, command: str, work_dir: str, run_id: str,
+                experiment_id: str, tracking_uri: Optional[str]) -> HivedSubmittedRun:
+        mlflow = MlflowClient(tracking_uri)
+        ckpt = checkpoint_dir_for(run_id, cfg.checkpoint_dir)
+        env = get_run_env_vars(run_id, experiment_id)
+        if tracking_uri:
+            env["MLFLOW_TRACKING_URI"] = tracking_uri
+        payload = cfg.job_payload(wrap_command(command, ckpt), env, os.path.abspath(work_dir),
+                                  f"mlflow-{project_name}-{entry_point}-{run_id[:8]}")
+        sig = project_signature(project_name, entry_point)
+        estimate = history_estimate(tracking_uri, experiment_id, sig)
+        if estimate is not None:
+            payload["estimate"] = estimate
+        try:
+            job = client.submit(payload)
+        except HivedError as exc:
+            # nothing runs: the run must not linger as RUNNING
+            mlflow.delete_run(run_id)
+            raise HivedBackendError(str(exc)) from None
+        tags = {MLFLOW_PROJECT_BACKEND: "hived", TAG + "job_id": job["id"],
+                TAG + "vc": cfg.vc, TAG + "job_class": cfg.priority,
+                TAG + "service_url": client.url, TAG + "checkpoint_dir": ckpt,
+                TAG + "gpus_requested": str(cfg.pods * cfg.gpus) if cfg.gpus is not None else cfg.cell,
+                SIGNATURE_TAG: sig, KIND_TAG: "gpu"}
+        if estimate is not None:
+            tags[TAG + "estimate_seconds"] = f"{estimate:.3f}"
+        mlflow.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        _logger.info("=== Submitted MLflow run %s as hived job %s in VC %s ===",
+                     run_id, job["id"], cfg.vc)
+        submitted = HivedSubmittedRun(run_id, job["id"], client, tracking_uri=tracking_uri,
+                                      poll=cfg.poll)
+        submitted.job = job
+        return submitted
+
+    @staticmethod
+    def _block(submitted: HivedSubmittedRun) -> HivedSubmittedRun:
+        """What ``--backend local`` does in the CLI: follow to the end, fail loudly."""
+        submitted.log_sink = print_sink
+        try:
+            ok = submitted.wait()
+        except KeyboardInterrupt:
+            _logger.error("=== Run (ID '%s') interrupted, cancelling hived job %s ===",
+                          submitted.run_id, submitted.job_id)
+            submitted.log_sink = None
+            submitted.cancel()
+            raise
+        except HivedError as exc:
+            raise HivedBackendError(str(exc)) from None
+        if not ok:
+            raise ExecutionException(f"Run (ID '{submitted.run_id}') failed "
+                                     f"(hived job {submitted.job_id} {submitted.job.get('state')})")
+        _logger.info("=== Run (ID '%s') succeeded ===", submitted.run_id)
+        return submitted

@@ -1,0 +1,173 @@
+"""``--backend-config`` of ``mlflow run --backend hived``: schema and checking.
+
+Everything a user can get wrong is refused here, before the MLflow run is
+created or anything is submitted, with the offending key named. MLflow adds
+its own keys to the dict it hands a backend (env manager, docker args, ...);
+those are split off, never reported as unknown.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import jsonschema
+from mlflow.exceptions import ExecutionException
+
+# keys MLflow itself puts into backend_config (mlflow.projects.utils.PROJECT_*)
+MLFLOW_KEYS = ("ENV_MANAGER", "SYNCHRONOUS", "DOCKER_ARGS", "STORAGE_DIR",
+               "build_image", "docker_auth", "_mlflow_local_backend_run_id")
+
+SCHEMA: dict = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "vc": {"type": "string", "minLength": 1,
+               "description": "virtual cluster the job runs in (default: $HIVED_VC)"},
+        "gpus": {"type": "integer", "minimum": 0, "maximum": 1024,
+                 "description": "GPUs per pod"},
+        "cell": {"type": "string", "minLength": 1,
+                 "description": "one cell of this type per pod, e.g. 'V100-NODE'; instead of gpus"},
+        "pods": {"type": "integer", "minimum": 1, "maximum": 1024},
+        "chain": {"type": "string", "minLength": 1,
+                  "description": "GPU pool (cell chain); default: any that fits"},
+        "max_retries": {"type": "integer", "minimum": 0, "maximum": 100},
+        "affinity": {"enum": ["hard", "soft"]},
+        "grace_period": {"type": "number", "minimum": 0, "maximum": 86400,
+                         "description": "seconds between SIGTERM and SIGKILL on preemption"},
+        "priority": {"enum": ["be", "opportunistic"]},
+        "service_url": {"type": "string", "pattern": "^https?://[^\\s/]+"},
+        "token": {"type": "string"},
+        "workdir": {"type": "string", "minLength": 1},
+        "detach": {"type": "boolean"},
+        "name": {"type": "string", "maxLength": 200},
+        "checkpoint_dir": {"type": "string", "minLength": 1},
+        "env": {"type": "object", "additionalProperties": {"type": "string"},
+                "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}},
+        "poll": {"type": "number", "exclusiveMinimum": 0, "maximum": 60,
+                 "description": "longest pause between status polls while following the job"},
+    },
+}
+
+# what each keyword failure means in words (jsonschema's own messages quote whole dicts)
+_WORDS = {
+    "type": lambda e: f"must be {_article(e.validator_value)}, got {json.dumps(e.instance)}",
+    "minimum": lambda e: f"must be >= {e.validator_value}, got {e.instance}",
+    "maximum": lambda e: f"must be <= {e.validator_value}, got {e.instance}",
+    "exclusiveMinimum": lambda e: f"must be > {e.validator_value}, got {e.instance}",
+    "minLength": lambda e: "must not be empty",
+    "maxLength": lambda e: f"must be at most {e.validator_value} characters",
+    "enum": lambda e: f"must be one of {', '.join(map(repr, e.validator_value))}, got {e.instance!r}",
+    "pattern": lambda e: f"{e.instance!r} is not valid (expected e.g. http://host:8888/)",
+}
+
+
+def _article(t: Any) -> str:
+    names = {"string": "a string", "integer": "an integer", "number": "a number",
+             "boolean": "true or false", "object": "a JSON object"}
+    return names.get(t, str(t))
+
+
+class HivedBackendError(ExecutionException):
+    """One readable line; an ExecutionException so ``mlflow run`` prints it without a traceback."""
+
+
+class BackendConfigError(HivedBackendError):
+    def __init__(self, key: str, problem: str):
+        self.key, self.problem = key, problem
+        super().__init__(f"hived backend config: '{key}': {problem}")
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    vc: str
+    gpus: Optional[int] = 1
+    cell: Optional[str] = None
+    pods: int = 1
+    affinity: Optional[str] = None
+    chain: Optional[str] = None
+    max_retries: Optional[int] = None
+    grace_period: Optional[float] = None
+    priority: str = "be"
+    service_url: Optional[str] = None
+    token: Optional[str] = None
+    workdir: Optional[str] = None
+    detach: bool = False
+    name: Optional[str] = None
+    checkpoint_dir: Optional[str] = None
+    env: dict = field(default_factory=dict)
+    poll: float = 2.0
+    # MLflow's own keys, kept for the backend (env manager, synchronous, storage dir)
+    mlflow: dict = field(default_factory=dict)
+
+    def job_payload(self, command: str, env: dict, workdir: str, name: str) -> dict:
+        """The POST jobs body (docs/architecture.md, REST API)."""
+        payload: dict = {"vc": self.vc, "command": command, "job_class": self.priority,
+                         "pods": self.pods, "env": {**env, **self.env},
+                         "workdir": self.workdir or workdir, "name": self.name or name}
+        if self.cell:
+            payload["cell_type"] = self.cell
+        elif self.gpus is not None:
+            payload["gpus"] = self.gpus
+        for key in ("affinity", "chain", "max_retries"):
+            if getattr(self, key) is not None:
+                payload[key] = getattr(self, key)
+        if self.grace_period is not None:
+            payload["grace_period"] = self.grace_period
+        return payload
+
+
+def _load(raw: Any) -> dict:
+    """A dict, a JSON string or a path to a JSON file (MLflow passes any of these)."""
+    if raw is None:
+        return {}
+    if isinstance(raw, dict):
+        return dict(raw)
+    if isinstance(raw, str):
+        text = raw
+        if raw.endswith(".json") and not raw.lstrip().startswith("{"):
+            try:
+                with open(raw) as fh:
+                    text = fh.read()
+            except OSError as exc:
+                raise BackendConfigError("<file>", f"cannot read {raw}: {exc.strerror}") from None
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise BackendConfigError("<json>", f"not valid JSON ({exc})") from None
+        if not isinstance(value, dict):
+            raise BackendConfigError("<json>", "must be a JSON object")
+        return value
+    raise BackendConfigError("<config>", f"must be a JSON object, got {type(raw).__name__}")
+
+
+def parse_config(raw: Any, environ: Optional[dict] = None) -> BackendConfig:
+    """Check ``raw`` and return the config; raises BackendConfigError naming the key."""
+    environ = os.environ if environ is None else environ
+    doc = _load(raw)
+    mlflow_part = {k: doc.pop(k) for k in MLFLOW_KEYS if k in doc}
+    errors = sorted(jsonschema.Draft202012Validator(SCHEMA).iter_errors(doc),
+                    key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    for err in errors:
+        if err.validator == "additionalProperties":
+            unknown = sorted(set(doc) - set(SCHEMA["properties"]))
+            raise BackendConfigError(unknown[0], "unknown key; allowed: "
+                                     + ", ".join(sorted(SCHEMA["properties"])))
+        key = ".".join(str(p) for p in err.absolute_path) or "<config>"
+        if err.validator == "propertyNames" or "propertyNames" in err.relative_schema_path:
+            raise BackendConfigError(key, f"{err.instance!r} is not a valid environment variable name")
+        words = _WORDS.get(err.validator)
+        raise BackendConfigError(key, words(err) if words else err.message)
+    if "gpus" in doc and "cell" in doc:
+        raise BackendConfigError("cell", "give either 'gpus' or 'cell', not both")
+    vc = doc.pop("vc", None) or environ.get("HIVED_VC")
+    if not vc:
+        raise BackendConfigError("vc", "required (or set $HIVED_VC)")
+    if "cell" in doc:
+        doc["gpus"] = None
+    env_manager = mlflow_part.get("ENV_MANAGER")
+    if env_manager not in (None, "local"):
+        raise BackendConfigError("--env-manager", f"hived runs the entry point in the job's own "
+                                 f"environment; use --env-manager local, not {env_manager!r}")
+    return BackendConfig(vc=vc, mlflow=mlflow_part, **doc)

@@ -1,0 +1,86 @@
+"""A throw-away local `hived serve` for tests, benchmarks and trying the backend out.
+
+Starts ``hived serve`` in its own session with a one-node spec (one VC
+owning 4 GPUs, the current user its member) and waits for its
+``server.json``. Not used by the backend itself.
+"""
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VC = "ml"
+VC_GPUS = 4
+
+
+def current_user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no passwd entry (containers): jupyter-server's fallback name
+        return "jupyter"
+
+
+def spec_yaml(user: str, vc: str = VC, gpus: int = VC_GPUS) -> str:
+    return f"""
+physicalCluster:
+  cellTypes:
+    ML-NODE: {{childCellType: GPU, childCellNumber: {gpus}, isNodeLevel: true, cpus: 32, memoryGB: 256}}
+    ML-RACK: {{childCellType: ML-NODE, childCellNumber: 1}}
+  physicalCells:
+    - cellType: ML-RACK
+      cellChildren: [{{cellAddress: mlnode0}}]
+virtualClusters:
+  {vc}:
+    virtualCells: [{{cellType: ML-RACK.ML-NODE, cellNumber: 1}}]
+    users: [{user}]
+"""
+
+
+def start_server(tmp: Path, tick: float = 0.5, timeout: float = 60.0):
+    """(process, {"url","token","pid","data_dir"}) of a fresh `hived serve` under ``tmp``."""
+    tmp = Path(tmp)
+    spec = tmp / "cluster.yaml"
+    spec.write_text(spec_yaml(current_user()))
+    data = tmp / "hived-data"
+    bindir = os.path.dirname(sys.executable)
+    # jobs run `python ...`: the one of this environment, which has mlflow
+    env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+           "HIVED_TOKEN": "hived-dev-" + os.urandom(8).hex()}
+    env.pop("HIVED_URL", None)
+    log_path = tmp / "serve.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([os.path.join(bindir, "hived"), "serve", "--spec", str(spec),
+                                 "--data-dir", str(data), "--port", "0", "--tick", str(tick)],
+                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    info_path = data / "server.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"hived serve exited {proc.returncode}: {log_path.read_text()[-2000:]}")
+        if info_path.exists():
+            try:
+                info = json.loads(info_path.read_text())
+                info["data_dir"] = str(data)
+                return proc, info
+            except ValueError:
+                pass  # being written
+        time.sleep(0.1)
+    stop_server(proc)
+    raise RuntimeError(f"hived serve did not write {info_path} in {timeout:g} s")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """SIGTERM the server's session (it ends its jobs), SIGKILL after 15 s."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

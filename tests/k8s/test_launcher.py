@@ -1,0 +1,260 @@
+"""KubernetesLauncher against the real API server: pods, bindings, events, deletion."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from hived.core.jobs import JobClass, JobRequest, Placement, PodGroup, PodPlacement
+from hived.k8s import pod_builder as pb
+from hived.k8s.launcher import KubernetesLauncher, LaunchError
+from hived.k8s.template import TemplateError
+
+TEMPLATE = {"image": "registry.example/train:1", "env": {"DATA": "/data"},
+            "resources": {"requests": {"cpu": "4", "memory": "16Gi"}},
+            "volumes": [{"name": "data", "hostPath": {"path": "/data"}}],
+            "volume_mounts": [{"name": "data", "mountPath": "/data"}],
+            "service_account": "trainer", "image_pull_secrets": ["regcred"],
+            "node_selector": {"gpu": "v100"},
+            "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+
+
+def gang_placement(n1, n2, opportunistic=False):
+    """4 pods x 2 GPUs: two per node, each on one 2-GPU cell (a PCIe switch)."""
+    cells = [(n1, (0, 1), f"V100/{n1}/0"), (n1, (2, 3), f"V100/{n1}/1"),
+             (n2, (4, 5), f"V100/{n2}/2"), (n2, (6, 7), f"V100/{n2}/3")]
+    return Placement("V100", tuple(PodPlacement(r, n, g, (c,)) for r, (n, g, c) in enumerate(cells)),
+                     opportunistic)
+
+
+def request(**kw):
+    base = dict(user="alice", vc="vc-a", command=["python", "train.py"], job_class=JobClass.BE,
+                groups=[PodGroup(pods=4, gpus=2)], grace_period=30.0, name="train")
+    base.update(kw)
+    return JobRequest(**base)
+
+
+def wait_events(launcher, want, timeout=10.0):
+    got, end = [], time.monotonic() + timeout
+    while time.monotonic() < end:
+        got += launcher.poll()
+        if want(got):
+            return got
+        time.sleep(0.02)
+    raise AssertionError(f"events not seen in {timeout}s: {got}")
+
+
+def pods_of(core, ns, job="j1"):
+    items = core.list_namespaced_pod(ns, label_selector=f"{pb.L_JOB}={job}").items
+    return sorted(items, key=lambda p: int(p.metadata.labels[pb.L_RANK]))
+
+
+@pytest.fixture
+def launcher(kube, ns, uid):
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, instance=uid,
+                             spec_version="7", watch_timeout=2).start()
+    yield lau
+    lau.stop()
+
+
+@pytest.mark.parametrize("bind", ["node_name", "binding"])
+def test_gang_lands_on_its_cells_with_annotations_and_env(kube, core, ns, uid, nodes, bind):
+    n1, n2 = f"{uid}-n1", f"{uid}-n2"
+    nodes.add(n1), nodes.add(n2)
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, instance=uid,
+                             spec_version="7", bind=bind, watch_timeout=2).start()
+    try:
+        placement = gang_placement(n1, n2)
+        lau.launch("j1", request(env={"LR": "0.1"}), placement, attempt=1)
+        pods = pods_of(core, ns)
+        assert [p.spec.node_name for p in pods] == [n1, n1, n2, n2]
+        if bind == "binding":
+            assert all(p.spec.scheduler_name == "hived" for p in pods)
+        for p, pp in zip(pods, placement.pods):
+            ann, lab = p.metadata.annotations, p.metadata.labels
+            assert ann[pb.A_GPUS] == ",".join(map(str, pp.gpus))
+            assert ann[pb.A_JOB] == "j1" and ann[pb.A_SPEC_VERSION] == "7" and ann[pb.A_ATTEMPT] == "1"
+            binding = json.loads(ann[pb.A_BINDING])
+            assert binding["chain"] == "V100" and not binding["opportunistic"]
+            assert [(q["node"], tuple(q["gpus"]), tuple(q["cells"])) for q in binding["pods"]] == \
+                [(q.node, q.gpus, q.cells) for q in placement.pods]
+            assert lab[pb.L_VC] == "vc-a" and lab[pb.L_USER] == "alice" and lab[pb.L_PRIORITY] == "be"
+            assert lab[pb.L_JOB] == "j1"
+            c = p.spec.containers[0]
+            env = {e.name: e for e in c.env}
+            assert env["NVIDIA_VISIBLE_DEVICES"].value_from.field_ref.field_path == \
+                f"metadata.annotations['{pb.A_GPUS}']"
+            assert env["HIVED_RANK"].value == str(pp.rank) and env["HIVED_WORLD_SIZE"].value == "4"
+            assert env["HIVED_GPUS"].value == ann[pb.A_GPUS] and env["HIVED_NODE"].value == pp.node
+            assert env["LR"].value == "0.1" and env["DATA"].value == "/data"
+            assert c.command == ["python", "train.py"] and c.image == TEMPLATE["image"]
+            # GPUs never go through the device plugin's resource
+            assert "nvidia.com/gpu" not in (c.resources.limits or {}) and \
+                "nvidia.com/gpu" not in (c.resources.requests or {})
+            assert c.resources.requests == {"cpu": "4", "memory": "16Gi"}
+            assert p.spec.service_account_name == "trainer"
+            assert [s.name for s in p.spec.image_pull_secrets] == ["regcred"]
+            assert p.spec.node_selector == {"gpu": "v100"} and p.spec.tolerations[0].key == "gpu"
+            assert p.spec.volumes[0].host_path.path == "/data"
+            assert p.spec.termination_grace_period_seconds == 30 and p.spec.restart_policy == "Never"
+    finally:
+        lau.stop()
+
+
+def test_watch_turns_status_into_job_events(launcher, core, ns, uid, nodes, kubelet):
+    n1, n2 = f"{uid}-n1", f"{uid}-n2"
+    launcher.launch("j1", request(), gang_placement(n1, n2), attempt=1)
+    names = [p.metadata.name for p in pods_of(core, ns)]
+    for name in names[:3]:
+        kubelet.run(ns, name)
+    time.sleep(0.3)
+    assert not [e for e in launcher.poll() if e.kind == "started"], "started before the whole gang runs"
+    kubelet.run(ns, names[3])
+    ev = wait_events(launcher, lambda es: any(e.kind == "started" for e in es))
+    assert [e.job_id for e in ev if e.kind == "started"] == ["j1"]
+    for name in names[1:]:
+        kubelet.exit(ns, name, 0)
+    kubelet.exit(ns, names[0], 0)
+    ev = wait_events(launcher, lambda es: any(e.kind == "exited" for e in es))
+    ex = [e for e in ev if e.kind == "exited"]
+    assert len(ex) == 1 and ex[0].exit_code == 0 and ex[0].state == "succeeded"
+
+
+@pytest.mark.parametrize("end,state,code,reason", [
+    ("error", "failed", 3, "Error"),
+    ("oom", "oom_killed", 137, "OOMKilled"),
+    ("evict", "evicted", 143, "Evicted"),
+    ("node_lost", "node_lost", 255, "NodeLost"),
+])
+def test_a_bad_member_fails_the_gang_and_tears_it_down(launcher, core, ns, uid, kubelet, end, state, code,
+                                                        reason):
+    launcher.launch("j1", request(groups=[PodGroup(pods=2, gpus=2)]),
+                    Placement("V100", gang_placement("a", "b").pods[:2]), attempt=1)
+    names = [p.metadata.name for p in pods_of(core, ns)]
+    for name in names:
+        kubelet.run(ns, name)
+    wait_events(launcher, lambda es: any(e.kind == "started" for e in es))
+    if end == "error":
+        kubelet.exit(ns, names[1], 3, message="Traceback: boom")
+    elif end == "oom":
+        kubelet.exit(ns, names[1], 137, reason="OOMKilled")
+    elif end == "evict":
+        kubelet.evict(ns, names[1])
+    else:
+        kubelet.node_lost(ns, names[1])
+    ev = wait_events(launcher, lambda es: any(e.kind == "exited" for e in es))
+    ex = [e for e in ev if e.kind == "exited"]
+    assert len(ex) == 1
+    assert (ex[0].state, ex[0].exit_code, ex[0].reason, ex[0].rank) == (state, code, reason, 1)
+    assert names[1] in ex[0].log_tail and reason in ex[0].log_tail
+    if end == "error":
+        assert "boom" in ex[0].log_tail
+    # the surviving member is deleted with the job's grace period
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        p0 = core.read_namespaced_pod(names[0], ns)
+        if p0.metadata.deletion_timestamp:
+            break
+        time.sleep(0.05)
+    assert p0.metadata.deletion_timestamp is not None and p0.metadata.deletion_grace_period_seconds == 30
+
+
+def test_preemption_deletes_with_grace_period(launcher, core, ns, uid, kubelet):
+    launcher.launch("j1", request(), gang_placement("a", "b"), attempt=1)
+    names = [p.metadata.name for p in pods_of(core, ns)]
+    for name in names:
+        kubelet.run(ns, name)
+    wait_events(launcher, lambda es: any(e.kind == "started" for e in es))
+    launcher.terminate("j1", 45)
+    for name in names:
+        p = core.read_namespaced_pod(name, ns)
+        assert p.metadata.deletion_timestamp is not None and p.metadata.deletion_grace_period_seconds == 45
+    time.sleep(0.2)
+    assert not [e for e in launcher.poll() if e.kind == "exited"], "exited before the pods are gone"
+    for name in names:
+        kubelet.confirm_deletion(ns, name)
+    ev = wait_events(launcher, lambda es: any(e.kind == "exited" for e in es))
+    ex = [e for e in ev if e.kind == "exited"]
+    assert len(ex) == 1 and ex[0].exit_code == 143 and "terminated by hived" in ex[0].log_tail
+    assert pods_of(core, ns) == []
+
+
+def test_kill_with_zero_grace_removes_pods_at_once(launcher, core, ns):
+    launcher.launch("j1", request(), gang_placement("a", "b"), attempt=1)
+    launcher.terminate("j1", 0)
+    ev = wait_events(launcher, lambda es: any(e.kind == "exited" for e in es))
+    assert [e.kind for e in ev] == ["exited"]
+    assert pods_of(core, ns) == []
+
+
+@pytest.mark.parametrize("bad,where", [
+    ({"imagePullPolicy": "Always"}, "template.imagePullPolicy"),
+    ({"volumes": [{"name": "d", "hostPth": {"path": "/"}}]}, "template.volumes[0].hostPth"),
+    ({"resources": {"limits": {"nvidia.com/gpu": "2"}}}, "template.resources.limits.nvidia.com/gpu"),
+    ({"resources": {"requests": {"memory": "lots"}}}, "template.resources.requests.memory"),
+    ({"env": {"NVIDIA_VISIBLE_DEVICES": "all"}}, "template.env.NVIDIA_VISIBLE_DEVICES"),
+    ({"tolerations": [{"key": "x", "operator": "Exists", "efect": "NoSchedule"}]}, "template.tolerations[0].efect"),
+    ({"volume_mounts": [{"name": "nope", "mountPath": "/x"}]}, "template.volume_mounts[0].name"),
+    ({"namespace": "Bad_NS"}, "template.namespace"),
+])
+def test_invalid_template_refused_before_any_pod(launcher, core, ns, bad, where):
+    req = request()
+    req.k8s_template = bad
+    with pytest.raises(TemplateError) as e:
+        launcher.validate(req)
+    assert e.value.where == where
+    with pytest.raises(TemplateError):
+        launcher.launch("j1", req, gang_placement("a", "b"), attempt=1)
+    assert core.list_namespaced_pod(ns).items == []
+
+
+def test_default_template_is_validated_when_the_launcher_is_built(kube, ns):
+    with pytest.raises(TemplateError, match="template.image"):
+        KubernetesLauncher(kube.kubeconfig, template={"command": ["x"]}, namespace=ns)
+
+
+@pytest.mark.parametrize("bind", ["node_name", "binding"])
+def test_server_refusing_mid_gang_leaves_no_half_gang(kube, core, ns, uid, bind):
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, instance=uid, bind=bind,
+                             watch_timeout=2).start()
+    try:
+        # Someone else already holds rank 2's name: the server refuses that pod with 409.
+        taken = pb.pod_name("j1", 1, 2)
+        core.create_namespaced_pod(ns, {"metadata": {"name": taken},
+                                        "spec": {"containers": [{"name": "c", "image": "x"}]}})
+        with pytest.raises(LaunchError) as e:
+            lau.launch("j1", request(), gang_placement("a", "b"), attempt=1)
+        assert e.value.status == 409 and "j1" in str(e.value)
+        left = [p.metadata.name for p in core.list_namespaced_pod(ns).items]
+        assert left == [taken], f"half gang left behind: {left}"
+        assert lau.poll() == []
+    finally:
+        lau.stop()
+
+
+def test_missing_namespace_is_refused_cleanly(kube, core, uid):
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=f"{uid}-nope", instance=uid,
+                             watch_timeout=2)
+    try:
+        with pytest.raises(LaunchError) as e:
+            lau.launch("j1", request(), gang_placement("a", "b"), attempt=1)
+        assert e.value.status == 404
+    finally:
+        lau.stop()
+
+
+def test_opportunistic_placement_is_labelled_so(launcher, core, ns):
+    launcher.launch("j1", request(job_class=JobClass.TE), gang_placement("a", "b", opportunistic=True), attempt=2)
+    pods = pods_of(core, ns)
+    assert {p.metadata.labels[pb.L_PRIORITY] for p in pods} == {"opportunistic"}
+    assert all(p.metadata.name.endswith(f"-a2-r{i}") for i, p in enumerate(pods))
+    assert json.loads(pods[0].metadata.annotations[pb.A_BINDING])["opportunistic"] is True
+
+
+def test_string_command_runs_through_a_shell(launcher, core, ns):
+    launcher.launch("j1", request(command="echo hi && sleep 1", groups=[PodGroup(1, 2)]),
+                    Placement("V100", gang_placement("a", "b").pods[:1]), attempt=1)
+    c = pods_of(core, ns)[0].spec.containers[0]
+    assert c.command == ["/bin/sh", "-c", "echo hi && sleep 1"]

@@ -1,0 +1,52 @@
+"""Copying a job's life onto its MLflow run (real sqlite store; job dicts as the REST API gives them)."""
+from mlflow.tracking import MlflowClient
+
+from hived.mlflow_plugin.submitted_run import HivedSubmittedRun
+
+PLACED = {"chain": "ML-RACK", "pods": [{"rank": 0, "node": "mlnode0", "gpus": [0, 1]}]}
+
+
+def _job(state, **kw):
+    return {"id": "j1", "state": state, "preemptions": 0, "attempts": 0, "placement": None, **kw}
+
+
+def test_preempted_run_stays_running_then_finishes(tracking_uri):
+    client = MlflowClient(tracking_uri)
+    exp = client.create_experiment("sync-preempt")
+    run_id = client.create_run(exp).info.run_id
+    sub = HivedSubmittedRun(run_id, "j1", client=None, tracking_uri=tracking_uri)
+    sub._sync(_job("queued"))
+    sub._sync(_job("running", attempts=1, placement=PLACED))
+    tags = client.get_run(run_id).data.tags
+    assert (tags["hived.state"], tags["hived.nodes"], tags["hived.gpus"]) == ("running", "mlnode0", "2")
+    # SIGTERM: the user's code closed its run as FAILED on the way out
+    client.set_terminated(run_id, "FAILED")
+    sub._sync(_job("preempting", attempts=1, preemptions=1, placement=PLACED))
+    sub._sync(_job("queued", attempts=1, preemptions=1))
+    run = client.get_run(run_id)
+    assert run.info.status == "RUNNING"
+    assert run.data.tags["hived.preempted"] == "true" and run.data.tags["hived.preemptions"] == "1"
+    note = run.data.tags["mlflow.note.content"]
+    assert note.count("hived: preempted (1)") == 1 and "on mlnode0" in note
+    sub._sync(_job("running", attempts=2, preemptions=1, placement=PLACED))
+    history = [[0.0, "queued", ""], [1.0, "running", ""], [4.0, "preempting", ""], [5.0, "queued", ""],
+               [9.0, "running", ""], [11.5, "succeeded", ""]]
+    sub._sync(_job("succeeded", attempts=2, preemptions=1, placement=PLACED, exit_code=0,
+                   ended=1_700_000_000.5, history=history))
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.info.end_time == 1_700_000_000_500
+    assert run.data.tags["hived.exit_code"] == "0" and run.data.tags["hived.run_seconds"] == "6.500"
+    # seeing the end again repeats nothing
+    sub._sync(_job("succeeded", attempts=2, preemptions=1))
+    assert client.get_run(run_id).data.tags["mlflow.note.content"] == note
+
+
+def test_failed_and_cancelled_jobs(tracking_uri):
+    client = MlflowClient(tracking_uri)
+    exp = client.create_experiment("sync-end")
+    for state, status in (("failed", "FAILED"), ("cancelled", "KILLED")):
+        run_id = client.create_run(exp).info.run_id
+        sub = HivedSubmittedRun(run_id, "j", client=None, tracking_uri=tracking_uri)
+        sub._sync(_job(state, exit_code=3 if state == "failed" else None, failure_class="user"))
+        run = client.get_run(run_id)
+        assert run.info.status == status and run.data.tags["hived.failure_class"] == "user"

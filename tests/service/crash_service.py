@@ -1,0 +1,55 @@
+"""A real service process for the crash tests: recover, dump, submit, run.
+
+Usage: crash_service.py SPEC DATA_DIR N_JOBS
+
+On start it writes what it recovered to DATA_DIR/recovered-<pid>.json (before
+scheduling anything), then submits job-0000 .. job-N-1 that are not stored yet
+(each acknowledged id is appended to DATA_DIR/acked.log after submit returns),
+and exits 0 once every job has ended. The test kills it with SIGKILL at
+random instants and restarts it.
+"""
+import json
+import os
+import sys
+import time
+
+from hived.jupyter_ext.service.service import SchedulerService
+
+
+def payload(i: int) -> dict:
+    vc, user = ("vca", "alice") if i % 2 else ("vcb", "bob")
+    p = {"vc": vc, "name": f"job-{i:04d}", "command": f"sleep {0.1 + (i % 4) * 0.05}",
+         "job_class": "te" if i % 5 == 0 else "be", "gpus": 2 if i % 3 == 0 else 1,
+         "grace_period": 0.2}
+    if i % 7 == 0:
+        p["pods"] = 2
+    return p, user
+
+
+def main() -> int:
+    spec, data_dir, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    svc = SchedulerService(spec, data_dir, tick_seconds=0.05,
+                           scheme=os.environ.get("HIVED_TEST_SCHEME", "hived"))
+    jobs = {j["id"]: {"name": j["name"], "state": j["state"], "placement": j["placement"]}
+            for j in svc.list_jobs()}
+    with open(os.path.join(data_dir, f"recovered-{os.getpid()}.json"), "w") as f:
+        json.dump({"jobs": jobs, "summary": svc.recovered}, f)
+    svc.start()
+    names = {j["name"] for j in jobs.values()}
+    with open(os.path.join(data_dir, "acked.log"), "a") as acked:
+        for i in range(n):
+            p, user = payload(i)
+            if p["name"] in names:
+                continue
+            job = svc.submit(user, p)
+            acked.write(f"{job['id']} {p['name']}\n")
+            acked.flush()
+            time.sleep(0.004)
+    while any(not j["state"] in ("succeeded", "failed", "cancelled") for j in svc.list_jobs()):
+        time.sleep(0.05)
+    svc.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

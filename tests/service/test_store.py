@@ -1,0 +1,96 @@
+"""SqliteStore: round trips, transactions, schema versions, refusals."""
+import sqlite3
+
+import pytest
+
+from hived.jupyter_ext.service import store as store_mod
+from hived.jupyter_ext.service.store import SCHEMA_VERSION, SqliteStore, StoreError
+
+
+def record(job_id, state="queued", history=None):
+    return {"job_id": job_id, "state": state, "submitted": 1.0,
+            "request": {"user": "alice", "vc": "vc1"},
+            "history": history if history is not None else [[1.0, "queued", "submitted"]]}
+
+
+def test_round_trip_keeps_submission_order(tmp_path):
+    s = SqliteStore(tmp_path)
+    for i in (3, 1, 2):
+        s.add_job(record(f"j{i}"), now=1.0)
+    s.update_job(record("j1", "running"), now=2.0, new_history=[(2.0, "running", "started")])
+    s.bind("j1", 1, {"chain": "A", "pods": [{"rank": 0, "node": "n0", "gpus": [0, 1]}]}, now=2.0)
+    s.add_preemption("j3", 3.0, "fitgpp")
+    s.add_ledger({"lender": "vc1", "borrower": "vc2", "gpu_hours": 2.5}, now=4.0)
+    s.close()
+
+    s = SqliteStore(tmp_path)
+    assert [r["job_id"] for r in s.load_jobs()] == ["j3", "j1", "j2"]
+    assert s.load_jobs()[1]["state"] == "running"
+    assert s.history("j1") == [(1.0, "queued", "submitted"), (2.0, "running", "started")]
+    assert s.load_bindings()["j1"]["placement"]["pods"][0]["gpus"] == [0, 1]
+    assert s.preemptions() == [("j3", 3.0, "fitgpp")]
+    assert s.ledger()[0]["gpu_hours"] == 2.5
+    s.unbind("j1")
+    assert s.load_bindings() == {}
+    assert s._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert s.schema_version() == SCHEMA_VERSION
+
+
+def test_duplicate_job_id_is_refused_and_transaction_rolls_back(tmp_path):
+    s = SqliteStore(tmp_path)
+    s.add_job(record("a"), now=1.0)
+    with pytest.raises(sqlite3.IntegrityError):
+        with s.transaction():
+            s.add_job(record("b"), now=1.0)
+            s.add_job(record("a"), now=1.0)   # duplicate: the whole batch goes
+    assert [r["job_id"] for r in s.load_jobs()] == ["a"]
+    with pytest.raises(StoreError, match="not stored"):
+        s.update_job(record("zz"), now=1.0, new_history=[])
+
+
+def test_old_schema_is_migrated(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_mod, "MIGRATIONS", store_mod.MIGRATIONS[:1])
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 1)
+    s = SqliteStore(tmp_path)
+    s.add_job(record("old"), now=1.0)
+    assert s.schema_version() == 1
+    s.close()
+    monkeypatch.undo()
+    s = SqliteStore(tmp_path)
+    assert s.schema_version() == SCHEMA_VERSION
+    assert [r["job_id"] for r in s.load_jobs()] == ["old"]
+    s.set_meta("spec", "x")          # table from migration 2
+    assert s.get_meta("spec") == "x"
+
+
+def test_newer_schema_is_refused_and_not_rewritten(tmp_path):
+    s = SqliteStore(tmp_path)
+    s._db.execute("INSERT INTO schema_version VALUES (?, 'from the future', 0)", (SCHEMA_VERSION + 5,))
+    s.close()
+    before = (tmp_path / "hived.db").read_bytes()
+    with pytest.raises(StoreError, match=rf"schema version {SCHEMA_VERSION + 5} was written by a newer hived"):
+        SqliteStore(tmp_path)
+    assert (tmp_path / "hived.db").read_bytes() == before
+
+
+def test_foreign_database_is_refused(tmp_path):
+    db = tmp_path / "other.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE customers (id INTEGER)")
+    con.commit()
+    con.close()
+    before = db.read_bytes()
+    with pytest.raises(StoreError, match="foreign SQLite database .*customers"):
+        SqliteStore(db)
+    assert db.read_bytes() == before
+
+
+def test_not_a_database_is_refused(tmp_path):
+    (tmp_path / "hived.db").write_text("hello, this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="not a hived database"):
+        SqliteStore(tmp_path)
+
+
+def test_bad_synchronous_setting(tmp_path):
+    with pytest.raises(StoreError, match="synchronous"):
+        SqliteStore(tmp_path, synchronous="sometimes")

@@ -27,7 +27,8 @@ class Cell:
         # allocator state
         "flist",      # the free list (Buckets) holding this cell, or None
         "fkey",       # its key in that list
-        "nfc",        # children currently held in a free list (buddy merge test in O(1))
+        "nfc",        # children held in the physical free lists (buddy merge test in O(1))
+        "vfc",        # children held in a VC's free lists
         "bound_vc",   # VC name when this cell is a bound VC cell (a preassigned or pinned cell)
         "doomed",     # bound only because the VC had no healthy choice (001 §4)
         "gpod",       # owner of the guaranteed pod bound exactly to this cell
@@ -55,6 +56,7 @@ class Cell:
         self.flist = None
         self.fkey = None
         self.nfc = 0
+        self.vfc = 0
         self.bound_vc: Optional[str] = None
         self.doomed = False
         self.gpod: Optional[str] = None
@@ -86,10 +88,6 @@ class Cell:
                 yield c
             else:
                 stack.extend(reversed(c.children))
-
-    def nodes(self) -> Iterator["Cell"]:
-        """Node-level cells inside this cell (or the node holding it)."""
-        raise NotImplementedError  # replaced by CellTree.nodes_of
 
     def contains(self, other: "Cell") -> bool:
         c = other

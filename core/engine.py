@@ -256,9 +256,9 @@ class Engine(EngineEvents):
                 if grant is not None:
                     self._bind(rec, grant, now, out)
                     return True
-            if req.job_class is JobClass.TE and self.preemption_policy is not None:
-                self._ask_policy(rec, now, out)
-            if req.allow_opportunistic:
+            if req.job_class is JobClass.TE and self.preemption_policy is not None and self._ask_policy(rec, now, out):
+                pass  # BE victims are leaving for it: wait for them rather than run at low priority
+            elif req.allow_opportunistic:
                 glob = True
                 if self._opp_room(rec):
                     grant = self._place(rec, opportunistic=True)
@@ -356,25 +356,27 @@ class Engine(EngineEvents):
         out.append(Decision(DecisionKind.START, rec.job_id, placement=rec.placement,
                             reason="opportunistic" if rec.opportunistic else "guaranteed"))
 
-    def _ask_policy(self, rec: JobRecord, now: float, out: list) -> None:
-        """Guaranteed TE job that does not fit: the policy picks BE victims of its VC."""
+    def _ask_policy(self, rec: JobRecord, now: float, out: list) -> bool:
+        """Guaranteed TE job that does not fit: the policy picks BE victims of its VC.
+        True when victims are (now or already) leaving for it."""
         if rec.policy_victims:
-            return  # victims already leaving: wait for them before asking again
+            return True  # victims already leaving: wait for them before asking again
         cap = self.config.preemption_cap
         cands = [r for r in self._running_of(rec.request.vc)
                  if r.request.job_class is JobClass.BE and r.state is JobState.RUNNING
                  and not r.opportunistic and r.preemptions < cap]
         if not cands:
-            return
+            return False
         victims, reason = self.preemption_policy.choose(rec, cands, self.view, now)
         victims = [v for v in victims if v in self._jobs and self._jobs[v].state is JobState.RUNNING]
         if not victims:
-            return
+            return False
         rec.policy_victims = victims
         rec.reason = reason
         for v in victims:
             self._pwaiters.setdefault(v, set()).add(rec.job_id)
             self._preempt(self._jobs[v], now, f"for TE job {rec.job_id}: {reason}", out)
+        return True
 
     def _running_of(self, vc: str):
         return (r for r in self._jobs.values() if r.request.vc == vc and r.state in HOLDING)

@@ -17,11 +17,13 @@ preempt that node's lowest-scored jobs until the TE job fits (see
 ``choose``); the returned reason says that this fallback was taken.
 
 The module has two layers: pure functions over plain tuples (what the tests
-check against hand-computed numbers, and what the benchmark times), and
-``FitGppPolicy``, the engine's ``PreemptionPolicy`` hook that turns a
-``ClusterView`` and ``JobRecord`` objects into those tuples. Nothing here reads
-the clock or keeps state between calls apart from the seeded random generator
-used by the fallback.
+check against hand-computed numbers, and what the paper-model simulator
+calls), and ``FitGppPolicy``, the engine's ``PreemptionPolicy`` (``name``,
+``choose(job, candidates, view, now) -> (victim ids, reason)``), which
+answers single-pod TE jobs from cached numpy columns (fitgpp_vector.py, the
+same answers, fast with thousands of jobs) and everything else through the
+tuple functions. Nothing here reads the clock or keeps state between calls
+apart from those caches and the seeded random generator of the fallback.
 """
 from __future__ import annotations
 

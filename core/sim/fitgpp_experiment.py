@@ -35,6 +35,7 @@ from hived.core.policies.fitgpp import Candidate, size
 from .fitgpp_workload import JOBS, LOAD, NODE_CPUS, NODE_GPUS, NODE_MEMORY_GB, NODES, SynthJob, generate
 
 POLICIES = ("fifo", "lrtp", "rand", "fitgpp")
+BACKENDS = ("model", "engine")
 CAPACITY = (float(NODE_CPUS), float(NODE_MEMORY_GB), float(NODE_GPUS))
 EPS = 1e-9
 
@@ -52,6 +53,7 @@ class PolicyResult:
     preemptions: int                  # preemptions in all
     fallbacks: int                    # FitGpp: TE arrivals where no single job fit (eq. 4 empty)
     makespan_min: int
+    times_preempted: tuple = (0, 0, 0)  # jobs preempted once, twice, three times or more (Table 4)
 
     def percentiles(self, which: str, qs=(50, 95, 99)) -> list[float]:
         data = self.te_slowdown if which == "te" else self.be_slowdown
@@ -71,6 +73,7 @@ class PolicyResult:
             "interval_p50_p75_p95_p99_min": self.interval_percentiles(),
             "preempted_share": self.preempted_share, "preemptions": self.preemptions,
             "fallbacks": self.fallbacks, "makespan_min": self.makespan_min,
+            "times_preempted_1_2_3plus": list(self.times_preempted),
         }
 
 
@@ -82,7 +85,7 @@ class ExperimentResult:
     load: float
     results: dict[str, PolicyResult] = field(default_factory=dict)
     sweep: list[PolicyResult] = field(default_factory=list)
-    backend: str = "paper-model"
+    backend: str = "model"
 
     def to_dict(self) -> dict:
         return {"jobs": self.jobs, "seed": self.seed, "nodes": self.nodes, "load": self.load, "backend": self.backend,
@@ -344,7 +347,14 @@ def simulate(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: fl
         wait = finish[j] - job.arrival_min - job.exec_min
         (te_sd if job.te else be_sd).append(1.0 + wait / job.exec_min)
     return PolicyResult(policy, s if policy == "fitgpp" else None, cap, n, te_sd, be_sd, intervals,
-                        sum(1 for p in preempted if p), preemptions, fallbacks, max(finish) if n else 0)
+                        sum(1 for p in preempted if p), preemptions, fallbacks, max(finish) if n else 0,
+                        histogram(preempted))
+
+
+def histogram(preempted: Sequence[int]) -> tuple:
+    """Jobs preempted exactly once, exactly twice, and three times or more."""
+    return (sum(1 for p in preempted if p == 1), sum(1 for p in preempted if p == 2),
+            sum(1 for p in preempted if p >= 3))
 
 
 def calibrate_arrivals(jobs: Sequence[SynthJob], *, nodes: int = NODES, load: float = LOAD,
@@ -380,6 +390,7 @@ class Config:
     load: float = LOAD
     nodes: int = NODES
     rand_repeats: int = 1
+    backend: str = "model"   # "model": the paper's minute-tick model; "engine": core/engine.py
 
     @property
     def simulations(self) -> int:
@@ -391,7 +402,8 @@ def config_from(args) -> Config:
     """A Config from an argparse-like namespace; missing or None attributes take the defaults.
 
     ``policies`` and ``s_sweep`` may be comma-separated strings or lists;
-    ``cap`` may be ``inf`` (no cap).
+    ``cap`` may be ``inf`` (no cap); ``backend`` is ``model`` (the paper's
+    minute-tick model, default) or ``engine`` (the real Engine, fitgpp_engine.py).
     """
     g = lambda k, d: getattr(args, k) if getattr(args, k, None) is not None else d  # noqa: E731
     n = int(g("jobs", JOBS))
@@ -421,7 +433,11 @@ def config_from(args) -> Config:
     repeats = int(g("rand_repeats", 1))
     if repeats < 1:
         raise ValueError(f"fitgpp experiment: --rand-repeats must be >= 1, got {repeats}")
-    return Config(n, int(g("seed", 0)), tuple(pols), s, cap, tuple(float(v) for v in sweep), load, nodes, repeats)
+    backend = str(g("backend", "model"))
+    if backend not in BACKENDS:
+        raise ValueError(f"fitgpp experiment: --backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    return Config(n, int(g("seed", 0)), tuple(pols), s, cap, tuple(float(v) for v in sweep), load, nodes, repeats,
+                  backend)
 
 
 def run(args, *, on_stage: Optional[Callable[[str], None]] = None,
@@ -435,16 +451,20 @@ def run(args, *, on_stage: Optional[Callable[[str], None]] = None,
     stage = on_stage or (lambda _label: None)
     stage("workload (FIFO calibration)")
     jobs = generate(cfg.jobs, cfg.seed, load=cfg.load, nodes=cfg.nodes, tick=tick)
-    res = ExperimentResult(cfg.jobs, cfg.seed, cfg.nodes, cfg.load)
+    res = ExperimentResult(cfg.jobs, cfg.seed, cfg.nodes, cfg.load, backend=cfg.backend)
+    if cfg.backend == "engine":
+        from .fitgpp_engine import simulate_engine as replay
+    else:
+        replay = simulate
     for p in cfg.policies:
         runs = []
         for k in range(cfg.rand_repeats if p == "rand" else 1):
             stage(p if k == 0 else f"{p} #{k + 1}")
-            runs.append(simulate(jobs, p, nodes=cfg.nodes, s=cfg.s, cap=cfg.cap, seed=cfg.seed + 1000 * k, tick=tick))
+            runs.append(replay(jobs, p, nodes=cfg.nodes, s=cfg.s, cap=cfg.cap, seed=cfg.seed + 1000 * k, tick=tick))
         res.results[p] = runs[0] if len(runs) == 1 else _pool(runs)
     for sv in cfg.s_sweep:
         stage(f"fitgpp s={sv:g}")
-        res.sweep.append(simulate(jobs, "fitgpp", nodes=cfg.nodes, s=sv, cap=cfg.cap, seed=cfg.seed, tick=tick))
+        res.sweep.append(replay(jobs, "fitgpp", nodes=cfg.nodes, s=sv, cap=cfg.cap, seed=cfg.seed, tick=tick))
     return res
 
 
@@ -454,4 +474,5 @@ def _pool(runs: list[PolicyResult]) -> PolicyResult:
     cat = lambda attr: [x for r in runs for x in getattr(r, attr)]  # noqa: E731
     return PolicyResult(a.policy, a.s, a.cap, a.jobs, cat("te_slowdown"), cat("be_slowdown"), cat("intervals_min"),
                         round(sum(r.preempted_jobs for r in runs) / k), round(sum(r.preemptions for r in runs) / k),
-                        round(sum(r.fallbacks for r in runs) / k), max(r.makespan_min for r in runs))
+                        round(sum(r.fallbacks for r in runs) / k), max(r.makespan_min for r in runs),
+                        tuple(round(sum(r.times_preempted[i] for r in runs) / k) for i in range(3)))

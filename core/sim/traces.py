@@ -89,6 +89,16 @@ class Trace:
     def head(self, n: Optional[int]) -> "Trace":
         return self if n is None else Trace(self.jobs[:n], self.source)
 
+    def window(self, from_day: float = 0.0, days: Optional[float] = None) -> "Trace":
+        """Jobs submitted in [from_day, from_day + days) (days of 86,400 s), shifted to start at 0."""
+        if from_day < 0 or (days is not None and days <= 0):
+            raise ValueError(f"window: from_day must be >= 0 and days > 0, got {from_day}, {days}")
+        lo = from_day * 86400.0
+        hi = float("inf") if days is None else lo + days * 86400.0
+        jobs = [TraceJob(j.job_id, j.tenant, j.submit - lo, j.duration, j.gpus, j.pods, j.job_class, j.affinity,
+                         j.grace_period) for j in self.jobs if lo <= j.submit < hi]
+        return Trace(jobs, f"{self.source} days {from_day:g}..{'' if days is None else f'{from_day + days:g}'}")
+
 
 def default_pods(gpus: int) -> int:
     if gpus <= 8:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 PHILLY_DEFAULT = "/work/shared/traces/philly"
@@ -37,7 +38,10 @@ def register(subparsers, summary: str) -> None:
     p.add_argument("--nodes", type=int, default=None, help="cluster size in 8-GPU nodes (overrides --load)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N jobs of the trace")
     p.add_argument("--scale", type=float, default=0.05, help="table1: share of the 141,950 jobs (default 0.05)")
-    p.add_argument("--days", type=float, default=14.0, help="table1: days of arrivals (default 14)")
+    p.add_argument("--days", type=float, default=None,
+                   help="table1: days of arrivals (default 14); other traces: keep only this many days "
+                        "of submissions from --from-day")
+    p.add_argument("--from-day", type=float, default=0.0, help="skip the trace's first D days (default 0)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--workload", nargs=argparse.REMAINDER, metavar="NAME ARGS",
@@ -74,13 +78,17 @@ def load_trace(args):
     from hived.core.sim import generator
     from hived.core.sim.traces import read_csv, read_philly
     t = args.trace
-    if t == "philly":
-        return read_philly(PHILLY_DEFAULT, limit=args.limit)
     if t == "table1":
-        return generator.generate(scale=args.scale, days=args.days, seed=args.seed).head(args.limit)
-    if t.endswith(".csv.gz") or (not t.endswith(".csv") and __import__("os").path.isdir(t)):
-        return read_philly(t, limit=args.limit)
-    return read_csv(t, limit=args.limit)
+        return generator.generate(scale=args.scale, days=args.days or 14.0, seed=args.seed).head(args.limit)
+    if t == "philly":
+        tr = read_philly(PHILLY_DEFAULT)
+    elif t.endswith(".csv.gz") or (not t.endswith(".csv") and os.path.isdir(t)):
+        tr = read_philly(t)
+    else:
+        tr = read_csv(t)
+    if args.from_day or args.days:
+        tr = tr.window(args.from_day, args.days)
+    return tr.head(args.limit)
 
 
 def plan(args) -> list:

@@ -1,9 +1,9 @@
-"""Tables and plots of the FitGpp reproduction (paper 004 Tables 1-3, Fig. 3 and 4).
+"""Tables and plots of the FitGpp reproduction (paper 004 Tables 1-4, Fig. 3 and 4).
 
 ``main(argv)`` is what ``hived simulate --workload fitgpp [options]`` runs:
 it replays the paper's synthetic workload under FIFO, LRTP, RAND and FitGpp
 (``hived.core.sim.fitgpp_experiment``) with a progress bar on stderr, prints
-Tables 1-3 beside the paper's numbers, writes the slowdown CDFs (Fig. 3) and,
+Tables 1-3 (and 4 with ``--cap inf``) beside the paper's numbers, writes the slowdown CDFs (Fig. 3) and,
 with ``--s-sweep``, the sensitivity plot (Fig. 4) as PNG (matplotlib, Agg),
 and with ``--json`` the summary.
 """
@@ -28,6 +28,7 @@ PAPER_T1 = {
 }
 PAPER_T2 = {"lrtp": [4.0, 4.0, 5.0, 7.0], "rand": [4.0, 4.0, 6.0, 7.0], "fitgpp": [2.0, 2.0, 4.0, 6.0]}
 PAPER_T3 = {"lrtp": 0.096, "rand": 0.097, "fitgpp": 0.0063}
+PAPER_T4 = {"lrtp": [0.063, 0.012, 0.0034], "rand": [0.088, 0.0048, 0.00019], "fitgpp": [0.0052, 0.00038, 0.000098]}
 LABEL = {"fifo": "FIFO", "lrtp": "LRTP", "rand": "RAND", "fitgpp": "FitGpp"}
 
 
@@ -58,13 +59,22 @@ def format_tables(res: "E.ExperimentResult") -> str:
             continue
         out.append(f"{LABEL[p]:<14}" + "".join(f"{_f(o) + ' [' + _f(q) + ']':>14}"
                                                for o, q in zip(r.interval_percentiles(), PAPER_T2.get(p, [None] * 4))))
-    out += ["", f"Table 3: share of preempted jobs (P = {_f(next(iter(res.results.values())).cap) if res.results else 1}), ours [paper]"]
+    out += ["", f"Table 3: share of preempted jobs (P = {_f(next(iter(res.results.values())).cap) if res.results else 1}), ours [paper, P = 1]"]
     for p, r in res.results.items():
         if p == "fifo":
             continue
         paper = PAPER_T3.get(p)
         out.append(f"{LABEL[p]:<14}{r.preempted_share:>10.2%}  [{paper:.2%}]   preemptions {r.preemptions}, "
                    f"fallbacks {r.fallbacks}")
+    if any(math.isinf(r.cap) for r in res.results.values()):
+        out += ["", "Table 4: share of jobs preempted N times (P = inf), ours [paper]",
+                f"{'policy':<14}{'1':>20}{'2':>20}{'>= 3':>20}"]
+        for p, r in res.results.items():
+            if p == "fifo":
+                continue
+            paper = PAPER_T4.get(p, [None] * 3)
+            out.append(f"{LABEL[p]:<14}" + "".join(
+                f"{f'{k / r.jobs:.2%} [{q:.2%}]':>20}" for k, q in zip(r.times_preempted, paper)))
     if res.sweep:
         out += ["", "Fig. 4: FitGpp slowdown percentiles vs s",
                 f"{'s':>6}{'TE 50':>9}{'TE 95':>9}{'TE 99':>9}{'BE 50':>9}{'BE 95':>9}{'BE 99':>9}{'preempted':>11}"]
@@ -141,6 +151,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--nodes", type=int, default=None, help="nodes of 32 CPUs, 256 GB, 8 GPUs (default 84)")
     g.add_argument("--rand-repeats", dest="rand_repeats", type=int, default=None,
                    help="RAND runs with different seeds, pooled (paper: 4; default 1)")
+    g.add_argument("--backend", choices=["model", "engine"], default=None,
+                   help="model: the paper's minute-tick simulator (default); engine: the same workload "
+                        "through hived's Engine, quota allocator and registered policies")
     g.add_argument("--plots", default="fitgpp-plots",
                    help="folder for the CDF and s-sweep plots, PNG (default ./fitgpp-plots)")
     g.add_argument("--no-plots", dest="plots", action="store_const", const=None, help="write no plots")

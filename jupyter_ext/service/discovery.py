@@ -177,11 +177,11 @@ def virtual_node(n: int, host: str = "virtual0", model: str = "VIRTUAL-GPU",
     gpus = [GpuInfo(index=i, model=model, numa_node=(0 if i < n // 2 else 1) if n >= 4 and n % 2 == 0 else 0)
             for i in range(n)]
     notes = [f"virtual node: {n} GPUs of model {model}, no NVML; sockets from the --gpus layout"]
-    return _build(host, gpus, {}, {}, notes, vcs)
+    return _build(host, gpus, {}, {}, notes, vcs, level_notes=False)
 
 
 def _build(host: str, gpus: list[GpuInfo], topo: dict, nvlink: dict, notes: list[str],
-           vcs: Optional[list[str]]) -> Discovery:
+           vcs: Optional[list[str]], level_notes: bool = True) -> Discovery:
     models: dict[str, list[GpuInfo]] = {}
     for g in gpus:
         models.setdefault(chain_name(g.model), []).append(g)
@@ -199,7 +199,8 @@ def _build(host: str, gpus: list[GpuInfo], topo: dict, nvlink: dict, notes: list
             notes.append(f"several GPU models: chain {cname} gets its own node cell {node!r}")
         idx = [g.index for g in members]
         levels, tree, lvl_notes = group_levels(idx, topo, nvlink, {g.index: g.numa_node for g in members})
-        notes.extend(f"{cname}: {n}" for n in lvl_notes)
+        if level_notes:   # a virtual node has no topology to be missing
+            notes.extend(f"{cname}: {n}" for n in lvl_notes)
         # levels: list of (suffix, children per cell) from the GPU up to the node
         child = cname            # the leaf (GPU) type is the model itself
         for suffix, number in levels:

@@ -371,10 +371,10 @@ class SchedulerService:
                     self._write([d.job_id], now)
 
     def _health(self, now: float) -> list[str]:
-        touched = []
+        """NVML health changes -> allocator (set_health writes and acts itself)."""
         for node, gpu, healthy, reason in self.health.poll():
             self.set_health(node, gpu, healthy, reason, _now=now)
-        return touched
+        return []
 
     # ------------------------------------------------------------------ API
 
@@ -443,8 +443,8 @@ class SchedulerService:
         with self._lock:
             if job_id in self._extra:
                 return job_dict(JobRecord.from_dict(self._extra[job_id]))
-            return job_dict(self._rec(job_id), None) if self._rec(job_id).state is not JobState.QUEUED \
-                else job_dict(self._rec(job_id), self._position(self._rec(job_id)))
+            rec = self._rec(job_id)
+            return job_dict(rec, self._position(rec))
 
     def list_jobs(self, vc: Optional[str] = None, state: Optional[str] = None,
                   user: Optional[str] = None) -> list[dict]:

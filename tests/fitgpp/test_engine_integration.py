@@ -1,9 +1,9 @@
 """TE and BE jobs through the real Engine with preemption_policy="fitgpp" (and the baselines).
 
 The test plays the launcher: it calls on_started for every START, and
-on_preempted once a KILL arrives, the way the service does. The engine runs
-over the quota allocator (core/quota.py), the Allocator contract's baseline
-implementation.
+on_preempted once a KILL arrives, the way the service does. Every test runs
+twice: over HiveD's buddy cell allocator (core/allocator.py, what
+``Engine(spec)`` builds) and over the quota allocator (core/quota.py).
 """
 import pytest
 
@@ -16,8 +16,13 @@ from hived.core.policies.fitgpp import FitGppPolicy
 from hived.core.sim.fitgpp_workload import cluster_spec
 
 
-def _engine(spec, **kw):
-    return Engine(QuotaAllocator(load_spec(spec)), **kw)
+@pytest.fixture(params=["hived", "quota"])
+def make(request):
+    def _engine(spec, **kw):
+        if request.param == "quota":
+            return Engine(QuotaAllocator(load_spec(spec)), **kw)
+        return Engine(spec, **kw)
+    return _engine
 
 
 def _drive(eng, now):
@@ -38,10 +43,10 @@ def _job(cls, gpus, grace=0.0, vc="vc0", duration=None):
 
 
 @pytest.fixture
-def busy():
+def busy(make):
     """Two nodes of 8 GPUs held by BE jobs b1 (4 GPUs, grace 120 s), b2 (4, 60 s), b3 (8, 600 s);
     b4 (2 GPUs) waits in the queue."""
-    eng = _engine(cluster_spec(2), preemption_policy="fitgpp")
+    eng = make(cluster_spec(2), preemption_policy="fitgpp")
     for jid, g, gp in (("b1", 4, 120.0), ("b2", 4, 60.0), ("b3", 8, 600.0)):
         eng.submit(_job(JobClass.BE, g, gp), 0.0, job_id=jid)
     out = _drive(eng, 0.0)
@@ -98,8 +103,8 @@ def test_whole_node_te_job_takes_the_only_victim_that_fits_alone(busy):
     assert eng.queue("vc0") == ["b3", "b4", "b5"]
 
 
-def test_no_single_job_fits_falls_back_and_says_so():
-    eng = _engine(cluster_spec(1), preemption_policy="fitgpp")
+def test_no_single_job_fits_falls_back_and_says_so(make):
+    eng = make(cluster_spec(1), preemption_policy="fitgpp")
     for jid in ("b1", "b2", "b3", "b4"):
         eng.submit(_job(JobClass.BE, 2, 30.0), 0.0, job_id=jid)
     _drive(eng, 0.0)
@@ -123,9 +128,9 @@ class _Spy:
         return self.inner.choose(job, candidates, view, now)
 
 
-def test_engine_candidates_match_preemption_order():
+def test_engine_candidates_match_preemption_order(make):
     spy = _Spy()
-    eng = _engine(cluster_spec(2), preemption_policy=spy)
+    eng = make(cluster_spec(2), preemption_policy=spy)
     for jid, g in (("b1", 4), ("b2", 4), ("b3", 8)):
         eng.submit(_job(JobClass.BE, g, 10.0), 0.0, job_id=jid)
     _drive(eng, 0.0)
@@ -140,14 +145,14 @@ def test_engine_candidates_match_preemption_order():
     assert [c[0] for c in spy.calls] == ["t"]
 
 
-def test_strict_priority_first_policy_not_asked():
+def test_strict_priority_first_policy_not_asked(make):
     spec = cluster_spec(2)
     spec["virtualClusters"] = {
         "vc0": {"virtualCells": [{"cellType": "FG-CLUSTER.FG-NODE", "cellNumber": 1}]},
         "vc1": {"virtualCells": [{"cellType": "FG-CLUSTER.FG-NODE", "cellNumber": 1}]},
     }
     spy = _Spy()
-    eng = _engine(spec, preemption_policy=spy)
+    eng = make(spec, preemption_policy=spy)
     eng.submit(_job(JobClass.BE, 8, vc="vc1"), 0.0, job_id="own1")
     eng.submit(_job(JobClass.OPPORTUNISTIC, 8, vc="vc1"), 0.0, job_id="opp1")
     out = _drive(eng, 0.0)
@@ -161,8 +166,8 @@ def test_strict_priority_first_policy_not_asked():
 
 
 @pytest.mark.parametrize("name", ["lrtp", "rand"])
-def test_baselines_run_in_the_engine(name):
-    eng = _engine(cluster_spec(1), preemption_policy=name)
+def test_baselines_run_in_the_engine(name, make):
+    eng = make(cluster_spec(1), preemption_policy=name)
     for jid, dur in (("short", 100.0), ("long", 5000.0)):
         eng.submit(_job(JobClass.BE, 4, 10.0, duration=dur), 0.0, job_id=jid)
     _drive(eng, 0.0)

@@ -45,3 +45,11 @@ def test_bad_options_are_refused_with_a_clear_message(capsys, tmp_path):
         err = capsys.readouterr().err
         assert rc == 2 and msg in err, (argv, err)
     assert not (tmp_path / "no").exists()        # nothing written on bad input
+
+
+def test_cap_inf_prints_table_4(capsys):
+    rc = report.main(["--jobs", "800", "--nodes", "8", "--cap", "inf", "--policies", "lrtp,fitgpp", "--no-plots",
+                      "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "Table 4: share of jobs preempted N times (P = inf)" in out and "[6.30%]" in out
+    assert "P = inf), ours [paper, P = 1]" in out

@@ -104,3 +104,23 @@ def test_cap_infinite_allows_repeat_preemptions():
     r1 = E.simulate(jobs, "rand", cap=1, seed=3)
     assert r1.preemptions == r1.preempted_jobs
     assert r.preemptions >= r.preempted_jobs
+
+
+def test_reduced_reproduction_through_the_real_engine():
+    """The same workload through core/engine.py, the quota allocator and the registered policies."""
+    res = E.run(E.Config(jobs=4096, seed=1, backend="engine"))
+    assert res.backend == "engine"
+    r = res.results
+    fifo_te, fit_te = r["fifo"].percentiles("te")[1], r["fitgpp"].percentiles("te")[1]
+    assert fifo_te > 5 and (fifo_te - fit_te) / fifo_te >= 0.90
+    assert r["fitgpp"].percentiles("be")[0] <= 1.25 * r["fifo"].percentiles("be")[0]
+    assert r["fifo"].preemptions == 0
+    assert 0 < r["fitgpp"].preempted_share < min(r["lrtp"].preempted_share, r["rand"].preempted_share)
+    assert r["fitgpp"].preemptions == r["fitgpp"].preempted_jobs          # P = 1 in the engine too
+    for pr in r.values():
+        assert len(pr.te_slowdown) + len(pr.be_slowdown) == 4096 and min(pr.te_slowdown + pr.be_slowdown) >= 1.0
+
+
+def test_bad_backend_is_refused():
+    with pytest.raises(ValueError, match="--backend must be one of model, engine, got 'gpu'"):
+        E.config_from(NS(backend="gpu"))

@@ -195,3 +195,28 @@ def test_reload_spec_refuses_what_does_not_fit(make_service, tmp_path):
     out = svc.reload_spec(text.replace("users: [bob]", "users: [bob, bea]"))
     assert out["ok"] and svc.get_job(job)["state"] == "running"
     svc.submit("bea", {"vc": "vcb", "command": "true"})
+
+
+def test_queue_positions_and_preempted_head_survive_restart(make_service, tmp_path):
+    data = tmp_path / "q"
+    svc = make_service(data)
+    prog = RESUMABLE.replace("STEPS", "400")
+    bes = [svc.submit("alice", {"vc": "vca", "command": [PY, "-c", prog], "gpus": 4, "job_class": "be",
+                                "grace_period": 5})["id"] for _ in range(2)]
+    wait_until(lambda: all(svc.get_job(b)["state"] == "running" for b in bes), what="BE running")
+    waiting = []
+    for i in range(3):
+        j = svc.submit("alice", {"vc": "vca", "command": "true", "gpus": 4, "job_class": "be"})
+        assert j["queue_position"] == i and svc.get_job(j["id"])["queue_position"] == i
+        waiting.append(j["id"])
+    te = svc.submit("anna", {"vc": "vca", "command": "sleep 30", "gpus": 4, "job_class": "te"})["id"]
+    wait_until(lambda: svc.get_job(te)["state"] == "running", what="TE running")
+    victim = next(b for b in bes if svc.get_job(b)["preemptions"])
+    before = svc.vc("vca")["queue"]
+    assert before[0] == victim and before[1:] == waiting      # preempted BE at the head
+    svc.stop()
+    svc.close()
+    again = make_service(data, start=False)
+    assert again.vc("vca")["queue"] == before
+    assert [again.get_job(j)["queue_position"] for j in before] == [0, 1, 2, 3]
+    assert again.get_job(te)["state"] == "running" and te in again.recovered["adopted"]

@@ -91,3 +91,12 @@ def test_soften_turns_multi_gpu_jobs_into_one_gpu_pods():
             assert b.affinity == "soft" and b.pods == a.gpus
         else:
             assert b is a
+
+
+def test_window_rebases_and_checks():
+    tr = parse_csv(io.StringIO("job_id,tenant,submit,duration,gpus\na,t,0,1,1\nb,t,90000,1,1\nc,t,200000,1,1\n"))
+    w = tr.window(1, 1)
+    assert [(j.job_id, j.submit) for j in w.jobs] == [("b", 90000 - 86400)]
+    assert [j.job_id for j in tr.window(1).jobs] == ["b", "c"]
+    with pytest.raises(ValueError, match="window"):
+        tr.window(-1)

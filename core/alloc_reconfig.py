@@ -1,0 +1,195 @@
+"""Rebuilding bindings (restart, reconfiguration) and moving cells between VCs (exchange).
+
+``restore`` re-binds a stored grant to exactly the cells it had (from the
+journal or from pod annotations) and refuses anything that would double-bind
+a GPU or break a VC's quota or invariant (2). ``reconfigure`` loads a new spec
+and restores every grant on top of it; guaranteed grants that no longer fit
+are downgraded to opportunistic on the same GPUs (HiveD 001 §4), so nothing
+is lost. ``transfer`` moves unbound preassigned cells from one VC to another:
+the chain's total reservation r_k does not change, so invariant (2) and
+with it every VC's sharing safety still hold.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+
+class BindingConflict(ValueError):
+    """A stored binding cannot be rebuilt: names the owner, the cell and why."""
+
+
+class ReconfigMixin:
+    # ------------------------------------------------------------ restore
+    def _grant_cells(self, g) -> tuple[str, str, str, bool, int, list]:
+        """Normalize a GangGrant, its to_dict() or a Placement-like dict to (owner, vc, chain, opp, prio, cells)."""
+        get = (lambda k, d=None: g.get(k, d)) if isinstance(g, dict) else (lambda k, d=None: getattr(g, k, d))
+        owner, vc = get("owner"), get("vc")
+        if owner is None or vc is None:
+            raise BindingConflict("a binding needs 'owner' and 'vc'")
+        chain, opp, prio = get("chain"), bool(get("opportunistic", False)), int(get("priority", 0) or 0)
+        out = []
+        pods = get("pods") or []
+        cells = get("cells") if not isinstance(g, dict) or "cells" in g else None
+        gpus = get("gpus") if isinstance(g, dict) else [n for _, n in g._cells]
+        if cells and isinstance(cells, list) and cells and isinstance(cells[0], str) and \
+                (not isinstance(g, dict) or isinstance(gpus, list)):
+            for i, cid in enumerate(cells):
+                if cid not in self.tree.by_id:
+                    raise BindingConflict(f"{owner}: cell {cid!r} does not exist in this spec")
+                c = self.tree.by_id[cid]
+                n = gpus[i] if isinstance(gpus, list) and i < len(gpus) else c.gpus
+                out.append((c, n))
+        else:
+            for p in pods:
+                node = p["node"] if isinstance(p, dict) else p.node
+                idx = list(p["gpus"] if isinstance(p, dict) else p.gpus)
+                try:
+                    leaves = [self.tree.gpu(node, i) for i in idx]
+                except KeyError:
+                    raise BindingConflict(f"{owner}: node {node!r} GPUs {idx} do not exist in this spec") from None
+                out.append((self.tree.lca(leaves), len(idx)))
+        if not out:
+            raise BindingConflict(f"{owner}: the binding names no cells")
+        chains = {c.chain for c, _ in out}
+        if len(chains) != 1 or (chain is not None and chain not in chains):
+            raise BindingConflict(f"{owner}: cells span chains {sorted(chains)}")
+        return owner, vc, chains.pop(), opp, prio, out
+
+    def restore(self, grant_like, *, force_opportunistic: bool = False) -> None:
+        """Re-bind stored cells exactly; raises BindingConflict (changing nothing) when they cannot be."""
+        from .allocator import GangGrant
+        owner, vc, chain, opp, prio, cells = self._grant_cells(grant_like)
+        opp = opp or force_opportunistic
+        if owner in self._grants:
+            raise BindingConflict(f"{owner}: already holds cells")
+        if vc not in self.quota:
+            raise BindingConflict(f"{owner}: unknown VC {vc!r}")
+        done = []
+        try:
+            for c, _ in cells:
+                if opp:
+                    if c.opp or any(a.opod for a in c.ancestors()):
+                        if not force_opportunistic:
+                            raise BindingConflict(f"{owner}: cell {c.id} already runs opportunistic work")
+                    if c.opod is not None:
+                        raise BindingConflict(f"{owner}: cell {c.id} already runs opportunistic work")
+                else:
+                    self._restore_guaranteed_cell(owner, vc, c)
+                self._set_pod(c, owner, opp)
+                done.append(c)
+        except BindingConflict:
+            for c in done:
+                self._set_pod(c, None, opp)
+                if not opp:
+                    self._vc_free(vc, c)
+            raise
+        self._grants[owner] = GangGrant(owner, vc, chain, opp, prio, cells, self.tree)
+
+    def _restore_guaranteed_cell(self, owner, vc, c) -> None:
+        if c.gp or any(a.gpod for a in c.ancestors()):
+            raise BindingConflict(f"{owner}: a GPU of cell {c.id} is already bound to a guaranteed job")
+        root = next((a for a in [c, *c.ancestors()] if a.bound_vc is not None), None)
+        lists = self.vfree[vc][c.chain]
+        if root is not None:
+            if root.bound_vc != vc:
+                raise BindingConflict(f"{owner}: cell {c.id} lies in {root.id}, bound to VC {root.bound_vc}")
+            y = self._listed_ancestor(c)
+            if y is None or y.flist.phys:
+                raise BindingConflict(f"{owner}: cell {c.id} is not free in VC {vc}")
+            self._carve_to(lists, y, c)
+            c.flist.remove(c)
+            return
+        ch = self._chain(c.chain)
+        y = self._listed_ancestor(c)
+        if y is None or not y.flist.phys:
+            raise BindingConflict(f"{owner}: cell {c.id} is not free in the physical cluster")
+        for k in range(c.level, y.level + 1):
+            if self._unbound(vc, c.chain, k) <= 0:
+                continue
+            a = c
+            while a.level < k:
+                a = a.parent
+            if not self._split_safe(c.chain, k, y.level):
+                continue
+            self._carve_to(self.pfree[c.chain], y, a)
+            a.flist.remove(a)
+            self._bind(vc, a)
+            lists[k].add(a, self._key(a))
+            self._carve_to(lists, a, c)
+            c.flist.remove(c)
+            return
+        raise BindingConflict(f"{owner}: VC {vc} has no unbound {c.chain} cell of level {c.level}.."
+                              f"{ch.top_level} left to hold {c.id}")
+
+    def _carve_to(self, lists, y, target) -> None:
+        """Split listed cell ``y`` along the path to ``target``; ``target`` ends up listed."""
+        path = []
+        x = target
+        while x is not y:
+            path.append(x)
+            x = x.parent
+        x = y
+        for nxt in reversed(path):
+            lists[x.level].remove(x)
+            for ch in x.children:
+                lists[ch.level].add(ch, self._key(ch))
+            x = nxt
+
+    # ------------------------------------------------------------ reconfigure
+    def reconfigure(self, new_spec) -> list[str]:
+        """Load a new spec over the existing bindings; returns owners downgraded to opportunistic."""
+        from .allocator import Allocator
+        new = Allocator(new_spec, binding=self.binding)
+        downgraded: list[str] = []
+        grants = sorted(self._grants.values(), key=lambda g: (g.opportunistic, -g.priority, g.owner))
+        for g in grants:
+            data = g.to_dict()
+            try:
+                new.restore(data)
+                continue
+            except BindingConflict:
+                pass
+            try:
+                new.restore(data, force_opportunistic=True)
+            except BindingConflict as exc:
+                raise BindingConflict(f"reconfiguration would lose {g.owner}: {exc}") from None
+            if not g.opportunistic:
+                new._grants[g.owner].downgraded = True
+                downgraded.append(g.owner)
+        new.opp_demand = dict(self.opp_demand)
+        self.__dict__.update(new.__dict__)
+        return downgraded
+
+    # ------------------------------------------------------------ exchange
+    def transfer(self, lender_vc: str, borrower_vc: str, chain: str, level: int, count: int) -> None:
+        """Move ``count`` unbound level-``level`` cells of ``chain`` from lender to borrower."""
+        for vc in (lender_vc, borrower_vc):
+            if vc not in self.quota:
+                raise ValueError(f"unknown VC {vc!r}")
+        if lender_vc == borrower_vc:
+            raise ValueError("lender and borrower are the same VC")
+        if chain not in self.spec.chains:
+            raise ValueError(f"unknown chain {chain!r}")
+        ch = self._chain(chain)
+        if not 1 <= level <= ch.top_level:
+            raise ValueError(f"level {level} is not a level of chain {chain} (1..{ch.top_level})")
+        if not isinstance(count, int) or count < 1:
+            raise ValueError(f"count must be a positive integer, got {count!r}")
+        key = (chain, level)
+        free = self._unbound(lender_vc, chain, level)
+        if free < count:
+            have = self.quota[lender_vc].get(key, 0)
+            raise ValueError(f"unsafe transfer: VC {lender_vc} holds {have} {chain}.{ch.levels[level - 1]} cells, "
+                             f"{have - free} of them in use, so it cannot lend {count}")
+        self.quota[lender_vc][key] = self.quota[lender_vc].get(key, 0) - count
+        self.quota[borrower_vc][key] = self.quota[borrower_vc].get(key, 0) + count
+        # net lending: paying back a loan first reduces what was borrowed
+        back = min(count, self.borrowed[lender_vc].get(key, 0))
+        self.borrowed[lender_vc][key] = self.borrowed[lender_vc].get(key, 0) - back
+        self.lent[borrower_vc][key] = self.lent[borrower_vc].get(key, 0) - back
+        rest = count - back
+        self.lent[lender_vc][key] = self.lent[lender_vc].get(key, 0) + rest
+        self.borrowed[borrower_vc][key] = self.borrowed[borrower_vc].get(key, 0) + rest
+        for d in (self.borrowed[lender_vc], self.lent[borrower_vc], self.lent[lender_vc], self.borrowed[borrower_vc]):
+            if d.get(key) == 0:
+                del d[key]

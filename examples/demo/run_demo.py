@@ -1,0 +1,246 @@
+"""`make demo`: hived end to end on this machine, narrated, in about a minute.
+
+1. Pick the cluster: this machine's GPUs when NVML finds some (split between
+   two VCs), else examples/cluster.yaml, else examples/demo/demo_cluster.yaml.
+   Print its summary and the VC views.
+2. Replay the two-tenant fragmentation example of the HiveD paper (Figure 2)
+   under a plain GPU quota and under hived (hived.core.figure2).
+3. Start the scheduler service in this process (the embedded default: SQLite
+   store, local launcher: real processes with CUDA_VISIBLE_DEVICES) and run a
+   mix of jobs as two users of two VCs: best-effort training runs that fill
+   one VC, then a trial-and-error job that preempts one of them (FitGpp); the
+   preempted run checkpoints, waits, and resumes where it stopped.
+4. Show the VC views along the way, then stop cleanly.
+
+Usage: python examples/demo/run_demo.py [--spec FILE] [--data-dir DIR] [--keep]
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+PY = sys.executable
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def banner(text: str) -> None:
+    say()
+    say("=" * 78)
+    say(text)
+    say("=" * 78)
+
+
+# ---------------------------------------------------------------- the cluster
+
+def pick_spec(given: str | None):
+    """-> (spec source, where it came from)."""
+    if given:
+        return given, f"the spec you gave ({given})"
+    from hived.jupyter_ext.service.discovery import NoGpuError, discover
+    try:
+        d = discover(vcs=["team-a", "team-b"])
+        for note in d.notes:
+            say(f"  discovery note: {note}")
+        return d.spec, f"this machine's {len(d.gpus)} GPUs ({', '.join(sorted({g.model for g in d.gpus}))})"
+    except NoGpuError as exc:
+        say(f"  {exc}")
+    except ValueError as exc:   # e.g. one GPU cannot be split between two teams
+        say(f"  discovered GPUs cannot hold the demo's two VCs ({exc})")
+    cluster = ROOT / "examples" / "cluster.yaml"
+    if cluster.exists():
+        return str(cluster), "the demo cluster examples/cluster.yaml"
+    return str(HERE / "demo_cluster.yaml"), "the small demo cluster examples/demo/demo_cluster.yaml"
+
+
+def spec_summary(spec) -> None:
+    for name, ch in spec.chains.items():
+        nodes = ch.gpus // ch.gpus_per_level[ch.node_level - 1] if hasattr(ch, "gpus") else "?"
+        say(f"  chain {name}: levels {' < '.join(ch.levels)} (node = level {ch.node_level}), "
+            f"GPUs per cell {ch.gpus_per_level}, {nodes} nodes")
+    for vc, v in spec.vcs.items():
+        cells = ", ".join(f"{n} x {spec.chains[c].levels[lvl - 1]} ({spec.chains[c].gpus_per_level[lvl - 1]} GPUs)"
+                          for (c, lvl), n in sorted(v.cells.items()))
+        say(f"  VC {vc}: {cells or 'no cells'}; users: {', '.join(v.users or []) or 'anyone'}")
+
+
+def vc_views(svc, title: str) -> None:
+    say(f"\n  -- VC views: {title}")
+    vcs = svc.vcs()["vcs"]
+    say(f"  {'VC':<12} {'GPUs used':>10}  {'running':<28} queue")
+    for name, v in vcs.items():
+        running = " ".join(f"{j}({svc.get_job(j)['job_class'].upper()})" for j in v["running"]) or "-"
+        say(f"  {name:<12} {str(v['gpus_used']) + '/' + str(v['gpus_total']):>10}  {running:<28} "
+            f"{' '.join(v['queue']) or '-'}")
+
+
+# ---------------------------------------------------------------- figure 2
+
+def figure2() -> None:
+    try:
+        from hived.core import figure2 as fig
+    except ImportError as exc:
+        say(f"  (hived.core.figure2 is not available in this build: {exc})")
+        return
+    for name in ("demo_text", "report", "main", "run", "replay"):
+        fn = getattr(fig, name, None)
+        if callable(fn):
+            out = fn()
+            if isinstance(out, str):
+                say(out)
+            return
+    say("  (hived.core.figure2 has no entry point this demo knows)")
+
+
+# ---------------------------------------------------------------- the jobs
+
+def plan(spec):
+    """Two VCs, their users, and job sizes that fill the first VC exactly."""
+    vcs = [v for v in spec.vcs if spec.vcs[v].cells][:2]
+    if len(vcs) < 2:
+        raise SystemExit("the demo needs a spec with at least two VCs holding cells")
+    v1, v2 = vcs
+    users1 = list(spec.vcs[v1].users or []) or ["alice", "anna"]
+    users2 = list(spec.vcs[v2].users or []) or ["bob"]
+    # the chain where VC 1 holds most GPUs, and its biggest cell no larger than a node
+    per_chain: dict = {}
+    for (c, lvl), n in spec.vcs[v1].cells.items():
+        per_chain[c] = per_chain.get(c, 0) + n * spec.chains[c].gpus_per_level[lvl - 1]
+    chain = max(per_chain, key=per_chain.get)
+    ch = spec.chains[chain]
+    node = ch.gpus_per_level[ch.node_level - 1]
+    size = min(node, max(ch.gpus_per_level[lvl - 1] for (c, lvl) in spec.vcs[v1].cells if c == chain))
+    count = per_chain[chain] // size
+    while count > 8 and size * 2 <= node:   # keep the number of processes small
+        size, count = size * 2, count // 2
+    if count == 1 and size >= 2:             # two runs, so that FitGpp has a choice to make
+        size, count = size // 2, 2
+    c2 = next(iter(c for (c, _l) in spec.vcs[v2].cells))
+    return {"vc1": v1, "vc2": v2, "u1": users1[0], "u1b": users1[min(1, len(users1) - 1)],
+            "u2": users2[0], "chain": chain, "be_gpus": size, "be_count": count, "chain2": c2}
+
+
+def wait_for(pred, timeout: float, what: str):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.2)
+    raise SystemExit(f"demo: timed out waiting for {what}")
+
+
+def log_lines(svc, job_id: str, prefix: str) -> list[str]:
+    return [line for line in svc.logs(job_id)[0].splitlines() if line.startswith(prefix)]
+
+
+def run_jobs(svc, p) -> None:
+    banner(f"3. Jobs: {p['u1']} and {p['u1b']} in VC {p['vc1']}, {p['u2']} in VC {p['vc2']}")
+    be = []
+    for i in range(p["be_count"]):
+        job = svc.submit(p["u1"], {"vc": p["vc1"], "name": f"train-{i}", "job_class": "be",
+                                   "command": [PY, str(HERE / "train.py"), "16", "0.5"],
+                                   "gpus": p["be_gpus"], "chain": p["chain"], "grace_period": 3,
+                                   "workdir": str(HERE)})
+        be.append(job["id"])
+    say(f"  {p['u1']} submits {len(be)} best-effort training run{'s' if len(be) > 1 else ''} of {p['be_gpus']} GPUs each "
+        f"({', '.join(be)}): together they fill VC {p['vc1']}")
+    other = [
+        svc.submit(p["u2"], {"vc": p["vc2"], "name": "sweep", "job_class": "be", "chain": p["chain2"],
+                             "command": [PY, str(HERE / "train.py"), "10", "0.5"], "workdir": str(HERE)})["id"],
+        svc.submit(p["u2"], {"vc": p["vc2"], "name": "explore", "job_class": "te", "chain": p["chain2"],
+                             "command": [PY, str(HERE / "notebook_task.py"), "6"], "workdir": str(HERE)})["id"],
+    ]
+    say(f"  {p['u2']} submits a BE sweep and a TE trial in VC {p['vc2']} ({', '.join(other)})")
+    wait_for(lambda: all(svc.get_job(j)["state"] == "running" for j in be), 30, "the BE runs to start")
+    for j in be:
+        job = svc.get_job(j)
+        pods = "; ".join(f"{q['node']} GPUs {q['gpus']}" for q in job["placement"]["pods"])
+        say(f"  {j} running on {pods}")
+    time.sleep(2.0)
+    vc_views(svc, f"VC {p['vc1']} is full of BE work")
+
+    say(f"\n  {p['u1b']} opens a notebook and submits a trial-and-error job of {p['be_gpus']} GPUs "
+        f"to VC {p['vc1']}: TE jobs preempt BE jobs (FitGpp)")
+    te = svc.submit(p["u1b"], {"vc": p["vc1"], "name": "notebook-trial", "job_class": "te",
+                               "command": [PY, str(HERE / "notebook_task.py"), "6"],
+                               "gpus": p["be_gpus"], "chain": p["chain"], "workdir": str(HERE)})["id"]
+    victim = wait_for(lambda: next((j for j in be if svc.get_job(j)["preemptions"] > 0), None), 20,
+                      "FitGpp to pick a victim")
+    vjob = svc.get_job(victim)
+    reason = next((h["reason"] for h in reversed(vjob["history"]) if h["state"] == "preempting"), "")
+    say(f"  FitGpp picked {victim}: {reason}")
+    wait_for(lambda: svc.get_job(te)["state"] in ("running", "succeeded"), 30, "the TE job to start")
+    say(f"  {victim} got SIGTERM, then its grace period: " +
+        (log_lines(svc, victim, "train: SIGTERM") or ["(it did not say)"])[-1])
+    say(f"  {te} (TE) now runs on {svc.get_job(te)['placement']['pods'][0]['node']} "
+        f"GPUs {svc.get_job(te)['placement']['pods'][0]['gpus']}; {victim} waits at the head of the queue")
+    vc_views(svc, "the TE job took the preempted cells")
+
+    wait_for(lambda: svc.get_job(te)["state"] == "succeeded", 30, "the TE job to finish")
+    say(f"\n  {te} finished; {victim} goes back on its cells and resumes:")
+    wait_for(lambda: len(log_lines(svc, victim, "train: rank")) >= 2, 30, "the BE job to resume")
+    say("    " + log_lines(svc, victim, "train: rank")[-1])
+    vc_views(svc, "the preempted run resumed")
+    everything = be + other + [te]
+    wait_for(lambda: all(svc.get_job(j)["state"] in ("succeeded", "failed", "cancelled") for j in everything),
+             90, "every job to finish")
+    say("\n  -- all jobs")
+    say(f"  {'id':<5} {'name':<15} {'user':<7} {'VC':<10} {'class':<5} {'state':<10} attempts  preempted")
+    for j in everything:
+        job = svc.get_job(j)
+        say(f"  {j:<5} {job['name']:<15} {job['user']:<7} {job['vc']:<10} {job['job_class'].upper():<5} "
+            f"{job['state']:<10} {job['attempts']:>8}  {job['preemptions']:>9}")
+    bad = [j for j in everything if svc.get_job(j)["state"] != "succeeded"]
+    if bad:
+        raise SystemExit(f"demo: jobs did not succeed: {bad}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--spec", default=None, help="cluster spec to use instead of discovery / the demo cluster")
+    ap.add_argument("--data-dir", default=None, help="where the store and logs go (default: a temporary dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary data dir")
+    args = ap.parse_args()
+    t0 = time.time()
+    from hived.core.spec import load_spec
+    from hived.jupyter_ext.service.service import SchedulerService
+
+    banner("1. The cluster")
+    source, where = pick_spec(args.spec)
+    spec = load_spec(source)
+    say(f"  using {where}")
+    spec_summary(spec)
+
+    banner("2. Why cells: the two-tenant example of HiveD (paper 000, section 2, Figure 2)")
+    figure2()
+
+    data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="hived-demo-"))
+    svc = SchedulerService(source, data_dir, tick_seconds=0.2)
+    say(f"\n  scheduler service started in this process: store {data_dir / 'hived.db'}, "
+        f"logs under {data_dir / 'jobs'}")
+    svc.start()
+    try:
+        vc_views(svc, "before any job")
+        run_jobs(svc, plan(spec))
+    finally:
+        banner("4. Stopping")
+        svc.stop(cancel_jobs=True, timeout=15)
+        svc.close()
+        say(f"  service stopped cleanly; every state change is in {data_dir / 'hived.db'}")
+        if not args.data_dir and not args.keep:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    say(f"\ndemo finished in {time.time() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

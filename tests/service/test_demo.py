@@ -1,0 +1,20 @@
+"""`make demo` runs end to end: TE preempts BE, BE resumes, clean stop."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_demo_runs_end_to_end(tmp_path):
+    env = dict(os.environ, HIVED_SCHEME=os.environ.get("HIVED_TEST_SCHEME", "hived"))
+    p = subprocess.run([sys.executable, str(ROOT / "examples" / "demo" / "run_demo.py"),
+                        "--data-dir", str(tmp_path / "demo")],
+                       capture_output=True, text=True, timeout=150, env=env)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-4000:]
+    assert "FitGpp picked" in out and "SIGTERM at step" in out
+    assert "resuming from checkpoint at step" in out
+    assert "service stopped cleanly" in out and "demo finished" in out
+    assert "Traceback" not in out

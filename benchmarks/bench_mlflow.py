@@ -1,6 +1,6 @@
 """Overhead of `mlflow run --backend hived` over `--backend local`, same run.
 
-A trivial MLproject (one `python -c` that prints its run id) is run both
+A trivial MLproject (one `python -c` that fails unless it got its run id) is run both
 ways against the same sqlite tracking store: in-process through
 mlflow.projects.run(synchronous=True), and through the `mlflow run` CLI.
 The hived side uses a real `hived serve` started here (local launcher,
@@ -26,7 +26,7 @@ TARGET_EXTRA_S = 1.5
 MLPROJECT = """name: trivial
 entry_points:
   main:
-    command: "python -c 'import os; print(os.environ[\\"MLFLOW_RUN_ID\\"])'"
+    command: "python -c 'import os; os.environ[\\"MLFLOW_RUN_ID\\"]'"
 """
 
 

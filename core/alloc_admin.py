@@ -42,7 +42,7 @@ class VCView:
                                                       (lv.unhealthy, "unhealthy"),
                                                       (lv.opportunistic, "GPUs lent opportunistically")) if n)
             lines.append(f"  {chain}.{lv.cell_type} (level {k}, {lv.gpus_per_cell} GPUs): "
-                         f"{lv.total} cells, {lv.used} bound, {lv.free} free{extra}")
+                         f"{lv.total} cell{'' if lv.total == 1 else 's'}, {lv.used} bound, {lv.free} free{extra}")
         if self.free_cells:
             free = ", ".join(f"{n} x L{k}" for (_, k), n in sorted(self.free_cells.items(), key=lambda x: -x[0][1]) if n)
             lines.append(f"  free in the VC view: {free or 'nothing'}")
@@ -243,6 +243,7 @@ class AdminMixin(ReconfigMixin):
         if c.gpod is not None:
             assert inside_bound is not None, f"guaranteed pod at {c.id} outside any bound cell"
         if c.level == 1:
+            assert c.ofree == self._ofree_calc(c), f"clean level of {c.id}"
             exp = (1 if c.opod else 0, 1 if c.gpod else 0)
             assert (c.opp, c.gp) == exp, f"counters of {c.id}: {(c.opp, c.gp)} != {exp}"
             return
@@ -254,6 +255,11 @@ class AdminMixin(ReconfigMixin):
         assert c.opp == opp or (c.opod and c.opp >= c.gpus), f"opp counter of {c.id}: {c.opp} != {opp}"
         assert c.gp == gp or (c.gpod and c.gp >= c.gpus), f"gp counter of {c.id}: {c.gp} != {gp}"
         assert c.bad == sum(k.bad for k in kids), f"bad counter of {c.id}"
+        want = [0] * c.level
+        for k in kids:
+            want[k.ofree] += 1
+        assert c.ocnt == want, f"clean-level counts of {c.id}: {c.ocnt} != {want}"
+        assert c.ofree == self._ofree_calc(c), f"clean level of {c.id}: {c.ofree} != {self._ofree_calc(c)}"
         assert c.nfc == sum(1 for k in kids if k.flist is not None and k.flist.phys), f"nfc of {c.id}"
         assert c.vfc == sum(1 for k in kids if k.flist is not None and not k.flist.phys), f"vfc of {c.id}"
         if not inside_free and not listed:

@@ -76,7 +76,7 @@ class OpportunisticMixin:
     def _opp_walk(self, roots, level, node_ok, gpus, clean=True, need=None):
         """Level-``level`` cells, best first; clean=True: only fully clean ones (ofree == level)."""
         need = need or level
-        stack = [sorted((r for r in roots if r.ofree >= need), key=_far_key, reverse=True)]
+        stack = [sorted((r for r in roots if r.ofree >= need), key=_far_key)]
         while stack:
             if not stack[-1]:
                 stack.pop()
@@ -94,7 +94,7 @@ class OpportunisticMixin:
             kids = [ch for ch in c.children if ch.ofree >= need]
             if node_ok is not None and c.level > self._chain(c.chain).node_level:
                 pass  # node veto is checked when the walk reaches the node
-            kids.sort(key=_far_key, reverse=True)
+            kids.sort(key=_far_key)
             stack.append(kids)
 
     # --------------------------------------------------------- weighted max-min shares

@@ -31,7 +31,7 @@ from .alloc_lists import BAD, Buckets
 from .alloc_opportunistic import OpportunisticMixin
 from .cells import Cell, CellTree
 from .jobs import Placement, PodPlacement
-from .spec import ClusterSpec, invariant_violation, load_spec
+from .spec import ClusterSpec, first_violation, load_spec
 
 NodeOk = Optional[Callable[[str, int], bool]]
 
@@ -232,15 +232,23 @@ class Allocator(OpportunisticMixin, AdminMixin):
         return any(self._usable(ch, level, node_ok, gpus, healthy) for ch in c.children)
 
     # ------------------------------------------------------------ Algorithm 1, generic split/merge
-    def _split_take(self, lists, c: Cell, level: int, node_ok: NodeOk, gpus: int, healthy: bool = True) -> Cell:
-        """Take listed cell ``c`` and split it down to ``level``; the unused buddies join the free lists."""
+    def _split_take(self, lists, c: Cell, level: int, node_ok: NodeOk, gpus: int, healthy: bool = True,
+                    need: Optional[int] = None) -> Cell:
+        """Take listed cell ``c`` and split it down to ``level``; the unused buddies join the free lists.
+
+        At each split the child kept is the usable one (holding a usable
+        level-``need`` cell, default ``level``) with the fewest opportunistic GPUs.
+        """
+        need = level if need is None else need
         c.flist.remove(c)
         while c.level > level:
             best, best_key = None, None
             for ch in c.children:
                 k = self._key(ch)
-                if (best_key is None or k < best_key) and self._usable(ch, level, node_ok, gpus, healthy):
+                if (best_key is None or k < best_key) and self._usable(ch, need, node_ok, gpus, healthy):
                     best, best_key = ch, k
+            if best is None:  # pragma: no cover - callers check c is usable first
+                best = min(c.children, key=self._key)
             for ch in c.children:
                 if ch is not best:
                     lists[ch.level].add(ch, self._key(ch))
@@ -281,7 +289,7 @@ class Allocator(OpportunisticMixin, AdminMixin):
             free[lvl] += ch.children_per_level[lvl] - 1
         alloc = list(self.a[chain])
         alloc[k] += 1
-        return invariant_violation(ch, free, self.r[chain], alloc) is None
+        return first_violation(ch, free, self.r[chain], alloc) is None
 
     def _phys_take(self, chain: str, k: int, level: int, node_ok: NodeOk, gpus: int) -> Optional[Cell]:
         """Algorithm 1 ALLOCATECELL for a level-k cell that must hold a usable level-``level`` cell.
@@ -305,12 +313,12 @@ class Allocator(OpportunisticMixin, AdminMixin):
                 cand = next((c for c in lists[j].ordered() if self._usable(c, level, node_ok, gpus)), None)
             if cand is not None:
                 if j == plain or self._split_safe(chain, k, j):
-                    return self._split_take(lists, cand, k, node_ok, gpus)
+                    return self._split_take(lists, cand, k, node_ok, gpus, need=level)
                 break
         # no healthy choice that keeps sharing safety: fall back to the bad cell (doomed)
         for c in lists[plain].ordered():
             if self._usable(c, level, node_ok, gpus, healthy=False):
-                return self._split_take(lists, c, k, node_ok, gpus, healthy=False)
+                return self._split_take(lists, c, k, node_ok, gpus, healthy=False, need=level)
         return None
 
     def _vc_take(self, vc: str, chain: str, level: int, node_ok: NodeOk, gpus: int,
@@ -362,7 +370,7 @@ class Allocator(OpportunisticMixin, AdminMixin):
         cnt = c.ocnt
         if cnt[c.level - 1] == len(c.children):
             return c.level
-        for lvl in range(c.level - 2, 0, -1):
+        for lvl in range(c.level - 1, 0, -1):  # else: the best child's clean level
             if cnt[lvl]:
                 return lvl
         return 0

@@ -36,6 +36,20 @@ class Binding:
     def placement(self) -> Placement:
         return Placement(self.chain, tuple(self.pods), self.opportunistic)
 
+    def to_dict(self) -> dict:
+        """The plain form ``Allocator.restore`` accepts (its public input, no internals).
+
+        Pods that recorded their cell address re-bind that exact cell; otherwise
+        the allocator finds the smallest cell holding each pod's GPUs.
+        """
+        d = {"owner": self.owner, "vc": self.vc, "chain": self.chain,
+             "opportunistic": self.opportunistic, "priority": self.priority,
+             "pods": [{"rank": p.rank, "node": p.node, "gpus": list(p.gpus)} for p in self.pods]}
+        if self.pods and all(len(p.cells) == 1 for p in self.pods):
+            d["cells"] = [p.cells[0] for p in self.pods]
+            d["gpus"] = [len(p.gpus) for p in self.pods]
+        return d
+
 
 def restore_record(eng, rec: JobRecord) -> None:
     if not isinstance(rec, JobRecord):
@@ -55,7 +69,7 @@ def restore_record(eng, rec: JobRecord) -> None:
         p = rec.placement
         b = Binding(rec.job_id, rec.request.vc, p.chain, p.opportunistic,
                     0 if p.opportunistic else 1, list(p.pods))
-        eng.alloc.restore(b)
+        eng.alloc.restore(b.to_dict())
         eng._jobs[rec.job_id] = rec
         saved = rec.state
         rec.placement = None

@@ -13,6 +13,8 @@ Four sources (paper 003 §4.1 and the issue):
 - ``hint``: the user's own guess (``JobRequest.estimate``), trusted least.
 - ``progress``: while a job runs and reports steps done of total, the
   elapsed time scaled up to the total, blended with the estimate it had.
+- ``oracle``: the simulator's true duration (experiments only), and
+  ``default``: nothing is known, a configured guess; both say so.
 
 Confidence is a number in (0, 1]: a heuristic score, not a probability; the
 rules are in each function and docs/estimator.md. Times are seconds on
@@ -27,8 +29,9 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Optional, Protocol, Sequence
 
-SOURCES = ("sample", "history", "hint", "progress")
+SOURCES = ("sample", "history", "hint", "progress", "oracle", "default")
 HINT_CONFIDENCE = 0.3
+DEFAULT_CONFIDENCE = 0.05
 MAX_CONFIDENCE = 0.95
 
 
@@ -132,7 +135,9 @@ def refine(prior: Optional[Estimate], done: float, total: float, elapsed: float)
 
     Progress alone says elapsed * total / done with confidence
     0.5 + 0.45 * done / total; it is averaged with the prior estimate,
-    weighted by the two confidences, so an early noisy report moves a
+    weighted by the prior's confidence times the share of steps still to
+    do (the further the job is, the less a guess made before it started
+    matters) and by its own confidence, so an early noisy report moves a
     confident prior only a little. Never less than ``elapsed``.
     """
     tot = _positive("total", total)
@@ -149,7 +154,7 @@ def refine(prior: Optional[Estimate], done: float, total: float, elapsed: float)
     frac = done / tot
     own, conf = elapsed / frac, 0.5 + 0.45 * frac
     if prior is not None and frac < 1:
-        w = prior.confidence
+        w = prior.confidence * (1 - frac)
         value = (w * prior.value + conf * own) / (w + conf)
         conf = max(conf, prior.confidence)
     else:
@@ -194,7 +199,17 @@ class InMemoryHistory:
 
 
 # which source wins a tie in confidence (measured beats remembered beats guessed)
-_RANK = {"progress": 0, "sample": 1, "history": 2, "hint": 3}
+_RANK = {"oracle": 0, "progress": 1, "sample": 2, "history": 3, "hint": 4, "default": 5}
+
+
+def record_elapsed(rec, now: Optional[float]) -> float:
+    """Seconds a job record has run: earlier runs (``run_time``) plus the current one."""
+    el = float(getattr(rec, "run_time", 0.0) or 0.0)
+    started = getattr(rec, "started", None)
+    state = getattr(getattr(rec, "state", None), "value", None)
+    if now is not None and started is not None and state in ("running", "preempting"):
+        el += max(0.0, now - started)
+    return el
 
 
 class Estimator:
@@ -203,6 +218,7 @@ class Estimator:
     def __init__(self, history: Optional[HistorySource] = None):
         self.history = history
         self._jobs: dict[str, Estimate] = {}
+        self._base: dict[str, Estimate] = {}     # per job: the estimate before any progress
 
     def estimate(self, kind: str = "gpu", *, signature: Optional[str] = None,
                  samples: Optional[Sequence[Sample]] = None, total_steps: Optional[float] = None,
@@ -255,3 +271,52 @@ class Estimator:
 
     def forget(self, job_id: str) -> None:
         self._jobs.pop(job_id, None)
+        self._base.pop(job_id, None)
+
+    # --- per engine record (what policies call) -------------------------
+    def base_for(self, rec, kind: str = "gpu", *, oracle: bool = False,
+                 default: Optional[float] = None) -> Optional[Estimate]:
+        """The estimate of a job before it reports progress: its signature label
+        (``labels["signature"]``) in the history, the user's hint, the simulator's
+        duration when ``oracle`` is set, else ``default``; kept per job."""
+        got = self._base.get(rec.job_id)
+        if got is not None:
+            return got
+        req = rec.request
+        if oracle and req.duration:
+            got = Estimate(float(req.duration), "oracle", MAX_CONFIDENCE, kind, None, "the simulator's duration")
+        else:
+            sig = (getattr(req, "labels", None) or {}).get("signature")
+            got = self.estimate(kind, signature=sig, hint=req.estimate or None)
+        if got is None and default is not None:
+            got = Estimate(_positive("default", default), "default", DEFAULT_CONFIDENCE, kind, None,
+                           "nothing known about this job: the configured default")
+        if got is not None:
+            self._base[rec.job_id] = got
+        return got
+
+    def for_record(self, rec, now: Optional[float], kind: str = "gpu", **kw) -> Optional[Estimate]:
+        """The job's current estimate: its base refined by the progress it reported
+        (``rec.progress`` = (done, total), set by ``Engine.report_progress``) over the
+        time it has run. Idempotent: always refined from the base, never compounded."""
+        base = self.base_for(rec, kind, **kw)
+        prog = getattr(rec, "progress", None)
+        el = record_elapsed(rec, now)
+        if not prog or el <= 0 or (base is not None and base.source == "oracle"):
+            est = base
+        else:
+            done, total = prog
+            if done <= 0 and base is None:
+                return None
+            est = refine(base, done, total, el)
+        if est is not None:
+            self._jobs[rec.job_id] = est
+        return est
+
+    def remaining_for(self, rec, now: Optional[float], kind: str = "gpu", **kw) -> Optional[float]:
+        """Seconds the job still needs: its estimate less what it has run (at least 1 s
+        while it is not done, so a late job never looks free)."""
+        est = self.for_record(rec, now, kind, **kw)
+        if est is None:
+            return None
+        return max(1.0, est.value - record_elapsed(rec, now))

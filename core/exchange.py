@@ -10,10 +10,11 @@ carries out each match through the allocator:
 
 moves the *right to use* the cells, as guaranteed capacity, when the window
 starts (the borrower's VC view grows, the lender's shrinks); when the
-window ends the arbiter moves them back with the arguments swapped. Jobs
-the borrower still runs on them are handled by the allocator as in
-reconfiguration (made opportunistic, preempted if needed): whatever owners
-it reports come back in ``Exchange.downgraded`` for the engine to act on.
+window ends the arbiter moves them back with the arguments swapped
+(``give_back``). Guaranteed jobs the borrower still runs on them are handled
+as reconfiguration handles them: re-bound to the same GPUs as opportunistic
+(preempted later if the owner needs the cells); their owners come back in
+``Exchange.downgraded`` / ``TickResult.downgraded`` for the engine to act on.
 
 A spatial exchange is a pair of reciprocal posts (e.g. one 8-GPU cell for
 eight 1-GPU cells); it moves cells both ways for the same window.
@@ -33,6 +34,14 @@ from .exchange_types import (Cells, Exchange, ExchangeState, Leg, Ledger, Ledger
                              PostKind)
 
 
+class ReturnDelayed(RuntimeError):
+    """Cells could not go back yet (a job on them still waits for its victims to leave)."""
+
+    def __init__(self, message: str, downgraded: list[str]):
+        super().__init__(message)
+        self.downgraded = downgraded
+
+
 class ExchangeError(ValueError):
     """A post or action was refused; ``where`` names the field."""
 
@@ -47,10 +56,8 @@ class TickResult:
     ended: list[Exchange] = field(default_factory=list)
     failed: list[Exchange] = field(default_factory=list)
     expired: list[Post] = field(default_factory=list)
-
-    @property
-    def downgraded(self) -> list[str]:
-        return [o for e in self.ended for o in e.downgraded]
+    delayed: list[Exchange] = field(default_factory=list)     # window over, cells not back yet (retried)
+    downgraded: list[str] = field(default_factory=list)       # owners made opportunistic in this tick
 
 
 class ExchangeArbiter:
@@ -266,11 +273,20 @@ class ExchangeArbiter:
                     res.failed.append(ex)
         for ex in sorted(self.exchanges.values(), key=lambda e: (e.end, e.id)):
             if ex.state is ExchangeState.ACTIVE and ex.end <= now:
-                for g in reversed(ex.legs):
-                    out = self.allocator.transfer(g.borrower, g.lender, g.cells.chain, g.cells.level, g.cells.count)
-                    if out:
-                        ex.downgraded.extend(out)
-                ex.state = ExchangeState.RETURNED
+                legs = [g for g in reversed(ex.legs) if id(g) not in ex._returned]
+                try:
+                    for g in legs:
+                        down = give_back(self.allocator, g.borrower, g.lender, g.cells)
+                        ex.downgraded.extend(down)
+                        res.downgraded.extend(down)
+                        ex._returned.add(id(g))
+                except ReturnDelayed as e:   # stays active; the next tick tries again
+                    ex.downgraded.extend(e.downgraded)
+                    res.downgraded.extend(e.downgraded)
+                    ex.reason = f"return delayed: {e}"
+                    res.delayed.append(ex)
+                    continue
+                ex.state, ex.reason = ExchangeState.RETURNED, ""
                 res.ended.append(ex)
         return res
 
@@ -305,6 +321,51 @@ class ExchangeArbiter:
         return self.ledger.to_dict()
 
 
+def give_back(allocator: Any, holder: str, owner: str, cells: Cells) -> list[str]:
+    """Move ``cells`` from ``holder`` back to ``owner`` at the end of a window.
+
+    When the holder still runs guaranteed jobs on them, they are handled as
+    reconfiguration handles jobs that no longer fit (HiveD 001 §4): downgraded
+    to opportunistic on the same GPUs (so nothing is killed now; the owner's
+    guaranteed jobs preempt them when they need the cells). Victims go one
+    bound cell at a time, the least used first, so as few jobs as possible
+    lose their guarantee. Returns the downgraded owners.
+    """
+    args = (cells.chain, cells.level, cells.count)
+    try:
+        return list(allocator.transfer(holder, owner, *args) or [])
+    except ValueError as refused:
+        first = refused
+    tree = getattr(allocator, "tree", None)
+    if tree is None:        # not a cell allocator: nothing we can downgrade
+        raise first
+    grants = [g for g in allocator.grants().values()
+              if g.vc == holder and not g.opportunistic and g.chain == cells.chain]
+    bound = [b for b in allocator.vc_view(holder).bound_cells
+             if (b["chain"], b["level"]) == (cells.chain, cells.level) and b["gpus_used"] > 0]
+    out: list[str] = []
+    for b in sorted(bound, key=lambda b: (b["gpus_used"], b["cell"])):
+        inside = [g for g in grants if g.owner not in out and any(
+            b["cell"] in {a.id for a in [tree.by_id[c], *tree.by_id[c].ancestors()]} for c in g.cells)]
+        for g in sorted(inside, key=lambda g: (g.priority, g.owner)):
+            data = g.to_dict()
+            allocator.release(g.owner)
+            try:
+                allocator.restore(data, force_opportunistic=True)
+            except ValueError:   # its GPUs still hold an opportunistic victim: keep it guaranteed for now
+                allocator.restore(data)
+                continue
+            allocator.grant_of(g.owner).downgraded = True
+            out.append(g.owner)
+        try:
+            allocator.transfer(holder, owner, *args)
+            return out
+        except ValueError:
+            continue
+    raise ReturnDelayed(f"cannot return {cells} from VC {holder} to VC {owner} even after downgrading "
+                        f"{len(out)} job(s): {first}", out)
+
+
 class ExchangeProxy:
     """One VC's door to the arbiter (what the REST handlers and the CLI use per VC)."""
 
@@ -333,4 +394,4 @@ class ExchangeProxy:
 
 
 __all__ = ["Cells", "Exchange", "ExchangeArbiter", "ExchangeError", "ExchangeProxy", "ExchangeState",
-           "Ledger", "Post", "PostKind", "TickResult"]
+           "Ledger", "Post", "PostKind", "TickResult", "give_back"]

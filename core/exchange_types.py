@@ -83,6 +83,7 @@ class Exchange:
     state: ExchangeState = ExchangeState.PENDING
     reason: str = ""
     downgraded: list[str] = field(default_factory=list)        # owners made opportunistic at return
+    _returned: set = field(default_factory=set, repr=False, compare=False)  # legs already given back
 
     @property
     def spatial(self) -> bool:

@@ -337,6 +337,10 @@ class QuotaAllocator:
             p.recount(i)
 
     def restore(self, grant_like) -> None:
+        """Re-take a stored grant: an object with owner/vc/chain/opportunistic/pods or its
+        dict form (the one ``Allocator.restore`` takes; pods as dicts with node and gpus)."""
+        if isinstance(grant_like, dict):
+            grant_like = _grant_from_dict(grant_like)
         c = grant_like.chain
         if c not in self.pools:
             raise ValueError(f"restore {grant_like.owner}: unknown chain {c!r}")
@@ -403,3 +407,22 @@ class QuotaAllocator:
                     assert cl is None or (cl in self._grants and not self._grants[cl].opportunistic), \
                         f"quota: GPU {p.names[i]}/{k} claimed by {cl}, not a guaranteed grant"
                     assert cl is None or h is not None, f"quota: GPU {p.names[i]}/{k} claimed but held by nobody"
+
+
+def _grant_from_dict(d: dict):
+    """The dict form of a stored grant as an attribute object (pods as PodPlacement)."""
+    from types import SimpleNamespace
+
+    from .jobs import PodPlacement
+    missing = [k for k in ("owner", "vc", "chain", "pods") if k not in d]
+    if missing:
+        raise ValueError(f"restore: the binding lacks {', '.join(missing)}")
+    pods = []
+    for r, pod in enumerate(d["pods"]):
+        if isinstance(pod, dict):
+            pod = PodPlacement(rank=int(pod.get("rank", r)), node=pod["node"], gpus=tuple(pod["gpus"]),
+                               cells=tuple(pod.get("cells", ())))
+        pods.append(pod)
+    return SimpleNamespace(owner=d["owner"], vc=d["vc"], chain=d["chain"],
+                           opportunistic=bool(d.get("opportunistic", False)),
+                           priority=int(d.get("priority", 0) or 0), pods=pods)

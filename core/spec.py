@@ -351,7 +351,7 @@ class _Builder:
         kids = raw.get("cellChildren")
         if level == 1:
             if kids:
-                raise SpecError(f"{path}.cellChildren", f"a {ctype} cell is a GPU (level 1) and has no children")
+                raise SpecError(f"{path}.cellChildren", f"{ctype} cells are GPUs (level 1) and have no children")
             if given is not None:
                 if isinstance(given, bool) or not isinstance(given, int) or given < 0:
                     raise SpecError(f"{path}.cellAddress",
@@ -369,7 +369,8 @@ class _Builder:
         h = chain.children_per_level[level - 1]
         if kids is not None and len(kids) != h:
             raise SpecError(f"{path}.cellChildren",
-                            f"has {len(kids)} children but cell type {ctype} has childCellNumber {h}")
+                            f"has {len(kids)} {'child' if len(kids) == 1 else 'children'} but cell type {ctype} "
+                            f"has childCellNumber {h}")
         seen: dict[str, int] = {}
         for j in range(h):
             child_raw = kids[j] if kids is not None else {}
@@ -420,13 +421,21 @@ class _Builder:
         for chain in spec.chains.values():
             free = initial_free_counts(chain)
             reserved = [0] * (chain.top_level + 1)
+            by_vc: dict[int, dict[str, int]] = {}
             for vc in spec.vcs.values():
                 for (c, k), n in vc.cells.items():
                     if c == chain.name:
                         reserved[k] += n
-            problem = invariant_violation(chain, free, reserved, [0] * (chain.top_level + 1))
-            if problem:
-                raise SpecError("virtualClusters", f"infeasible VC assignment: {problem}")
+                        by_vc.setdefault(k, {})[vc.name] = n
+            hit = first_violation(chain, free, reserved, [0] * (chain.top_level + 1))
+            if hit:
+                k, need, supply = hit
+                who = ", ".join(f"{v}: {n}" for v, n in sorted(by_vc[k].items()))
+                tname = chain.levels[k - 1]
+                raise SpecError("virtualClusters",
+                                f"infeasible VC assignment: chain {chain.name} level {k} ({tname}): VCs reserve "
+                                f"{need} {tname} cell{'s' if need != 1 else ''} ({who}), the chain can supply "
+                                f"{supply} once higher-level reservations and pinned cells are counted")
 
 
 def _resolve_type(chains: dict[str, Chain], text: str, path: str) -> tuple[str, int]:
@@ -470,15 +479,25 @@ def initial_free_counts(chain: Chain) -> list[int]:
     return free
 
 
-def invariant_violation(chain: Chain, free: list[int], reserved: list[int], allocated: list[int]) -> Optional[str]:
-    """Check r_k - a_k <= f_k + F_k (eq. (2)) from the top level down; describe the first break."""
+def first_violation(chain: Chain, free: list[int], reserved: list[int],
+                    allocated: list[int]) -> Optional[tuple[int, int, int]]:
+    """Eq. (2), r_k - a_k <= f_k + F_k, from the top level down: (level, need, supply) of the first break."""
     F = 0
     for k in range(chain.top_level, 0, -1):
         need = reserved[k] - allocated[k]
         supply = free[k] + F
         if need > supply:
-            return (f"chain {chain.name} level {k} ({chain.levels[k - 1]}): VCs reserve {need} more cells, "
-                    f"the chain can supply {supply} once higher-level reservations are counted")
+            return k, need, supply
         if k > 1:
             F = (supply - need) * chain.children_per_level[k - 1]
     return None
+
+
+def invariant_violation(chain: Chain, free: list[int], reserved: list[int], allocated: list[int]) -> Optional[str]:
+    """Check r_k - a_k <= f_k + F_k (eq. (2)) from the top level down; describe the first break."""
+    hit = first_violation(chain, free, reserved, allocated)
+    if hit is None:
+        return None
+    k, need, supply = hit
+    return (f"chain {chain.name} level {k} ({chain.levels[k - 1]}): VCs reserve {need} more cells, "
+            f"the chain can supply {supply} once higher-level reservations are counted")

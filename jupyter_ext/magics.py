@@ -48,6 +48,8 @@ def _submit_parser() -> _Parser:
     p.add_argument("--allow-opportunistic", action="store_true", help="may run low priority when the VC is full")
     p.add_argument("--grace", type=float, default=None, help="grace period in seconds (SIGTERM to SIGKILL)")
     p.add_argument("--name", default=None)
+    p.add_argument("--retries", type=int, default=None, dest="max_retries",
+                   help="retries after a failure (default: the failure's class decides)")
     p.add_argument("--workdir", default=None, help="working directory (default: the notebook's)")
     p.add_argument("--env", action="append", default=[], metavar="K=V", help="environment variable (repeatable)")
     p.add_argument("--detach", action="store_true", help="return once submitted; do not follow")
@@ -55,14 +57,32 @@ def _submit_parser() -> _Parser:
     return p
 
 
-def build_payload(args: argparse.Namespace, cell: Optional[str]) -> dict:
+def command_text(line: str, words: list[str]) -> str:
+    """The command part of ``line`` exactly as typed (quotes, ``$VARS``, pipes
+    kept), so that the line form runs like the same line in a terminal.
+
+    ``words`` are the last tokens of ``shlex.split(line)`` (argparse's
+    remainder); the raw text starts where the tokens before them end."""
+    if not words:
+        return ""
+    lexer = shlex.shlex(line, posix=True)
+    lexer.whitespace_split = True
+    skip = len(shlex.split(line)) - len(words)
+    for _ in range(skip):
+        lexer.get_token()
+    rest = line[lexer.instream.tell():].strip() if skip else line.strip()
+    return rest[2:].strip() if rest.startswith("--") and words and words[0] == "--" else rest
+
+
+def build_payload(args: argparse.Namespace, cell: Optional[str], line: str = "") -> dict:
     """The POST /jobs body from parsed options; the cell body becomes the script."""
     words = [w for w in args.command if w != "--"] if args.command else []
     if cell is not None and cell.strip():
         # cell form: a shell script, or run by the interpreter named on the line
         command = [*words, "-c", cell] if words else cell
     elif words:
-        command = words
+        # line form: a shell command line, as typed (the service runs strings with sh -c)
+        command = command_text(line, args.command) or shlex.join(words)
     else:
         raise UsageError("%gpu_submit: give a command (line form) or a script body (cell form)")
     payload: dict = {"command": command, "job_class": "be" if args.be else
@@ -70,7 +90,8 @@ def build_payload(args: argparse.Namespace, cell: Optional[str]) -> dict:
                      "workdir": args.workdir or os.getcwd()}
     for key, value in (("vc", args.vc), ("gpus", args.gpus), ("cell_type", args.cell_type),
                        ("pods", args.pods), ("affinity", args.affinity),
-                       ("grace_period", args.grace), ("name", args.name)):
+                       ("grace_period", args.grace), ("name", args.name),
+                       ("max_retries", args.max_retries)):
         if value is not None:
             payload[key] = value
     if args.allow_opportunistic:
@@ -127,12 +148,12 @@ class HivedMagics(Magics):
     @line_cell_magic
     def gpu_submit(self, line: str, cell: Optional[str] = None):
         """%gpu_submit [--vc V] [--gpus N | --cell TYPE] [--pods K] [--affinity hard|soft]
-        [--be | --opportunistic] [--grace S] [--name N] [--detach] command ...
+        [--be | --opportunistic] [--grace S] [--name N] [--retries R] [--detach] command ...
 
         Cell form: %%gpu_submit [options] [interpreter] - the cell body is the
         script (a shell script, or ``interpreter -c body``)."""
         args = _submit_parser().parse_args(shlex.split(line))
-        payload = build_payload(args, cell)
+        payload = build_payload(args, cell, line)
         try:
             if "vc" not in payload:
                 payload["vc"] = self._default_vc()
@@ -197,7 +218,9 @@ class HivedMagics(Magics):
         w = JobStatusWidget()
         w.update(job)
         print(w.text())
-        for t, state, reason in (job.get("history") or [])[-10:]:
+        for entry in (job.get("history") or [])[-10:]:
+            t, state, reason = ((entry.get("time"), entry.get("state"), entry.get("reason"))
+                                if isinstance(entry, dict) else entry)
             stamp = time.strftime("%H:%M:%S", time.localtime(t)) if isinstance(t, (int, float)) else t
             print(f"  {stamp} {state}{': ' + reason if reason else ''}")
         self.shell.user_ns["_gpu_job"] = job

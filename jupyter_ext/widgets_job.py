@@ -49,6 +49,8 @@ def status_facts(job: dict) -> list[str]:
     facts = [f"{job.get('id')} {state}"]
     if state == "queued" and job.get("queue_position") is not None:
         facts.append(f"position {job['queue_position']} in {job.get('vc')}'s queue")
+    if state == "queued" and job.get("attempts") and job.get("reason"):
+        facts.append(str(job["reason"]))  # why it is back in the queue (retry, preemption)
     where = placement_text(job)
     if where:
         facts.append(where)

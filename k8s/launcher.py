@@ -91,6 +91,16 @@ def make_api_client(kubeconfig: Optional[str] = None, context: Optional[str] = N
     return client.ApiClient(cfg)
 
 
+def _send(call, *args, **kw) -> bytes:
+    """One API call without the client's model decoding; the body is read and the connection
+    handed back to the pool (an unread response would cost a new TLS handshake per call)."""
+    resp = call(*args, _preload_content=False, **kw)
+    try:
+        return resp.read()
+    finally:
+        resp.release_conn()
+
+
 def _api_message(e: ApiException) -> str:
     try:
         return json.loads(e.body).get("message") or str(e.reason)
@@ -107,7 +117,7 @@ class KubernetesLauncher:
                  bind: str = "node_name", spec_version: str = "", context: Optional[str] = None,
                  nodes: Optional[Iterable[str]] = None, emit_events: bool = True,
                  priority_of: Optional[Callable[[JobRequest, Placement], Optional[int]]] = None,
-                 watch_timeout: int = 5):
+                 watch_timeout: int = 5, watch_namespace: Optional[str] = None):
         if bind not in pb.BIND_MODES:
             raise ValueError(f"bind: {bind!r} is not one of {pb.BIND_MODES}")
         self.api = api_client or make_api_client(kubeconfig, context)
@@ -120,7 +130,11 @@ class KubernetesLauncher:
         self.priority_of = priority_of
         self.emit_events = emit_events
         self.selector = f"{pb.L_MANAGED}=hived,{pb.L_INSTANCE}={pb.label_value(instance)}"
-        self.watch = pod_watch(self.core, self.selector, self._on_pod, timeout_seconds=watch_timeout)
+        # Least privilege: watch (and so need RBAC on) the jobs' namespace only; "*" = every
+        # namespace (templates may then name their own; needs a ClusterRole for pods).
+        self.watch_namespace = watch_namespace or namespace
+        self.watch = pod_watch(self.core, self.selector, self._on_pod, timeout_seconds=watch_timeout,
+                               namespace=None if self.watch_namespace == "*" else self.watch_namespace)
         self.node_health = NodeHealth(self.core, nodes, timeout_seconds=watch_timeout) if nodes else None
         self._gangs: dict[str, _Gang] = {}
         self._events: list[JobEvent] = []
@@ -158,6 +172,10 @@ class KubernetesLauncher:
         t = self.template_for(request)
         if not request.user or not request.vc:
             raise TemplateError("request", "user and vc are required")
+        ns = self.namespace_of(t)
+        if self.watch_namespace != "*" and ns != self.watch_namespace:
+            raise TemplateError("template.namespace", f"hived watches pods in namespace {self.watch_namespace!r} "
+                                f"only, not {ns!r} (start the launcher with watch_namespace='*')")
         return t
 
     def namespace_of(self, template: JobTemplate) -> str:
@@ -176,30 +194,71 @@ class KubernetesLauncher:
                      launching=True)
         with self._lock:
             self._gangs[job_id] = gang
-        created: list[str] = []
         try:
-            for pod in pods:
-                self.core.create_namespaced_pod(ns, pod, _preload_content=False)
-                created.append(pod["metadata"]["name"])
-                if self.bind == "binding":
-                    self.core.create_namespaced_pod_binding(pod["metadata"]["name"], ns, pb.binding_body(pod),
-                                                            _preload_content=False)
-        except Exception as e:   # refused, or the connection broke: no half gang either way
-            self._rollback(ns, created)
+            self._create_all(job_id, ns, pods)
+        except LaunchError:
             with self._lock:
                 self._gangs.pop(job_id, None)
-            if isinstance(e, ApiException):
-                raise LaunchError(job_id, e.status, _api_message(e)) from None
-            raise LaunchError(job_id, None, f"{e.__class__.__name__}: {e}") from e
+            raise
         with self._lock:
             gang.launching = False
             self._evaluate(gang)
+
+    def _create_all(self, job_id: str, ns: str, pods: list[dict]) -> None:
+        """Create (and in binding mode bind) ``pods``; on any refusal delete the ones created."""
+        created: list[str] = []
+        try:
+            for pod in pods:
+                _send(self.core.create_namespaced_pod, ns, pod)
+                created.append(pod["metadata"]["name"])
+                if self.bind == "binding":
+                    _send(self.core.create_namespaced_pod_binding, pod["metadata"]["name"], ns,
+                          pb.binding_body(pod))
+        except Exception as e:   # refused, or the connection broke: no half gang either way
+            self._rollback(ns, created)
+            if isinstance(e, ApiException):
+                raise LaunchError(job_id, e.status, _api_message(e)) from None
+            raise LaunchError(job_id, None, f"{e.__class__.__name__}: {e}") from e
+
+    # -- recovery helpers (k8s/recovery.py) ------------------------------
+    def create_members(self, job_id: str, request: JobRequest, placement: Placement, attempt: int,
+                       ranks: list[int]) -> None:
+        """Create the gang members ``ranks`` at their recorded cells (finishing an interrupted launch);
+        all or none of them, like ``launch``."""
+        template = self.validate(request)
+        ns = self.namespace_of(template)
+        pods = [p for p in pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
+                                         instance=self.instance, bind=self.bind,
+                                         spec_version=self.spec_version)
+                if int(p["metadata"]["annotations"][pb.A_RANK]) in set(ranks)]
+        self._create_all(job_id, ns, pods)
+
+    def delete_gang(self, job_id: str, ns: str, names: list[str], grace_period: float) -> None:
+        """Delete pods hived no longer tracks (recovery: leftovers of a job that ended)."""
+        grace = max(0, int(round(grace_period)))
+        for name in names:
+            try:
+                _send(self.core.delete_namespaced_pod, name, ns, grace_period_seconds=grace)
+            except ApiException as e:
+                if e.status != 404:
+                    log.error("delete %s: %s/%s: %s", job_id, ns, name, _api_message(e))
+
+    def mark_opportunistic(self, ns: str, names: list[str], placement: dict) -> None:
+        """Relabel a downgraded gang's pods: priority class and binding say opportunistic now."""
+        binding = json.dumps({**placement, "opportunistic": True}, separators=(",", ":"), sort_keys=True)
+        body = {"metadata": {"labels": {pb.L_PRIORITY: "opportunistic"},
+                             "annotations": {pb.A_BINDING: binding}}}
+        for name in names:
+            try:
+                _send(self.core.patch_namespaced_pod, name, ns, body)
+            except ApiException as e:
+                log.error("relabel %s/%s as opportunistic: %s", ns, name, _api_message(e))
 
     def _rollback(self, ns: str, names: list[str]) -> None:
         """Delete the pods of a gang that could not be created whole (grace 0: they never ran)."""
         for name in names:
             try:
-                self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0, _preload_content=False)
+                _send(self.core.delete_namespaced_pod, name, ns, grace_period_seconds=0)
             except ApiException as e:
                 if e.status != 404:
                     log.error("rollback: could not delete pod %s/%s: %s", ns, name, _api_message(e))
@@ -215,7 +274,7 @@ class KubernetesLauncher:
         grace = max(0, int(round(grace_period)))
         for name in names:
             try:
-                self.core.delete_namespaced_pod(name, ns, grace_period_seconds=grace, _preload_content=False)
+                _send(self.core.delete_namespaced_pod, name, ns, grace_period_seconds=grace)
                 self._event(ns, name, "Preempting" if grace else "Killing",
                             f"hived deletes the gang of job {job_id} (grace period {grace}s)")
             except ApiException as e:
@@ -264,8 +323,8 @@ class KubernetesLauncher:
         if gang is None or not 0 <= rank < len(gang.names):
             return "", offset
         try:
-            text = self.core.read_namespaced_pod_log(gang.names[rank], gang.namespace, container=pb.CONTAINER,
-                                                     _preload_content=False).data.decode("utf-8", "replace")
+            text = _send(self.core.read_namespaced_pod_log, gang.names[rank], gang.namespace,
+                         container=pb.CONTAINER).decode("utf-8", "replace")
         except ApiException as e:
             return (f"(no logs from pod {gang.names[rank]}: {e.status} {_api_message(e)})\n" if offset == 0 else "",
                     offset)
@@ -276,10 +335,11 @@ class KubernetesLauncher:
         """Node health changes since the last call: [(node, healthy)] (start() first)."""
         return self.node_health.changes() if self.node_health else []
 
-    def owned_pods(self) -> list[dict]:
-        """The pods of this hived instance, as the watch cache holds them."""
+    def owned_pods(self, fresh: bool = False) -> list[dict]:
+        """The pods of this hived instance: as the watch cache holds them, or (``fresh``) as a
+        new list returns them (recovery wants the latest word, not the cache's)."""
         self.start()
-        return self.watch.snapshot()
+        return self.watch.list_now()[0] if fresh else self.watch.snapshot()
 
     def gang_states(self, job_id: str) -> dict[int, PodState]:
         with self._lock:
@@ -347,7 +407,7 @@ class KubernetesLauncher:
         def run():
             for name in names:
                 try:
-                    self.core.delete_namespaced_pod(name, ns, grace_period_seconds=grace, _preload_content=False)
+                    _send(self.core.delete_namespaced_pod, name, ns, grace_period_seconds=grace)
                 except ApiException as e:
                     if e.status != 404:
                         log.error("teardown %s: %s/%s: %s", gang.job_id, ns, name, _api_message(e))
@@ -363,7 +423,7 @@ class KubernetesLauncher:
                 "reason": reason, "message": message, "type": "Normal",
                 "source": {"component": "hived"}}
         try:
-            self.core.create_namespaced_event(ns, body, _preload_content=False)
+            _send(self.core.create_namespaced_event, ns, body)
         except ApiException as e:
             if e.status == 404:
                 self.emit_events = False    # this API server does not serve Events

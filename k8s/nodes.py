@@ -7,8 +7,10 @@ missing) makes every cell on it unhealthy. The allocator then prefers other
 cells and, when it has no choice, binds the bad cell so the VC sees it.
 
 ``NodeHealth`` watches Node objects and reports *changes* of health for the
-nodes the spec knows; the service applies them with ``set_health(node, None,
-healthy)`` on the engine (or allocator).
+nodes the spec knows. It is a health monitor in the service's sense
+(``start()`` + ``poll()``), so ``SchedulerService(..., health=NodeHealth(...))``
+applies the changes through ``Engine.set_health(node, None, healthy)`` each
+tick: the allocator stops binding the node's cells and moves the jobs on them.
 """
 from __future__ import annotations
 
@@ -86,6 +88,13 @@ class NodeHealth:
 
     def stop(self) -> None:
         self.watch.stop()
+
+    def poll(self) -> list[tuple[str, None, bool, str]]:
+        """The service's health-monitor interface (``SchedulerService(health=...)``):
+        ``[(node, None, healthy, reason)]``; ``None`` = every GPU of the node."""
+        out = self.changes()
+        with self._lock:
+            return [(n, None, ok, self.reasons.get(n, "")) for n, ok in out]
 
     def changes(self) -> list[tuple[str, bool]]:
         with self._lock:

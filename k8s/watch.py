@@ -143,7 +143,10 @@ class ListWatch:
     def list_now(self) -> tuple[list[dict], str]:
         """One consistent list: (pods, resourceVersion)."""
         resp = self._call()
-        body = json.loads(resp.data)
+        try:
+            body = json.loads(resp.read())
+        finally:
+            resp.release_conn()
         return body.get("items") or [], body["metadata"]["resourceVersion"]
 
     # -- cache -----------------------------------------------------------
@@ -244,6 +247,9 @@ class ListWatch:
                 delay = min(delay * 2, 5.0)
 
     def start(self) -> "ListWatch":
+        if self._thread is not None and self._thread.is_alive():
+            return self     # already running (the launcher and the service may both start it)
+        self._stop.clear()
         if self.resource_version is None:
             self.relist()   # synchronous first list: callers see a synced cache at once
         self._thread = threading.Thread(target=self.run, name=f"hived-{self.name}-watch", daemon=True)

@@ -65,7 +65,7 @@ def connect(cfg: BackendConfig) -> HivedClient:
     """A client for the configured service, checked to answer; one-line errors."""
     try:
         client = HivedClient(url=cfg.service_url, token=cfg.token)
-        client.status()
+        client.status()   # a hived service answers there (not just any web server)
         client.vc(cfg.vc)  # unknown VC or no access: refused before the run exists
     except HivedUnreachable as exc:
         raise HivedBackendError(f"hived backend: {exc.message}; start one with 'hived serve' "

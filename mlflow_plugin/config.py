@@ -12,8 +12,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import jsonschema
 from mlflow.exceptions import ExecutionException
+
+from hived.mlflow_plugin.schema_check import first_error
 
 # keys MLflow itself puts into backend_config (mlflow.projects.utils.PROJECT_*)
 MLFLOW_KEYS = ("ENV_MANAGER", "SYNCHRONOUS", "DOCKER_ARGS", "STORAGE_DIR",
@@ -50,23 +51,10 @@ SCHEMA: dict = {
     },
 }
 
-# what each keyword failure means in words (jsonschema's own messages quote whole dicts)
-_WORDS = {
-    "type": lambda e: f"must be {_article(e.validator_value)}, got {json.dumps(e.instance)}",
-    "minimum": lambda e: f"must be >= {e.validator_value}, got {e.instance}",
-    "maximum": lambda e: f"must be <= {e.validator_value}, got {e.instance}",
-    "exclusiveMinimum": lambda e: f"must be > {e.validator_value}, got {e.instance}",
-    "minLength": lambda e: "must not be empty",
-    "maxLength": lambda e: f"must be at most {e.validator_value} characters",
-    "enum": lambda e: f"must be one of {', '.join(map(repr, e.validator_value))}, got {e.instance!r}",
-    "pattern": lambda e: f"{e.instance!r} is not valid (expected e.g. http://host:8888/)",
-}
-
-
-def _article(t: Any) -> str:
-    names = {"string": "a string", "integer": "an integer", "number": "a number",
-             "boolean": "true or false", "object": "a JSON object"}
-    return names.get(t, str(t))
+# set by hived or by the backend itself: a user value would detach the job from its
+# cells or from its MLflow run, so it is refused here rather than by the service later
+RESERVED_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "MLFLOW_RUN_ID",
+                "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID")
 
 
 class HivedBackendError(ExecutionException):
@@ -147,18 +135,15 @@ def parse_config(raw: Any, environ: Optional[dict] = None) -> BackendConfig:
     environ = os.environ if environ is None else environ
     doc = _load(raw)
     mlflow_part = {k: doc.pop(k) for k in MLFLOW_KEYS if k in doc}
-    errors = sorted(jsonschema.Draft202012Validator(SCHEMA).iter_errors(doc),
-                    key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
-    for err in errors:
-        if err.validator == "additionalProperties":
-            unknown = sorted(set(doc) - set(SCHEMA["properties"]))
-            raise BackendConfigError(unknown[0], "unknown key; allowed: "
-                                     + ", ".join(sorted(SCHEMA["properties"])))
-        key = ".".join(str(p) for p in err.absolute_path) or "<config>"
-        if err.validator == "propertyNames" or "propertyNames" in err.relative_schema_path:
-            raise BackendConfigError(key, f"{err.instance!r} is not a valid environment variable name")
-        words = _WORDS.get(err.validator)
-        raise BackendConfigError(key, words(err) if words else err.message)
+    error = first_error(SCHEMA, doc)  # not jsonschema: see schema_check.py (import time)
+    if error is not None:
+        raise BackendConfigError(*error)
+    for key, sub in SCHEMA["properties"].items():
+        if sub.get("type") == "integer" and key in doc:
+            doc[key] = int(doc[key])  # 2.0 is a valid JSON integer; the service wants 2
+    for name in doc.get("env", {}):
+        if name in RESERVED_ENV or name.startswith("HIVED_"):
+            raise BackendConfigError(f"env.{name}", "set by hived or the backend; cannot be overridden")
     if "gpus" in doc and "cell" in doc:
         raise BackendConfigError("cell", "give either 'gpus' or 'cell', not both")
     vc = doc.pop("vc", None) or environ.get("HIVED_VC")

@@ -2,7 +2,8 @@
 
 Each time the job is looked at (``get_status``, ``wait``, ``cancel``) its
 state is copied onto the MLflow run: tags for the job id, VC, GPUs, nodes
-and preemption count, a line in the run's note per preemption, and, once the
+and preemption count, per preemption a line in the run's note and a point of
+the ``hived.preemptions`` metric (the event, timestamped), and, once the
 job is over, the run's terminal status. A preempted job is not over: the run
 stays RUNNING (even if the user's code ended it when SIGTERM arrived) and the
 same run continues when the scheduler restarts the job.
@@ -15,7 +16,7 @@ import sys
 import time
 from typing import Callable, Optional
 
-from mlflow.entities import RunStatus
+from mlflow.entities import RunStatus, RunTag
 from mlflow.projects.submitted_run import SubmittedRun
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
@@ -38,6 +39,7 @@ _STATUS = {
 }
 TERMINAL = ("succeeded", "failed", "cancelled")
 TAG = "hived."
+PREEMPTION_METRIC = "hived.preemptions"
 FIRST_POLL = 0.05  # seconds; see wait()
 
 
@@ -120,8 +122,8 @@ class HivedSubmittedRun(SubmittedRun):
                 TAG + "attempts": str(job.get("attempts") or 0)}
         tags.update(placement_tags(job))
         changed = {k: v for k, v in tags.items() if self._tags.get(k) != v}
-        for key, value in changed.items():
-            self._mlflow.set_tag(self._run_id, key, value)
+        if changed:  # one store transaction, not one per tag: this runs on every poll
+            self._mlflow.log_batch(self._run_id, tags=[RunTag(k, v) for k, v in changed.items()])
         self._tags.update(changed)
         count = int(job.get("preemptions") or 0)
         if count > self._preemptions:
@@ -143,6 +145,9 @@ class HivedSubmittedRun(SubmittedRun):
         note = self._mlflow.get_run(self._run_id).data.tags.get(MLFLOW_RUN_NOTE, "")
         self._mlflow.set_tag(self._run_id, MLFLOW_RUN_NOTE, (note + "\n" if note else "") + line)
         self._mlflow.set_tag(self._run_id, TAG + "preempted", "true")
+        # the event on the run's timeline: one point per preemption, at the time it was seen
+        self._mlflow.log_metric(self._run_id, PREEMPTION_METRIC, count,
+                                timestamp=int(time.time() * 1000), step=count)
         self._preemptions = count
         _logger.info("=== %s ===", line)
 
@@ -152,14 +157,18 @@ class HivedSubmittedRun(SubmittedRun):
         status = _STATUS[job["state"]]
         ended = job.get("ended")
         end_ms = int(ended * 1000) if isinstance(ended, (int, float)) else None
-        self._mlflow.set_terminated(self._run_id, status, end_time=end_ms)
+        tags = {}
         if job.get("exit_code") is not None:
-            self._mlflow.set_tag(self._run_id, TAG + "exit_code", str(job["exit_code"]))
+            tags[TAG + "exit_code"] = str(job["exit_code"])
         seconds = running_seconds(job.get("history") or [])
         if seconds is not None:
-            self._mlflow.set_tag(self._run_id, RUN_SECONDS_TAG, f"{seconds:.3f}")
+            tags[RUN_SECONDS_TAG] = f"{seconds:.3f}"
         if job.get("failure_class"):
-            self._mlflow.set_tag(self._run_id, TAG + "failure_class", str(job["failure_class"]))
+            tags[TAG + "failure_class"] = str(job["failure_class"])
+        if tags:
+            self._mlflow.log_batch(self._run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        # last: whoever sees a terminal status may rely on the tags above being there
+        self._mlflow.set_terminated(self._run_id, status, end_time=end_ms)
         self._finalized = True
 
     def _pump_logs(self) -> None:

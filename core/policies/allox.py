@@ -16,9 +16,14 @@ Estimates come from ``hived.core.estimator.Estimator``: the job's signature
 label (``labels["signature"]``) looked up in a history source, the user's
 hint (``JobRequest.estimate``), the simulator's ``duration`` when
 ``use_duration`` is set (an oracle, for experiments), else
-``default_estimate``. The engine's placement is GPU-only (``JobRequest`` has
+``default_estimate``; refined by the progress the job reported
+(``rec.progress``, from ``Engine.report_progress``) over the time it ran,
+and a job preempted with its progress kept is sized by what it has left. The engine's placement is GPU-only (``JobRequest`` has
 no CPU configuration), so the device-kind choice of AlloX is exercised by
 core/allox's simulator, not here.
+
+Queues longer than ``max_jobs`` (default 64) are ordered by AlloX+ (§4.4)
+instead: jobs waiting longer than ``timeout`` first, then shortest first.
 
 TE jobs stay ahead of BE jobs (``te_first``), as with FIFO, so FitGpp
 preemption keeps working; the scan stops at the first job that does not fit
@@ -26,7 +31,6 @@ preemption keeps working; the scan stops at the first job that does not fit
 """
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import numpy as np
@@ -44,28 +48,38 @@ class AlloXPolicy:
     backfill = False
 
     def __init__(self, alpha: float = 1.0, history: Optional[HistorySource] = None,
-                 default_estimate: float = 3600.0, use_duration: bool = False, max_jobs: int = 64):
+                 default_estimate: float = 3600.0, use_duration: bool = False, max_jobs: int = 64,
+                 timeout: float = 4 * 3600.0):
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha: must be in (0, 1], got {alpha!r}")
         if not default_estimate > 0:
             raise ValueError(f"default_estimate: must be > 0, got {default_estimate!r}")
         if max_jobs < 1:
             raise ValueError(f"max_jobs: must be >= 1, got {max_jobs!r}")
+        if not timeout > 0:
+            raise ValueError(f"timeout: must be > 0 seconds, got {timeout!r}")
+        self.timeout = float(timeout)
         self.alpha, self.default_estimate = alpha, float(default_estimate)
         self.use_duration, self.max_jobs = use_duration, max_jobs
         self.estimator = Estimator(history)
         self._user: dict[str, str] = {}        # job id -> user, for jobs seen queued
+        self._vc_of: dict[str, str] = {}       # job id -> its VC (each VC prunes only its own)
         self._users: dict[str, set] = {}       # vc -> users seen
 
     # --- estimates ---------------------------------------------------------
-    def estimate(self, rec) -> float:
-        req = rec.request
-        est = self.estimator.estimate("gpu", signature=req.labels.get("signature"), hint=req.estimate)
-        if est is not None:
-            return est.value
-        if self.use_duration and req.duration:
-            return float(req.duration)
-        return self.default_estimate
+    def estimate(self, rec, now: Optional[float] = None) -> float:
+        """The job's whole run time: history/hint (or the oracle duration), refined by
+        the progress it reported (``Engine.report_progress`` sets ``rec.progress``)."""
+        est = self.estimator.for_record(rec, now, oracle=self.use_duration, default=self.default_estimate)
+        return est.value
+
+    def remaining(self, rec, now: Optional[float] = None) -> float:
+        """What is left of it: a job preempted with its progress kept needs less."""
+        return self.estimator.remaining_for(rec, now, oracle=self.use_duration, default=self.default_estimate)
+
+    def on_progress(self, rec, now: float):
+        """Engine hook on every progress report: refresh the job's estimate."""
+        return self.estimator.for_record(rec, now, oracle=self.use_duration, default=self.default_estimate)
 
     # --- fairness ----------------------------------------------------------
     def progress(self, view) -> dict[str, float]:
@@ -81,10 +95,12 @@ class AlloXPolicy:
     def _matched(self, group: list, view, now: float) -> list:
         if len(group) <= 1:
             return list(group)
-        head, tail = group[: self.max_jobs], group[self.max_jobs:]
+        if len(group) > self.max_jobs:
+            return self._plus(group, now)
+        head, tail = group, []
         free = sum(max(0, n.gpus_free) for n in view.nodes.values())
         m = max(1, min(free, len(head)))
-        est = [self.estimate(r) for r in head]
+        est = [self.remaining(r, now) for r in head]
         size = np.array([e * max(1, r.gpus) for e, r in zip(est, head)], dtype=float)
         P = np.repeat(size[:, None], m, axis=1)
         D = np.repeat(np.array([[max(0.0, now - r.submitted)] for r in head]), m, axis=1)
@@ -98,13 +114,25 @@ class AlloXPolicy:
         ranked = sorted(range(len(head)), key=lambda i: (start[i], est[i], head[i].submitted, i))
         return [head[i] for i in ranked] + tail
 
+    def _plus(self, group: list, now: float) -> list:
+        """AlloX+ (§4.4) for queues longer than ``max_jobs``: jobs that waited past
+        ``timeout`` first (oldest first), then shortest GPU time left first;
+        O(n log n) where the matching would be cubic."""
+        late = sorted((r for r in group if now - r.submitted > self.timeout), key=lambda r: (r.submitted, r.job_id))
+        seen = {r.job_id for r in late}
+        rest = [r for r in group if r.job_id not in seen]
+        size = {r.job_id: self.remaining(r, now) * max(1, r.gpus) for r in rest}
+        return late + sorted(rest, key=lambda r: (size[r.job_id], r.submitted, r.job_id))
+
     def order(self, vc: str, queued: list, view, now: float) -> list:
         for r in queued:
             self._user[r.job_id] = r.request.user
+            self._vc_of[r.job_id] = vc
             self._users.setdefault(vc, set()).add(r.request.user)
         live = set(view.usage) | {r.job_id for r in queued}
-        for jid in [j for j in self._user if j not in live]:
-            del self._user[jid]            # finished jobs: forget them
+        for jid in [j for j, v in self._vc_of.items() if v == vc and j not in live]:
+            del self._user[jid], self._vc_of[jid]     # finished or cancelled: forget them
+            self.estimator.forget(jid)
         out = []
         for lane in ([r for r in queued if r.request.job_class is JobClass.TE],
                      [r for r in queued if r.request.job_class is not JobClass.TE]):

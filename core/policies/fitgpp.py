@@ -487,7 +487,9 @@ class FitGppPolicy:
         demands = getattr(job, "pod_demands", None)
         if demands and len(demands) == 1:
             pod = tuple(float(x) for x in demands[0])
-            hit = self._vec.best(pod, candidates, view, self.s, self.cap, chain)
+            hit = self._vec.best(pod, candidates, view, self.s, self.cap, chain, rng=self._rng)
+            if isinstance(hit, Choice):       # the fallback, answered from the columns too
+                return hit.victims, hit.reason
             unfit = hit == NO_FIT
             if hit is not None and not unfit:
                 jid, score, sz, grace = hit

@@ -8,12 +8,15 @@ GPUs, eq. 1 size, grace period) in growing numpy columns, refreshed only for
 jobs whose usage entry in the ClusterView changed (the engine replaces a
 job's usage dict when it binds it, so identity tells), and evaluates eq. 2-4
 for all rows at once. It returns the same victim as ``fitgpp.choose`` (same
-scores, ties to the smallest job id); jobs spread over several nodes, gang TE
-jobs and the no-fit fallback are handed back to the tuple code.
+scores, ties to the smallest job id), and, given the policy's random
+generator, the single-pod fallback as well (same rule, its own random draws);
+jobs spread over several nodes and gang TE jobs are handed back to the tuple
+code.
 """
 from __future__ import annotations
 
 import math
+import random
 from typing import Optional
 
 import numpy as np
@@ -99,7 +102,8 @@ class VectorScorer:
             self.rows.clear()
             self.cols = _Columns()
 
-    def best(self, pod, records, view, s: float, cap: float, chain: Optional[str] = None):
+    def best(self, pod, records, view, s: float, cap: float, chain: Optional[str] = None,
+             rng: Optional[random.Random] = None):
         self._nodes(view)
         self._forget_stale(len(records))
         # the hot loop (5,000 jobs per TE arrival): locals only, one cache probe per job;
@@ -107,9 +111,13 @@ class VectorScorer:
         usage_get = view.usage.get
         rows_get = self.rows.get
         slots: list[int] = []
-        add = slots.append
-        for rec in records:
+        ids: list[str] = []
+        pre: list[int] = []
+        add, add_id, add_pre = slots.append, ids.append, pre.append
+        for rec in records:                      # one pass: slot, id and preemption count
             jid = rec.job_id
+            add_id(jid)
+            add_pre(rec.preemptions or 0)
             raw = usage_get(jid)
             hit = rows_get(jid)
             if hit is not None and hit[1] is raw:
@@ -121,9 +129,8 @@ class VectorScorer:
             add(slot)
         if not slots:
             return None
-        ids = [rec.job_id for rec in records]
-        pre = [rec.preemptions or 0 for rec in records]
         idx = np.fromiter(slots, dtype=np.int64, count=len(slots))
+        self._idx = idx
         col = self.cols
         node = col.node[idx]
         sz, gp = col.size[idx], col.grace[idx]
@@ -139,16 +146,68 @@ class VectorScorer:
         free_m = np.fromiter((nodes[n].memory_free_gb for n in names), dtype=float, count=len(names))
         free_g = np.fromiter((nodes[n].gpus_free for n in names), dtype=float, count=len(names))
         ok = np.fromiter(pre, dtype=np.int64, count=len(pre)) < cap
+        if chain is not None:
+            chains = np.array([nodes[n].chain == chain for n in names])
+        elig = ok.copy() if rng is not None else None
         ok &= col.c[idx] + free_c[node] + EPS >= pod[0]
         ok &= col.m[idx] + free_m[node] + EPS >= pod[1]
         ok &= col.g[idx] + free_g[node] + EPS >= pod[2]
         if chain is not None:
-            chains = np.array([nodes[n].chain == chain for n in names])
             ok &= chains[node]
+        self._elig = elig
         if not ok.any():
-            return NO_FIT
+            if rng is None:
+                return NO_FIT
+            return self._fallback(pod, ids, pre, cap, node, score, (free_c, free_m, free_g),
+                                  chains[node] if chain is not None else None, rng)
         masked = np.where(ok, score, math.inf)
         low = float(masked.min())
         tied = np.flatnonzero(masked == low)
         k = min(tied, key=lambda i: ids[i]) if len(tied) > 1 else int(tied[0])
         return ids[k], low, float(sz[k]), float(gp[k])
+
+    def _fallback(self, pod, ids, pre, cap, node, score, free, on_chain, rng: random.Random):
+        """``fitgpp.choose``'s single-pod fallback over the columns: a random node among
+        those that can host the TE job once their eligible BE jobs leave, a random
+        eligible job on it, then its other eligible jobs in ascending eq. 3 score
+        until the TE job fits there. Same rule as the tuple code; the random draws
+        (over nodes in index order) may pick another node than it would."""
+        from .fitgpp import Choice
+
+        elig = self._elig
+        if on_chain is not None:
+            elig = elig & on_chain
+        if not elig.any():
+            if not (np.asarray(pre) < cap).any():
+                return Choice([], f"fitgpp: every running BE job reached the preemption cap P={cap}")
+            return Choice([], "fitgpp: preempting all 0 eligible BE jobs would still not make room")
+        col = self.cols
+        en = node[elig]
+        n_nodes = len(self.node_names)
+        idx = self._idx[elig]
+        tot = [f + np.bincount(en, weights=w[idx], minlength=n_nodes) for f, w in zip(free, (col.c, col.m, col.g))]
+        has = np.bincount(en, minlength=n_nodes) > 0
+        host = has & (tot[0] + EPS >= pod[0]) & (tot[1] + EPS >= pod[1]) & (tot[2] + EPS >= pod[2])
+        hosts = np.flatnonzero(host)
+        if len(hosts) == 0:
+            return Choice([], f"fitgpp: preempting all {int(elig.sum())} eligible BE jobs would still not make room")
+        h = int(hosts[rng.randrange(len(hosts))]) if len(hosts) > 1 else int(hosts[0])
+        on = np.flatnonzero(elig & (node == h))
+        on = sorted(on.tolist(), key=lambda k: (score[k], ids[k]))   # ascending score, ties to the smaller id
+        first = on[rng.randrange(len(on))]
+        avail = [float(free[0][h]), float(free[1][h]), float(free[2][h])]
+        victims = []
+        for k in [first] + [k for k in on if k != first]:
+            victims.append(ids[k])
+            slot = self._idx[k]
+            avail[0] += col.c[slot]; avail[1] += col.m[slot]; avail[2] += col.g[slot]
+            if all(a + EPS >= p for a, p in zip(avail, pod)):
+                break
+        name = self.node_names[h]
+        return Choice(
+            victims,
+            f"fitgpp fallback: no single BE job fits the TE job (eq. 2), so, as the paper does, a random "
+            f"BE job ({victims[0]}) is preempted; then the lowest-scored (eq. 3) BE jobs on its node "
+            f"{name} until the TE job fits there: {', '.join(victims)}",
+            fallback=True,
+        )

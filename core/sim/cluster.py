@@ -31,10 +31,11 @@ def level_for(gpus_per_pod: int) -> int:
 
 
 def node_spec(nodes: int, quotas: dict, *, cells: str = "node", demand: Optional[dict] = None,
-              node_cpus: float = 64, node_memory_gb: float = 512) -> dict:
+              node_cpus: float = 64, node_memory_gb: float = 512, min_cells: Optional[dict] = None) -> dict:
     """Spec dict with ``nodes`` nodes; ``quotas`` maps VC -> GPUs (multiples of 8 for
     node cells; rounded down to whole cells otherwise). ``demand`` (for multi-level
-    cells) maps VC -> {level: GPU-hours}."""
+    cells) maps VC -> {level: GPU-hours}; ``min_cells`` maps VC -> {level: cells} the
+    split must keep (so that the VC's largest gang still fits, as in its private cluster)."""
     if cells not in ("node", "multi"):
         raise ValueError(f"cells: must be 'node' or 'multi', got {cells!r}")
     if nodes < 1:
@@ -51,22 +52,32 @@ def node_spec(nodes: int, quotas: dict, *, cells: str = "node", demand: Optional
         if cells == "node" or not demand or vc not in demand:
             vcs[vc] = {"virtualCells": [{"cellType": "NODE", "cellNumber": max(1, gpus // NODE_GPUS)}]}
         else:
-            vcs[vc] = {"virtualCells": split_cells(gpus, demand[vc])}
+            vcs[vc] = {"virtualCells": split_cells(gpus, demand[vc], (min_cells or {}).get(vc))}
     return {"physicalCluster": {"cellTypes": types, "physicalCells": phys}, "virtualClusters": vcs}
 
 
-def split_cells(gpus: int, demand: dict) -> list:
+def split_cells(gpus: int, demand: dict, min_cells: Optional[dict] = None) -> list:
     """Cells per level in proportion to ``demand`` ({level: weight}), summing to ``gpus``.
 
-    Rounds each level down to whole cells, then gives what is left to the
-    lowest levels (a 1-GPU cell always fits the remainder)."""
-    total = sum(demand.values()) or 1.0
-    counts = {}
+    ``min_cells`` ({level: cells}) are set aside first (a gang of four 8-GPU pods
+    needs four node cells whatever the GPU-hours say). The rest is split by
+    ``demand``, each level rounded down to whole cells, and what is left goes
+    to the lowest levels (a 1-GPU cell always fits the remainder)."""
+    counts: dict = {}
     used = 0
+    for lvl, n in sorted((min_cells or {}).items(), reverse=True):
+        # cells already set aside at higher levels split into cells of this level
+        n -= sum(c * (LEVEL_GPUS[k - 1] // LEVEL_GPUS[lvl - 1]) for k, c in counts.items() if k > lvl)
+        n = min(n, (gpus - used) // LEVEL_GPUS[lvl - 1])
+        if n > 0:
+            counts[lvl] = n
+            used += n * LEVEL_GPUS[lvl - 1]
+    rest = gpus - used
+    total = sum(demand.values()) or 1.0
     for lvl in sorted(demand, reverse=True):
-        share = gpus * demand[lvl] / total
+        share = rest * demand[lvl] / total
         n = int(share // LEVEL_GPUS[lvl - 1])
-        counts[lvl] = n
+        counts[lvl] = counts.get(lvl, 0) + n
         used += n * LEVEL_GPUS[lvl - 1]
     left = gpus - used
     for lvl in (4, 3, 2, 1):

@@ -123,13 +123,20 @@ def generate(n: int = JOBS, seed: int = 0, *, load: float = LOAD, nodes: int = N
 
 def cluster_spec(nodes: int = NODES, vc: str = "vc0", users: Optional[list[str]] = None) -> dict:
     """A hivedscheduler-style spec dict for the paper's cluster: one chain of
-    ``nodes`` node cells (8 GPUs, 32 CPUs, 256 GB each) and one VC owning them all."""
+    ``nodes`` node cells (8 GPUs, 32 CPUs, 256 GB each) and one VC owning them all.
+
+    Each node is split in buddy cells of 4 and 2 GPUs (FG-GPU4, FG-GPU2), as a
+    DGX-style node is (socket, PCIe switch): HiveD's allocator gives a pod the
+    smallest cell holding its GPUs, so without these levels every pod of 2..8
+    GPUs would hold a whole node. The quota allocator ignores the levels."""
     if nodes < 1:
         raise ValueError(f"spec: node count must be >= 1, got {nodes}")
     return {
         "physicalCluster": {
             "cellTypes": {
-                "FG-NODE": {"childCellType": "GPU", "childCellNumber": NODE_GPUS, "isNodeLevel": True,
+                "FG-GPU2": {"childCellType": "GPU", "childCellNumber": 2},
+                "FG-GPU4": {"childCellType": "FG-GPU2", "childCellNumber": 2},
+                "FG-NODE": {"childCellType": "FG-GPU4", "childCellNumber": NODE_GPUS // 4, "isNodeLevel": True,
                             "cpus": NODE_CPUS, "memoryGB": NODE_MEMORY_GB},
                 "FG-CLUSTER": {"childCellType": "FG-NODE", "childCellNumber": nodes},
             },

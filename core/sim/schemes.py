@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from ..engine import Engine, EngineConfig
@@ -37,6 +37,7 @@ class Sizing:
     quotas: dict          # tenant -> GPUs (multiple of 8)
     load: float           # offered load on ``nodes``
     demand: dict          # tenant -> {level: GPU-seconds} (for multi-level cells)
+    min_cells: dict = field(default_factory=dict)   # tenant -> {level: cells} its largest gang needs
 
     @property
     def gpus(self) -> int:
@@ -81,7 +82,21 @@ def size_cluster(trace: Trace, load: float = 0.9, *, nodes: Optional[int] = None
     for j in trace.jobs:
         demand[j.tenant][level_for(j.gpus_per_pod)] += j.gpu_seconds
     return Sizing(nodes, {t: n * NODE_GPUS for t, n in q.items()},
-                  win_gpu_s / (span * nodes * NODE_GPUS), {t: dict(d) for t, d in demand.items()})
+                  win_gpu_s / (span * nodes * NODE_GPUS), {t: dict(d) for t, d in demand.items()},
+                  gang_cells(trace))
+
+
+def gang_cells(trace: Trace) -> dict:
+    """tenant -> {level: cells}: per level, the most pods of that level one job asks.
+
+    Multi-level VCs keep at least these cells, so every job that fits the
+    tenant's private cluster also fits its VC."""
+    out: dict = defaultdict(dict)
+    for j in trace.jobs:
+        lvl = level_for(j.gpus_per_pod)
+        if j.pods > out[j.tenant].get(lvl, 0):
+            out[j.tenant][lvl] = j.pods
+    return dict(out)
 
 
 def busy_window(trace: Trace, lo: float = 0.05, hi: float = 0.95) -> tuple:
@@ -100,7 +115,7 @@ def busy_window(trace: Trace, lo: float = 0.05, hi: float = 0.95) -> tuple:
 
 
 def shared_spec(sizing: Sizing, cells: str = "node") -> dict:
-    return node_spec(sizing.nodes, sizing.quotas, cells=cells, demand=sizing.demand)
+    return node_spec(sizing.nodes, sizing.quotas, cells=cells, demand=sizing.demand, min_cells=sizing.min_cells)
 
 
 def build_engine(scheme: str, spec_dict: dict, *, config: Optional[EngineConfig] = None,
@@ -138,4 +153,4 @@ def sizing_from_spec(spec_dict, trace: Trace) -> Sizing:
         demand[j.tenant][level_for(j.gpus_per_pod)] += j.gpu_seconds
     win_gpu_s, span = busy_window(trace)
     return Sizing(nodes, {v: spec.vc_gpus(v) for v in spec.vcs}, win_gpu_s / (span * gpus),
-                  {t: dict(d) for t, d in demand.items()})
+                  {t: dict(d) for t, d in demand.items()}, gang_cells(trace))

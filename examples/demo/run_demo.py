@@ -1,10 +1,11 @@
 """`make demo`: hived end to end on this machine, narrated, in about a minute.
 
-1. Pick the cluster: this machine's GPUs when NVML finds some (split between
-   two VCs), else examples/cluster.yaml, else examples/demo/demo_cluster.yaml.
+1. Why cells: examples/demo/fragmentation.py (the cell core on its own, no
+   processes) shows the fragmentation a plain GPU quota causes and how hived's
+   cells avoid it. Skipped with a note when that script is not in the build.
+2. Pick the cluster: this machine's GPUs when NVML finds some (split between
+   two VCs), else the demo cluster examples/demo/demo_cluster.yaml.
    Print its summary and the VC views.
-2. Replay the two-tenant fragmentation example of the HiveD paper (Figure 2)
-   under a plain GPU quota and under hived (hived.core.figure2).
 3. Start the scheduler service in this process (the embedded default: SQLite
    store, local launcher: real processes with CUDA_VISIBLE_DEVICES) and run a
    mix of jobs as two users of two VCs: best-effort training runs that fill
@@ -17,9 +18,12 @@ Usage: python examples/demo/run_demo.py [--spec FILE] [--data-dir DIR] [--keep]
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -55,10 +59,7 @@ def pick_spec(given: str | None):
         say(f"  {exc}")
     except ValueError as exc:   # e.g. one GPU cannot be split between two teams
         say(f"  discovered GPUs cannot hold the demo's two VCs ({exc})")
-    cluster = ROOT / "examples" / "cluster.yaml"
-    if cluster.exists():
-        return str(cluster), "the demo cluster examples/cluster.yaml"
-    return str(HERE / "demo_cluster.yaml"), "the small demo cluster examples/demo/demo_cluster.yaml"
+    return str(HERE / "demo_cluster.yaml"), "the demo cluster examples/demo/demo_cluster.yaml"
 
 
 def spec_summary(spec) -> None:
@@ -82,22 +83,38 @@ def vc_views(svc, title: str) -> None:
             f"{' '.join(v['queue']) or '-'}")
 
 
-# ---------------------------------------------------------------- figure 2
+# ---------------------------------------------------------------- the cell core
 
-def figure2() -> None:
-    try:
-        from hived.core import figure2 as fig
-    except ImportError as exc:
-        say(f"  (hived.core.figure2 is not available in this build: {exc})")
+FRAGMENTATION = HERE / "fragmentation.py"
+FRAGMENTATION_TIMEOUT = 120.0
+
+
+def fragmentation() -> None:
+    """Run fragmentation.py as its own process and relay its output, indented.
+
+    A separate process: that script is the cell core's part of the demo and
+    owns its output; a failure there fails the demo (never shown as a pass).
+    """
+    if not FRAGMENTATION.exists():
+        say(f"  (skipped: {FRAGMENTATION.relative_to(ROOT)} is not in this build)")
         return
-    for name in ("demo_text", "report", "main", "run", "replay"):
-        fn = getattr(fig, name, None)
-        if callable(fn):
-            out = fn()
-            if isinstance(out, str):
-                say(out)
-            return
-    say("  (hived.core.figure2 has no entry point this demo knows)")
+    env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([PY, str(FRAGMENTATION)], cwd=str(ROOT), env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # a silent, hung script must not hang the demo: a timer kills it
+    timer = threading.Timer(FRAGMENTATION_TIMEOUT, proc.kill)
+    timer.start()
+    try:
+        for line in proc.stdout:
+            say(f"  {line.rstrip()}")
+        rc = proc.wait()
+    finally:
+        timed_out = not timer.is_alive() and proc.returncode is not None and proc.returncode < 0
+        timer.cancel()
+    if timed_out:
+        raise SystemExit(f"demo: {FRAGMENTATION.name} ran past {FRAGMENTATION_TIMEOUT:.0f} s and was killed")
+    if rc != 0:
+        raise SystemExit(f"demo: {FRAGMENTATION.name} exited with code {rc}")
 
 
 # ---------------------------------------------------------------- the jobs
@@ -117,7 +134,8 @@ def plan(spec):
     chain = max(per_chain, key=per_chain.get)
     ch = spec.chains[chain]
     node = ch.gpus_per_level[ch.node_level - 1]
-    size = min(node, max(ch.gpus_per_level[lvl - 1] for (c, lvl) in spec.vcs[v1].cells if c == chain))
+    # the VC's smallest cell: every cell of the VC splits into cells of that size (buddies)
+    size = min(node, min(ch.gpus_per_level[lvl - 1] for (c, lvl) in spec.vcs[v1].cells if c == chain))
     count = per_chain[chain] // size
     while count > 8 and size * 2 <= node:   # keep the number of processes small
         size, count = size * 2, count // 2
@@ -214,14 +232,14 @@ def main() -> int:
     from hived.core.spec import load_spec
     from hived.jupyter_ext.service.service import SchedulerService
 
-    banner("1. The cluster")
+    banner("1. Why cells: fragmentation under a GPU quota vs hived's cells (the cell core alone)")
+    fragmentation()
+
+    banner("2. The cluster")
     source, where = pick_spec(args.spec)
     spec = load_spec(source)
     say(f"  using {where}")
     spec_summary(spec)
-
-    banner("2. Why cells: the two-tenant example of HiveD (paper 000, section 2, Figure 2)")
-    figure2()
 
     data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="hived-demo-"))
     svc = SchedulerService(source, data_dir, tick_seconds=0.2)

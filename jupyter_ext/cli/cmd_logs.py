@@ -37,5 +37,10 @@ def run(args, backend) -> int:
             time.sleep(0.5)
     if args.follow:
         state = backend.job(args.job)["state"]
+        if state not in cs.TERMINAL:
+            # embedded: no service runs, so nothing more will be written until one does
+            print(f"hived logs: the job is {state} and no service runs on this data directory "
+                  f"to go on with it; start 'hived serve' and follow again", file=sys.stderr)
+            return cs.UNREACHABLE
         return cs.OK if state == "succeeded" else cs.JOB_FAILED
     return cs.OK

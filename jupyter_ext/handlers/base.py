@@ -61,6 +61,13 @@ def service_errors(where_default: Optional[str] = None) -> Iterator[None]:
 class HivedHandler(APIHandler):
     auth_resource = "hived"
 
+    async def prepare(self) -> None:
+        # every hived route needs a user: jupyter-server leaves current_user
+        # None for requests without a valid token, password cookie or Hub login
+        await super().prepare()
+        if self.current_user is None:
+            raise ApiError(403, "not authenticated: give a token (Authorization: token ...)", "Authorization")
+
     # -- context ----------------------------------------------------------
     @property
     def hived(self):
@@ -177,3 +184,13 @@ def _finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
+
+
+class NoRouteHandler(HivedHandler):
+    """Whatever is not a route of the API: a JSON 404 naming the path."""
+
+    def _none(self, *args) -> None:
+        raise ApiError(404, f"no route {self.request.method} {self.request.path}; "
+                            f"see hived/api/openapi.json", self.request.path)
+
+    get = post = put = delete = patch = _none

@@ -8,7 +8,8 @@ from .base import ApiError, HivedHandler, service_errors
 from .schema import openapi
 
 # keys that name who holds a GPU; hidden from users outside the holder's VC
-_PRIVATE_KEYS = ("job", "job_id", "user", "owner", "name", "jobs")
+_PRIVATE_KEYS = ("holder", "job", "job_id", "user", "owner", "name", "jobs")
+HOLDING = ("placed", "running", "preempting")
 
 
 class StatusHandler(HivedHandler):
@@ -35,9 +36,25 @@ class ClusterHandler(HivedHandler):
         await self.require("read", "hived:cluster", "see the cluster (not in any VC)", "cluster")
         with service_errors("cluster"):
             doc = self.svc.cluster()
+            held = {j["id"]: j for state in HOLDING for j in self.svc.list_jobs(state=state)}
+        doc = with_holders(doc, held)
         if not self.hived.access.is_admin(self.username):
             doc = redact(doc, set(self.hived.access.vcs_of(self.username)))
         self.reply(doc)
+
+
+def with_holders(doc: Any, held: dict) -> Any:
+    """Give every held GPU its holder's VC, user, class and priority, so the
+    dashboards can colour the picture by VC and priority in one request."""
+    for chain in (doc.get("chains") or {}).values() if isinstance(doc, dict) else ():
+        for node in (chain.get("nodes") or {}).values():
+            for gpu in node.get("gpus") or ():
+                job = held.get(gpu.get("holder"))
+                if job is not None:
+                    placement = job.get("placement") or {}
+                    gpu.update(vc=job["vc"], user=job["user"], job_class=job["job_class"],
+                               opportunistic=bool(placement.get("opportunistic")))
+    return doc
 
 
 def redact(doc: Any, own_vcs: set) -> Any:

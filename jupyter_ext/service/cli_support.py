@@ -35,8 +35,9 @@ def add_common(p, *, json_flag: bool = True) -> None:
     g.add_argument("--token", default=None, help="service token (default $HIVED_TOKEN or server.json)")
     g.add_argument("--user", default=None,
                    help="act as this user (default $HIVED_USER, else your login name)")
-    g.add_argument("--data-dir", default=None,
-                   help="data directory: finds its running service, or opens it embedded when none runs")
+    g.add_argument("--data-dir", default=os.environ.get("HIVED_DATA_DIR") or None,
+                   help="data directory (default $HIVED_DATA_DIR): finds its running service, "
+                        "or opens it embedded when none runs")
     g.add_argument("--spec", default=None,
                    help="embedded mode only: the cluster spec (default: the one the service last used)")
     if json_flag:

@@ -111,10 +111,15 @@ def read_gpus(nvml=None) -> tuple[list[GpuInfo], dict, dict, list[str], list]:
         raise NoGpuError(f"NVML cannot count GPUs ({exc})") from exc
     if count == 0:
         raise NoGpuError("the NVIDIA driver reports no GPUs; use --gpus N to describe a virtual node")
-    handles, gpus = [], []
+    handles, gpus = {}, []
     for i in range(count):
-        h = nvml.nvmlDeviceGetHandleByIndex(i)
-        handles.append(h)
+        try:
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+        except nvml.NVMLError as exc:
+            # a GPU the driver cannot open (fallen off the bus, in reset): not schedulable
+            notes.append(f"GPU {i} left out: NVML cannot open it (nvmlDeviceGetHandleByIndex: {exc})")
+            continue
+        handles[i] = h
         name = ask("GPU model name", "nvmlDeviceGetName", h)
         mem = ask("GPU memory size", "nvmlDeviceGetMemoryInfo", h)
         pci = ask("PCI bus id", "nvmlDeviceGetPciInfo", h)
@@ -128,16 +133,19 @@ def read_gpus(nvml=None) -> tuple[list[GpuInfo], dict, dict, list[str], list]:
             memory_mib=int(mem.total) // (1 << 20) if mem is not None else None,
             numa_node=int(numa) if numa is not None and int(numa) >= 0 else None,
             mig_enabled=bool(mig[0]) if mig is not None else None))
+    if not gpus:
+        raise NoGpuError(f"NVML counts {count} GPUs but cannot open any of them; see 'nvidia-smi'")
+    idx = sorted(handles)
     topo: dict = {}
-    for i in range(count):
-        for j in range(i + 1, count):
+    for k, i in enumerate(idx):
+        for j in idx[k + 1:]:
             level = ask("GPU pair topology (common ancestor)", "nvmlDeviceGetTopologyCommonAncestor",
                         handles[i], handles[j])
             topo[(i, j)] = int(level) if level is not None else None
     by_bus = {g.pci_bus_id.lower(): g.index for g in gpus if g.pci_bus_id}
     nvlink: dict = {}
     max_links = getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)
-    for i in range(count):
+    for i in idx:
         peers = set()
         for link in range(max_links):
             try:

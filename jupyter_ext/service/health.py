@@ -36,17 +36,28 @@ class HealthMonitor:
         self._bad: set = set()
         self._events = None
         self._off: set = set()         # checks found unsupported
+        self._unopened: dict = {}      # NVML index -> why it could not be opened
 
     def start(self) -> None:
+        """Open NVML and the GPUs. Never raises for NVML trouble: without NVML
+        the monitor checks nothing (``notes`` says why); a GPU NVML cannot
+        open is reported unhealthy at the first poll."""
         if self.nvml is None:
             import pynvml
             self.nvml = pynvml
         nv = self.nvml
-        nv.nvmlInit()
+        try:
+            nv.nvmlInit()
+        except nv.NVMLError as exc:
+            self.notes.append(f"health checks off: NVML did not start ({exc})")
+            return
         for node, indices in self.nodes.items():
             for pos, i in enumerate(indices):
-                self._handles[i] = nv.nvmlDeviceGetHandleByIndex(i)
                 self._where[i] = (node, pos)
+                try:
+                    self._handles[i] = nv.nvmlDeviceGetHandleByIndex(i)
+                except nv.NVMLError as exc:
+                    self._unopened[i] = f"NVML cannot open the GPU ({exc})"
         for i, h in self._handles.items():
             self._ecc_base[i] = self._ecc(h)
         try:
@@ -75,7 +86,7 @@ class HealthMonitor:
 
     def poll(self) -> list[tuple[str, int, bool, str]]:
         nv = self.nvml
-        found: dict[int, str] = {}
+        found: dict[int, str] = dict(self._unopened)
         for i, h in self._handles.items():
             n = self._ecc(h)
             base = self._ecc_base.get(i)

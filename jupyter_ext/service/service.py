@@ -92,6 +92,20 @@ def _spec_text(spec) -> Optional[str]:
     return None
 
 
+def _env_int(name: str, default: int, lo: int) -> int:
+    """An integer setting from the environment, refused clearly when it is not one."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"${name}: must be an integer, got {raw!r}") from None
+    if value < lo:
+        raise ValueError(f"${name}: must be at least {lo}, got {value}")
+    return value
+
+
 def _load_spec(spec):
     from hived.core.spec import load_spec
     return spec if hasattr(spec, "chains") else load_spec(spec)
@@ -101,7 +115,7 @@ class SchedulerService:
     def __init__(self, spec_path, data_dir, launcher: str | Launcher = "local", tick_seconds: float = 0.5,
                  *, store: Optional[Store] = None, synchronous: str = "FULL",
                  queue_policy: str = "fifo", preemption_policy: str = "fitgpp",
-                 engine_config: Optional[EngineConfig] = None, health=None, scheme: Optional[str] = None,
+                 engine_config: Optional[EngineConfig] = None, health="auto", scheme: Optional[str] = None,
                  clock: Callable[[], float] = time.time):
         self.data_dir = Path(data_dir).expanduser()
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -118,17 +132,41 @@ class SchedulerService:
         self._policies = (queue_policy, preemption_policy, engine_config)
         self.scheme = scheme
         self.spec = _load_spec(spec_path)
+        # each pod's log is rotated at $HIVED_LOG_MAX_BYTES (10 MiB); $HIVED_LOG_KEEP segments kept (5)
+        log_bytes, log_keep = _env_int("HIVED_LOG_MAX_BYTES", 10 << 20, 1024), _env_int("HIVED_LOG_KEEP", 5, 1)
         self._lockfile = _exclusive(self.data_dir)
+        self.store = None
+        try:
+            self._open(spec_path, store, synchronous, launcher, health, log_bytes, log_keep)
+        except BaseException:
+            # refused (foreign store, bad spec for the stored jobs...): leave the directory free
+            if self.store is not None and store is None:
+                self.store.close()
+            self._lockfile.close()
+            self._lockfile = None
+            raise
+
+    def _open(self, spec_path, store, synchronous, launcher, health, log_bytes, log_keep) -> None:
         self.store = store or SqliteStore(self.data_dir, synchronous=synchronous)
         text = _spec_text(spec_path)
         if text is not None:   # lets `hived ... --data-dir` open this directory embedded later
             self.store.set_meta("spec", text)
+        self.eng = self._new_engine(self.spec)
+        # this machine's GPUs, when the spec names this host (a spec from `hived discover`)
+        self.local = None
+        if launcher == "local" or health == "auto":
+            from .local_gpus import match_local
+            self.local = match_local(self.spec, self.eng.alloc)
         if launcher == "local":
             from .local_launcher import LocalLauncher
-            launcher = LocalLauncher(self.data_dir / "jobs")
+            launcher = LocalLauncher(self.data_dir / "jobs", gpu_ids=self.local.gpu_ids if self.local else None,
+                                     max_log_bytes=log_bytes, keep_logs=log_keep)
         self.launcher = launcher
         self._check_workdir = type(launcher).__name__ == "LocalLauncher"
-        self.health = health
+        if health == "auto":   # NVML health checks for the GPUs of this machine, if any
+            from .health import HealthMonitor
+            health = HealthMonitor(self.local.nodes) if self.local else None
+        self.health = health or None
         self.last_error: Optional[str] = None
         self.ticks = 0
         self._unhealthy: dict[tuple, str] = {}
@@ -138,7 +176,6 @@ class SchedulerService:
         self._live: set[str] = set()             # non-terminal jobs (what a step can change)
         self._launched: set[str] = set()         # jobs the launcher is running (or adopted)
         self._extra: dict[str, dict] = {}        # stored jobs the current spec cannot restore
-        self.eng = self._new_engine(self.spec)
         self.recovered = self._recover()
 
     def _new_engine(self, spec) -> Engine:
@@ -259,6 +296,8 @@ class SchedulerService:
                 return self
             if self.health is not None and hasattr(self.health, "start"):
                 self.health.start()
+                for note in getattr(self.health, "notes", []):
+                    log.warning("GPU health: %s", note)
             self._stop.clear()
             self._thread = threading.Thread(target=self._run, name="hived-scheduler", daemon=True)
             self._thread.start()
@@ -559,5 +598,8 @@ class SchedulerService:
             for r in self.eng._jobs.values():
                 counts[r.state.value] = counts.get(r.state.value, 0) + 1
             return {"ok": True, "data_dir": str(self.data_dir), "jobs": counts, "ticks": self.ticks,
-                    "pid": os.getpid(), "last_error": self.last_error, "recovered": {
+                    "pid": os.getpid(), "last_error": self.last_error,
+                    "health_checks": None if self.health is None else list(getattr(self.health, "notes", [])),
+                    "unhealthy": [{"node": n, "gpu": g, "reason": r} for (n, g), r in self._unhealthy.items()],
+                    "recovered": {
                         k: (len(v) if isinstance(v, list) else v) for k, v in self.recovered.items()}}

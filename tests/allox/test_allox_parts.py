@@ -1,7 +1,6 @@
 """AlloX pieces: delay matrix, fairness, Algorithm 2, AlloX+, baselines, bad input."""
 import math
 
-import numpy as np
 import pytest
 
 from hived.core.allox.baselines import EqualShare, OnlineDRF, make

@@ -82,3 +82,28 @@ def test_waiting_time_enters_through_the_delay_matrix_only_as_a_constant():
 def test_bad_arguments(kw, msg):
     with pytest.raises(ValueError, match=msg):
         AlloXPolicy(**kw)
+
+
+def test_progress_reported_before_a_preemption_reorders_the_queue():
+    # x ran 250 s before it was preempted (its progress kept); y is fresh with a 40 s hint
+    x, y = rec("x", est=300), rec("y", est=40)
+    x.run_time = 250.0
+    p = AlloXPolicy()
+    assert ids(p.order("vc", [x, y], view(free=1), 0.0)) == ["y", "x"]     # 50 s left on the hint alone
+    x.progress = (90, 100)        # it had done 90% in those 250 s: about 28 s left
+    p = AlloXPolicy()
+    assert ids(p.order("vc", [x, y], view(free=1), 0.0)) == ["x", "y"]
+    assert p.estimator.get("x").source == "progress"
+    assert p.on_progress(x, 0.0).value == pytest.approx(p.estimate(x))
+
+
+def test_long_queues_switch_to_allox_plus_with_starvation_timeout():
+    p = AlloXPolicy(max_jobs=3, timeout=600)
+    q = [rec("old-long", est=900, submitted=0.0), rec("a", est=300, submitted=500.0),
+         rec("b", est=100, submitted=500.0), rec("c", est=200, gpus=2, submitted=500.0)]
+    # at t=1000: old-long waited 1000 s > 600 s: first; then GPU time left, shortest first (c = 2 x 200)
+    assert ids(p.order("vc", q, view(free=1), 1000.0)) == ["old-long", "b", "a", "c"]
+    # before the timeout it is just the longest job
+    assert ids(p.order("vc", q, view(free=1), 550.0)) == ["b", "a", "c", "old-long"]
+    with pytest.raises(ValueError, match="timeout"):
+        AlloXPolicy(timeout=0)

@@ -71,7 +71,8 @@ def test_refine_from_progress_blends_with_prior():
     e = refine(prior, done=50, total=100, elapsed=300)   # progress says 600 s
     assert e.source == "progress"
     own_conf = 0.5 + 0.45 * 0.5
-    assert e.value == pytest.approx((0.3 * 1000 + own_conf * 600) / (0.3 + own_conf))
+    # the prior's weight: its confidence x the half still to do
+    assert e.value == pytest.approx((0.15 * 1000 + own_conf * 600) / (0.15 + own_conf))
     assert e.confidence == pytest.approx(own_conf)
     done = refine(e, done=100, total=100, elapsed=640)
     assert done.value == pytest.approx(640)
@@ -144,3 +145,56 @@ def test_estimate_dataclass_checks_and_dict():
     with pytest.raises(ValueError, match="value"):
         Estimate(math.inf, "hint", 0.5)
     assert from_hint(5).to_dict()["source"] == "hint"
+
+
+# --- per engine record: what policies call on every round ------------------
+from hived.core.engine_records import JobRecord  # noqa: E402
+from hived.core.jobs import JobRequest, JobState  # noqa: E402
+
+
+def record(jid="j", hint=None, duration=None, labels=None):
+    return JobRecord(jid, JobRequest(user="u", vc="vc", estimate=hint, duration=duration, labels=labels or {}))
+
+
+def test_record_base_sources_say_where_they_came_from():
+    est = Estimator()
+    assert est.for_record(record("a", hint=300), 0.0).source == "hint"
+    o = est.for_record(record("b", hint=300, duration=120), 0.0, oracle=True)
+    assert (o.value, o.source) == (120, "oracle")
+    d = est.for_record(record("c"), 0.0, default=900)
+    assert (d.value, d.source, d.confidence) == (900, "default", 0.05)
+    assert est.for_record(record("d"), 0.0) is None       # nothing known, no default
+
+
+def test_record_history_by_signature_label():
+    hist = InMemoryHistory()
+    sig = signature("proj", "train", {"epochs": 3})
+    for s in (100, 110, 90):
+        hist.add(sig, "gpu", s)
+    e = Estimator(hist).for_record(record(hint=500, labels={"signature": sig}), 0.0)
+    assert (e.source, e.value) == ("history", 100)
+
+
+def test_engine_progress_refines_a_running_job_idempotently():
+    est = Estimator()
+    r = record(hint=1000)
+    r.state, r.started = JobState.RUNNING, 100.0
+    assert est.for_record(r, 150.0).value == 1000               # no progress reported yet
+    r.progress = (50, 100)                                       # Engine.report_progress(j, 50, 100, now)
+    a = est.for_record(r, 300.0)                                 # ran 200 s for half the steps
+    assert a.source == "progress" and 400 < a.value < 1000 and a.confidence > 0.3
+    assert est.for_record(r, 300.0) == a                         # same inputs, same answer (no compounding)
+    r.progress = (99, 100)
+    late = est.for_record(r, 496.0)                              # 396 s for 99%: about 400 s in all
+    assert late.value == pytest.approx(400, rel=0.05) and late.confidence > a.confidence
+    assert est.remaining_for(r, 496.0) == pytest.approx(late.value - 396)
+    assert est.get(r.job_id) == late                             # tracked for the service to show
+
+
+def test_preempted_record_keeps_its_run_time():
+    est = Estimator()
+    r = record(hint=300)
+    r.run_time, r.progress = 250.0, (90, 100)                    # queued again after a preemption
+    assert est.remaining_for(r, 1000.0) < 50
+    r2 = record("fresh", hint=300)
+    assert est.remaining_for(r2, 1000.0) == 300

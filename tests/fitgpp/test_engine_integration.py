@@ -112,6 +112,17 @@ def test_no_single_job_fits_falls_back_and_says_so(make):
     out = _drive(eng, 5.0)
     victims = [j for k, j in _kinds(out) if k == "preempt"]
     assert len(victims) == 3 and all("fallback" in d.reason and "no single BE job fits" in d.reason for d in out)
+    out = _drive(eng, 35.0)
+    assert sorted(j for k, j in _kinds(out) if k == "kill") == sorted(victims)
+    for j in victims:
+        eng.on_preempted(j, 35.0)
+    out = _drive(eng, 35.0)
+    if isinstance(eng.alloc, QuotaAllocator):
+        assert _kinds(out) == [("start", "t")]     # 6 of the node's 8 GPUs are free: enough
+    else:
+        # HiveD's buddy allocator gives a 6-GPU pod the smallest cell holding 6 GPUs, the
+        # whole node: the last BE job has to go too, chosen by eq. 4 (it now fits alone)
+        assert _kinds(out) == [("preempt", "b3")] and "fitgpp: preempt b3" in out[0].reason
 
 
 class _Spy:

@@ -132,3 +132,72 @@ def test_lrtp_remaining_counts_the_current_run():
     rec.state = JobState.QUEUED
     assert remaining_from_record(rec, 500.0) == pytest.approx(700.0)
     assert remaining_from_record(JobRecord("x", JobRequest(user="u", vc="vc0")), 0.0) == 0.0
+
+
+def _full_cluster(rng, nodes=12):
+    """Every node's 8 GPUs split at random among 1-4 BE jobs: an 8-GPU TE job never fits alone
+    beside a job, so only nodes held by one job satisfy eq. 4 and the rest need the fallback."""
+    view = ClusterView()
+    recs = []
+    for i in range(nodes):
+        node = f"n{i:02d}"
+        view.add_node(node, "A", 8, 32, 256)
+        cnt = rng.randint(2, 4)
+        split = [1] * cnt
+        for _ in range(8 - cnt):
+            split[rng.randrange(cnt)] += 1
+        for g in split:
+            jid = f"b{len(recs):03d}"
+            view.bind(jid, {node: (g, 4 * g, 32 * g)}, guaranteed=True)
+            req = JobRequest(user="u", vc="vc0", job_class=JobClass.BE, groups=[PodGroup(1, g)],
+                             grace_period=rng.choice([0, 30, 60, 120, 600]))
+            recs.append(JobRecord(jid, req, state=JobState.RUNNING, preemptions=int(rng.random() < 0.3),
+                                  pod_demands=[(4.0 * g, 32.0 * g, float(g))], pod_gpus=[g]))
+    return view, recs
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_vector_fallback_keeps_the_papers_rule(seed):
+    """The numpy fallback: one node, a first victim drawn at random, then that node's other
+    eligible jobs in ascending eq. 3 score, stopping as soon as the TE job fits there."""
+    rng = random.Random(seed)
+    view, recs = _full_cluster(rng)
+    te = JobRecord("te", JobRequest(user="u", vc="vc0"), pod_demands=[(32.0, 256.0, 8.0)], pod_gpus=[8])
+    ref = _reference(te, recs, view)
+    assert ref.fallback
+    pol = FitGppPolicy(seed=seed)
+    free, capacity = node_vectors(view)
+    cands = {c.job_id: c for c in candidates_from(recs, view, capacity, 0.0)}
+    score = dict(zip(cands, fitgpp.scores([c.size for c in cands.values()],
+                                          [c.grace_period for c in cands.values()])))
+    firsts = set()
+    for _ in range(20):
+        victims, reason = pol.choose(te, recs, view, 0.0)
+        assert "fallback" in reason and "no single BE job fits" in reason and ", ".join(victims) in reason
+        nodes = {n for v in victims for n in cands[v].usage}
+        assert len(nodes) == 1
+        (node,) = nodes
+        assert all(cands[v].preemptions < 1 for v in victims)
+        rest = victims[1:]
+        assert rest == sorted(rest, key=lambda v: (score[v], v))
+        # it fits after the last victim, not before it
+        room = fitgpp.Room([te.pod_demands[0]], free)
+        for k, v in enumerate(victims):
+            room.add(cands[v].usage)
+            assert fitgpp.fits(te.pod_demands[0], (0.0, 0.0, 0.0), room.avail(node)) == (k == len(victims) - 1)
+        firsts.add(victims[0])
+    assert len(firsts) > 1   # the first victim is drawn at random
+
+
+def test_vector_fallback_says_when_nothing_can_make_room():
+    view = ClusterView()
+    view.add_node("n0", "A", 8, 32, 256)
+    view.bind("capped", {"n0": (4, 16, 128)}, guaranteed=True)
+    view.bind("ok", {"n0": (4, 16, 128)}, guaranteed=True)
+    mk = lambda j, p: JobRecord(j, JobRequest(user="u", vc="vc0", job_class=JobClass.BE),  # noqa: E731
+                                state=JobState.RUNNING, preemptions=p, pod_demands=[(16.0, 128.0, 4.0)])
+    te = JobRecord("te", JobRequest(user="u", vc="vc0"), pod_demands=[(32.0, 256.0, 8.0)], pod_gpus=[8])
+    victims, reason = FitGppPolicy().choose(te, [mk("capped", 1), mk("ok", 0)], view, 0.0)
+    assert victims == [] and "would still not make room" in reason
+    victims, reason = FitGppPolicy().choose(te, [mk("capped", 1), mk("ok", 1)], view, 0.0)
+    assert victims == [] and "every running BE job reached the preemption cap P=1" in reason

@@ -4,6 +4,7 @@ import pytest
 
 from hived.core.sim import fitgpp_experiment as E
 from hived.core.sim import fitgpp_workload as W
+from hived.core.spec import load_spec
 
 
 def test_sampled_jobs_follow_the_paper_bounds_and_are_seeded():
@@ -45,7 +46,11 @@ def test_arrivals_keep_the_fifo_load_at_the_target():
 def test_cluster_spec_shape():
     spec = W.cluster_spec(3)
     node = spec["physicalCluster"]["cellTypes"]["FG-NODE"]
-    assert (node["childCellNumber"], node["cpus"], node["memoryGB"]) == (8, 32, 256)
+    assert (node["cpus"], node["memoryGB"]) == (32, 256)
+    chain = load_spec(spec).chains["FG-CLUSTER"]
+    # buddy levels 1, 2, 4 GPUs under the 8-GPU node, so pods of 2 or 4 GPUs share a node
+    assert chain.gpus_per_level[:chain.node_level] == [1, 2, 4, 8]
+    assert (chain.node_cpus, chain.node_memory_gb) == (32, 256)
     assert len(spec["physicalCluster"]["physicalCells"][0]["cellChildren"]) == 3
     assert spec["virtualClusters"]["vc0"]["virtualCells"] == [{"cellType": "FG-CLUSTER.FG-NODE", "cellNumber": 3}]
 

@@ -1,55 +1,22 @@
 """KubernetesLauncher against the real API server: pods, bindings, events, deletion."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))   # k8s_helpers (pytest runs with --import-mode=importlib)
+
 import json
 import time
 
 import pytest
-from kubernetes.client.rest import ApiException
 
-from hived.core.jobs import JobClass, JobRequest, Placement, PodGroup, PodPlacement
+from hived.core.jobs import JobClass, Placement, PodGroup
 from hived.k8s import pod_builder as pb
 from hived.k8s.launcher import KubernetesLauncher, LaunchError
 from hived.k8s.template import TemplateError
 
-TEMPLATE = {"image": "registry.example/train:1", "env": {"DATA": "/data"},
-            "resources": {"requests": {"cpu": "4", "memory": "16Gi"}},
-            "volumes": [{"name": "data", "hostPath": {"path": "/data"}}],
-            "volume_mounts": [{"name": "data", "mountPath": "/data"}],
-            "service_account": "trainer", "image_pull_secrets": ["regcred"],
-            "node_selector": {"gpu": "v100"},
-            "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}
-
-
-def gang_placement(n1, n2, opportunistic=False):
-    """4 pods x 2 GPUs: two per node, each on one 2-GPU cell (a PCIe switch)."""
-    cells = [(n1, (0, 1), f"V100/{n1}/0"), (n1, (2, 3), f"V100/{n1}/1"),
-             (n2, (4, 5), f"V100/{n2}/2"), (n2, (6, 7), f"V100/{n2}/3")]
-    return Placement("V100", tuple(PodPlacement(r, n, g, (c,)) for r, (n, g, c) in enumerate(cells)),
-                     opportunistic)
-
-
-def request(**kw):
-    base = dict(user="alice", vc="vc-a", command=["python", "train.py"], job_class=JobClass.BE,
-                groups=[PodGroup(pods=4, gpus=2)], grace_period=30.0, name="train")
-    base.update(kw)
-    return JobRequest(**base)
-
-
-def wait_events(launcher, want, timeout=10.0):
-    got, end = [], time.monotonic() + timeout
-    while time.monotonic() < end:
-        got += launcher.poll()
-        if want(got):
-            return got
-        time.sleep(0.02)
-    raise AssertionError(f"events not seen in {timeout}s: {got}")
-
-
-def pods_of(core, ns, job="j1"):
-    items = core.list_namespaced_pod(ns, label_selector=f"{pb.L_JOB}={job}").items
-    return sorted(items, key=lambda p: int(p.metadata.labels[pb.L_RANK]))
-
+from k8s_helpers import TEMPLATE, gang_placement, pods_of, request, wait_events
 
 @pytest.fixture
 def launcher(kube, ns, uid):
@@ -198,6 +165,7 @@ def test_kill_with_zero_grace_removes_pods_at_once(launcher, core, ns):
     ({"tolerations": [{"key": "x", "operator": "Exists", "efect": "NoSchedule"}]}, "template.tolerations[0].efect"),
     ({"volume_mounts": [{"name": "nope", "mountPath": "/x"}]}, "template.volume_mounts[0].name"),
     ({"namespace": "Bad_NS"}, "template.namespace"),
+    ({"namespace": "elsewhere"}, "template.namespace"),      # not the namespace hived watches
 ])
 def test_invalid_template_refused_before_any_pod(launcher, core, ns, bad, where):
     req = request()
@@ -258,3 +226,31 @@ def test_string_command_runs_through_a_shell(launcher, core, ns):
                     Placement("V100", gang_placement("a", "b").pods[:1]), attempt=1)
     c = pods_of(core, ns)[0].spec.containers[0]
     assert c.command == ["/bin/sh", "-c", "echo hi && sleep 1"]
+
+
+@pytest.mark.parametrize("bind", ["node_name", "binding"])
+def test_admission_refusing_mid_gang_leaves_no_half_gang(kube, core, uid, bind):
+    """The API server's namespace admission refuses pod 3 of 4 (its namespace was deleted
+    meanwhile): the two pods already created are deleted again."""
+    ns = f"{uid}-adm"
+    core.create_namespace({"metadata": {"name": ns}})
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, instance=uid, bind=bind,
+                             watch_timeout=1)
+    real = lau.core.create_namespaced_pod
+    made = []
+
+    def create(namespace, body, **kw):
+        if len(made) == 2:
+            core.delete_namespace(ns)
+        out = real(namespace, body, **kw)
+        made.append(body["metadata"]["name"])
+        return out
+    lau.core.create_namespaced_pod = create
+    try:
+        with pytest.raises(LaunchError) as e:
+            lau.launch("j1", request(), gang_placement("a", "b"), attempt=1)
+        assert e.value.status == 404 and "namespaces" in str(e.value) and len(made) == 2
+        assert core.list_namespaced_pod(ns).items == [], "half gang left behind"
+        assert lau.poll() == [] and lau.gang_states("j1") == {}
+    finally:
+        lau.stop()

@@ -1,5 +1,7 @@
 """--backend-config checking: every bad key or value is refused, naming the key."""
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -57,6 +59,8 @@ def test_vc_from_environment_or_required():
     ({"vc": "a", "detach": "yes"}, "detach", "must be true or false"),
     ({"vc": "a", "env": {"1BAD": "x"}}, "env", "not a valid environment variable name"),
     ({"vc": "a", "env": {"OK": 3}}, "env.OK", "must be a string"),
+    ({"vc": "a", "env": {"MLFLOW_RUN_ID": "x"}}, "env.MLFLOW_RUN_ID", "cannot be overridden"),
+    ({"vc": "a", "env": {"HIVED_RESUMED": "1"}}, "env.HIVED_RESUMED", "cannot be overridden"),
     ({"vc": "a", "gpus": 1, "cell": "X"}, "cell", "either 'gpus' or 'cell'"),
     ({"vc": "", "gpus": 1}, "vc", "must not be empty"),
     ({"vc": "a", "poll": 0}, "poll", "must be > 0"),
@@ -79,3 +83,33 @@ def test_bad_json_and_missing_file(tmp_path):
         parse_config("[1, 2]", environ={})
     with pytest.raises(BackendConfigError, match="cannot read"):
         parse_config(str(tmp_path / "nope.json"), environ={})
+
+
+# documents jsonschema must judge exactly as the backend's own small checker does
+_AGREEMENT = [
+    {"vc": "a"}, {"vc": "a", "gpus": 2.0}, {"vc": "a", "gpus": True}, {"vc": "a", "gpus": 1025},
+    {"vc": "a", "pods": 3, "affinity": "hard"}, {"vc": "a", "grace_period": 0.5},
+    {"vc": "a", "grace_period": "5"}, {"vc": "a", "poll": 60.5}, {"vc": "a", "poll": 0.01},
+    {"vc": "a", "service_url": "https://h:1/x"}, {"vc": "a", "service_url": "ftp://h"},
+    {"vc": "a", "env": {"A_1": "x"}}, {"vc": "a", "env": {"A-1": "x"}}, {"vc": "a", "env": {"A": None}},
+    {"vc": "a", "env": []}, {"vc": "a", "name": "x" * 201}, {"vc": "a", "workdir": ""},
+    {"vc": "a", "cell": "N", "chain": "C"}, {"vc": "a", "max_retries": -1}, {"vc": "a", "bogus": 1},
+    {"vc": "a", "detach": False, "token": "t", "checkpoint_dir": "/c", "priority": "opportunistic"},
+]
+
+
+@pytest.mark.parametrize("doc", _AGREEMENT)
+def test_own_checker_agrees_with_jsonschema(doc):
+    import jsonschema  # installed with jupyter-server; only this test needs it
+    from hived.mlflow_plugin.config import SCHEMA
+    from hived.mlflow_plugin.schema_check import first_error
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    valid = jsonschema.Draft202012Validator(SCHEMA).is_valid(doc)
+    assert (first_error(SCHEMA, doc) is None) == valid, doc
+
+
+def test_integral_float_becomes_int_and_import_is_light():
+    assert parse_config({"vc": "a", "gpus": 2.0}, environ={}).gpus == 2
+    probe = subprocess.run([sys.executable, "-c", "import sys, hived.mlflow_plugin.backend; "
+                            "print('jsonschema' in sys.modules)"], capture_output=True, text=True)
+    assert probe.stdout.strip() == "False", probe.stderr   # its import alone costs seconds

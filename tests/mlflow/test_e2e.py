@@ -1,9 +1,12 @@
 """End to end: a real `hived serve`, a real sqlite tracking store, the example MLproject.
 
-One run goes through the `mlflow run` CLI; the others through mlflow.projects.run.
+One run goes through the `mlflow run` CLI in a subprocess (its console script,
+the entry point found through the installed metadata); the others through
+mlflow.projects.run. test_cli_inproc.py runs the CLI's other paths in-process.
 """
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -15,17 +18,12 @@ from mlflow.tracking import MlflowClient
 
 from hived.jupyter_ext.client import HivedClient
 from hived.mlflow_plugin.config import HivedBackendError
+from hived.mlflow_plugin.history import MlflowHistory, project_signature
 
 from .conftest import PROJECT, VC, VC_GPUS
 
 MLFLOW = os.path.join(os.path.dirname(sys.executable), "mlflow")
 pytestmark = pytest.mark.timeout(150)
-
-
-@pytest.fixture(scope="module")
-def cfg(hived_server, tmp_path_factory):
-    return {"vc": VC, "gpus": 1, "service_url": hived_server["url"], "token": hived_server["token"],
-            "checkpoint_dir": str(tmp_path_factory.mktemp("ckpt")), "max_retries": 0}
 
 
 def _steps(client, run_id, key="loss"):
@@ -85,12 +83,17 @@ def test_api_runs_land_on_their_own_runs(cfg, tracking_uri):
 
 
 def test_synchronous_run_and_history_estimate(cfg, tracking_uri):
+    # the finished runs so far (CLI + API tests) are the history of this project + entry point
+    sig = project_signature("hived-demo-train", "main")
+    past = MlflowHistory(tracking_uri, experiment_ids=["0"]).durations(sig, "gpu")
+    assert len(past) >= 3
     sub = mlflow.projects.run(str(PROJECT), parameters={"steps": 2, "step_seconds": 0},
                               backend="hived", backend_config=dict(cfg), env_manager="local")
     run = MlflowClient(tracking_uri).get_run(sub.run_id)
     assert run.info.status == "FINISHED"
     # earlier finished runs of this project + entry point became the job's estimate
-    assert float(run.data.tags["hived.estimate_seconds"]) > 0
+    assert run.data.tags["hived.estimate_seconds"] == f"{statistics.median(past):.3f}"
+    assert run.data.tags["hived.signature"] == sig
     assert float(run.data.tags["hived.run_seconds"]) > 0
 
 
@@ -143,6 +146,16 @@ def test_preempted_run_resumes_under_same_run_id(cfg, hived_server, tracking_uri
     assert run.info.status == "FINISHED"
     assert int(run.data.tags["hived.preemptions"]) >= 1
     assert int(run.data.tags["resumed_from_step"]) >= 5   # the second attempt read the checkpoint
+    # both attempts ran under the same run id; the second with HIVED_RESUMED=1 and the same dir
+    ckpt = run.data.tags["hived.checkpoint_dir"]
+    assert ckpt.startswith(cfg["checkpoint_dir"]) and ckpt.endswith(sub.run_id)
+    assert os.path.exists(os.path.join(ckpt, "train_state.json"))
+    with open(os.path.join(ckpt, ".hived_attempts")) as fh:
+        assert len(fh.read().split()) == int(run.data.tags["hived.attempts"]) >= 2
+    log = hived.logs(sub.job_id)["text"]
+    assert "start at step 0 (resumed=0)" in log and "(resumed=1)" in log, log
+    assert [e.step for e in client.get_metric_history(sub.run_id, "hived.preemptions")] \
+        == list(range(1, int(run.data.tags["hived.preemptions"]) + 1))   # the preemption events
     # metrics continue on the same run: every step once or (killed between log and save) twice
     assert sorted(set(_steps(client, sub.run_id))) == list(range(steps))
     assert len(_steps(client, sub.run_id)) <= steps + 1
@@ -156,26 +169,3 @@ def test_unknown_vc_refused_in_one_line(cfg, tracking_uri):
                             backend_config=dict(cfg, vc="nope"))
     assert "nope" in str(info.value) and "\n" not in str(info.value)
     assert len(client.search_runs([e.experiment_id for e in client.search_experiments()])) == before
-
-
-def test_cli_detach_then_follow(hived_server, cfg, tracking_uri, tmp_path):
-    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
-    config = dict(cfg, detach=True)
-    proc = subprocess.run([MLFLOW, "run", str(PROJECT), "--backend", "hived", "--env-manager", "local",
-                           "-P", "steps=20", "-P", "step_seconds=0.1", "--run-name", "detached",
-                           "--backend-config", json.dumps(config)],
-                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert "detached" in proc.stderr and "done: w=" not in proc.stdout   # returned at once
-    client = MlflowClient(tracking_uri)
-    (run,) = [r for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
-              if r.data.tags.get("mlflow.runName") == "detached"]
-    assert run.info.status in ("RUNNING", "SCHEDULED")
-    follow = subprocess.run([sys.executable, "-m", "hived.mlflow_plugin", "follow", run.info.run_id,
-                             "--token", hived_server["token"]],
-                            env=env, capture_output=True, text=True, timeout=120)
-    assert follow.returncode == 0, follow.stderr
-    assert "succeeded" in follow.stderr
-    run = client.get_run(run.info.run_id)
-    assert run.info.status == "FINISHED" and run.data.tags["hived.state"] == "succeeded"
-    assert _steps(client, run.info.run_id) == list(range(20))

@@ -29,6 +29,11 @@ def test_durations_by_signature_and_by_project(tracking_uri):
     _run(client, exp, base, "FAILED", t0, t0 + 99_000)                             # failures do not count
     _run(client, exp, {**base, SIGNATURE_TAG: other, "mlflow.project.entryPoint": "other"},
          "FINISHED", t0, t0 + 7_000)
+    # same entry point name in another project: a different job for the estimator
+    _run(client, exp, {**base, SIGNATURE_TAG: project_signature("other-project", "main"),
+                       "mlflow.source.name": "file:///q"}, "FINISHED", t0, t0 + 3_000)
+    running = client.create_run(exp, start_time=t0, tags=base)  # not finished: not history
+    assert running.info.status == "RUNNING"
     hist = MlflowHistory(tracking_uri, experiment_ids=[exp])
     source: HistorySource = hist  # the protocol is not runtime_checkable; the estimator below uses it
     assert sorted(hist.durations(sig, "gpu")) == [4.5, 10.0]

@@ -1,5 +1,6 @@
 """Refusals that need no service: bad configs and an unreachable service leave no run behind."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -57,7 +58,8 @@ def test_no_service_configured_at_all(tracking_uri, tmp_path, monkeypatch):
     ('{"vc": "a", "gpus": "two"}', "=== hived backend config: 'gpus': must be an integer, got \"two\" ==="),
     ('{"vc": "a", "service_url": "http://127.0.0.1:9/"}', "no hived service at http://127.0.0.1:9/"),
 ])
-def test_cli_prints_one_error_line(tmp_path, config, expected):
+def test_cli_prints_one_error_line(tmp_path, config, expected, _migrated_store):
+    shutil.copyfile(_migrated_store, tmp_path / "m.db")  # a fresh, already migrated store
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/m.db"}
     proc = subprocess.run([MLFLOW, "run", str(PROJECT), "--backend", "hived", "--env-manager", "local",
                            "--backend-config", config], env=env, cwd=tmp_path,
@@ -66,3 +68,4 @@ def test_cli_prints_one_error_line(tmp_path, config, expected):
     lines = [l for l in (proc.stdout + proc.stderr).splitlines() if l.strip()]
     assert len(lines) == 1, lines
     assert expected in lines[0]
+    assert _runs(env["MLFLOW_TRACKING_URI"]) == []   # refused before any run was created

@@ -28,6 +28,8 @@ def test_preempted_run_stays_running_then_finishes(tracking_uri):
     assert run.data.tags["hived.preempted"] == "true" and run.data.tags["hived.preemptions"] == "1"
     note = run.data.tags["mlflow.note.content"]
     assert note.count("hived: preempted (1)") == 1 and "on mlnode0" in note
+    (event,) = client.get_metric_history(run_id, "hived.preemptions")
+    assert (event.value, event.step) == (1, 1)
     sub._sync(_job("running", attempts=2, preemptions=1, placement=PLACED))
     history = [[0.0, "queued", ""], [1.0, "running", ""], [4.0, "preempting", ""], [5.0, "queued", ""],
                [9.0, "running", ""], [11.5, "succeeded", ""]]

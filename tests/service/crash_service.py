@@ -21,8 +21,8 @@ def payload(i: int) -> dict:
     p = {"vc": vc, "name": f"job-{i:04d}", "command": f"sleep {0.1 + (i % 4) * 0.05}",
          "job_class": "te" if i % 5 == 0 else "be", "gpus": 2 if i % 3 == 0 else 1,
          "grace_period": 0.2}
-    if i % 7 == 0:
-        p["pods"] = 2
+    if i % 7 == 0:   # a gang of two 1-GPU pods (two 2-GPU pods cannot share a 4-GPU socket cell)
+        p["pods"], p["gpus"] = 2, 1
     return p, user
 
 

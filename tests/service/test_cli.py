@@ -18,6 +18,7 @@ SCHEME = os.environ.get("HIVED_TEST_SCHEME", "hived")
 def scheme(monkeypatch):
     monkeypatch.setenv("HIVED_SCHEME", SCHEME)
     monkeypatch.delenv("HIVED_URL", raising=False)
+    monkeypatch.delenv("HIVED_DATA_DIR", raising=False)
 
 
 def hived(capsys, *argv):
@@ -32,6 +33,12 @@ def test_help_everywhere(capsys):
             main([cmd, "--help"])
         out = capsys.readouterr().out
         assert info.value.code == 0 and "usage: hived " + cmd in out
+        assert "exit codes: 0 ok" in out          # each help says what its exit codes mean
+        if cmd not in ("logs",):
+            assert "--json" in out
+    with pytest.raises(SystemExit) as info:       # bad usage is exit 2, like a refusal
+        main(["jobs", "--no-such-flag"])
+    assert info.value.code == 2
 
 
 def test_embedded_submit_list_cancel_and_refusals(capsys, tmp_path):
@@ -50,6 +57,12 @@ def test_embedded_submit_list_cancel_and_refusals(capsys, tmp_path):
         (["--vc", "vca", "--grace", "-1"], 2, "grace_period: must be between 0 and 86400"),
         (["--vc", "vca", "--workdir", "/no/such/dir"], 2, "workdir: /no/such/dir does not exist"),
         (["--vc", "vca", "--env", "NOEQUALS"], 2, "--env: want NAME=VALUE"),
+        (["--vc", "vca", "--env", "HIVED_VC=x"], 2, "env.HIVED_VC: set by hived"),
+        (["--vc", "vca", "--pods", "100000"], 2, "pods: must be between 1 and 4096, got 100000"),
+        (["--vc", "vca", "--pods", "-2"], 2, "pods: must be between 1 and 4096, got -2"),
+        (["--vc", "vca", "--grace", "1e9"], 2, "grace_period: must be between 0 and 86400"),
+        (["--vc", "vca", "--grace", "nan"], 2, "grace_period: must be a finite number"),
+        (["--vc", "vca", "--estimate", "-5"], 2, "estimate: must be between 0"),
     ]
     for extra, want, words in bad:
         argv = ["submit", "--data-dir", d] + (["--user", "alice"] if "--user" not in extra else []) + extra
@@ -57,6 +70,10 @@ def test_embedded_submit_list_cancel_and_refusals(capsys, tmp_path):
         assert (code, words in err) == (want, True), (extra, code, err)
     code, out, err = hived(capsys, "submit", "--data-dir", d, "--vc", "vca", "--user", "alice", "--")
     assert code == 2 and "command: missing" in err
+    code, out, err = hived(capsys, "submit", "--data-dir", d, "--vc", "vca", "--user", "alice", "--", "  ")
+    assert code == 2 and "command: must not be empty" in err
+    code, out, err = hived(capsys, "submit", "--data-dir", d, "--user", "alice", "--", "true")
+    assert code == 2 and "--vc: required" in err
     code, out, _ = hived(capsys, "jobs", "--data-dir", d, "--json")
     jobs = json.loads(out)["jobs"]
     assert [j["name"] for j in jobs] == ["first"]            # nothing else was stored
@@ -64,6 +81,12 @@ def test_embedded_submit_list_cancel_and_refusals(capsys, tmp_path):
     assert code == 0 and "j1" in out and "queued #0" in out
     code, out, _ = hived(capsys, "status", "j1", "--data-dir", d)
     assert "state queued" in out and "submitted" in out
+    code, out, err = hived(capsys, "logs", "j1", "--data-dir", d)
+    assert code == 0 and out == ""                           # not started: no log yet
+    code, out, err = hived(capsys, "logs", "j1", "-f", "--data-dir", d)
+    assert code == 5 and "the job is queued and no service runs" in err
+    code, _, err = hived(capsys, "logs", "j1", "--rank", "4", "--data-dir", d)
+    assert code == 2 and "rank: must be an integer from 0 to 0, got 4" in err
     code, _, err = hived(capsys, "status", "j7", "--data-dir", d)
     assert code == 4 and "unknown job 'j7'" in err
     code, out, _ = hived(capsys, "vc", "--data-dir", d)
@@ -72,8 +95,33 @@ def test_embedded_submit_list_cancel_and_refusals(capsys, tmp_path):
     assert json.loads(out)["queue"] == ["j1"]
     code, _, err = hived(capsys, "cancel", "j1", "--data-dir", d, "--user", "bob")
     assert code == 3 and "may not cancel" in err
-    code, out, _ = hived(capsys, "cancel", "j1", "--data-dir", d, "--user", "alice")
-    assert code == 0 and "j1: cancelled" in out
+    code, out, _ = hived(capsys, "cancel", "j1", "--data-dir", d, "--user", "alice", "--json")
+    assert code == 0 and json.loads(out)["jobs"][0]["state"] == "cancelled"
+    code, out, err = hived(capsys, "cancel", "j1", "j9", "--data-dir", d, "--user", "alice")
+    assert code == 4 and "already cancelled" in err and "unknown job 'j9'" in err
+    code, out, _ = hived(capsys, "status", "--data-dir", d, "--json")
+    assert code == 0 and json.loads(out)["jobs"] == {"cancelled": 1}
+
+
+def test_foreign_or_newer_database_is_refused_untouched(capsys, tmp_path):
+    import sqlite3
+    from hived.jupyter_ext.service.store import SCHEMA_VERSION, SqliteStore
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    con = sqlite3.connect(foreign / "hived.db")
+    con.execute("CREATE TABLE invoices (id INTEGER)")
+    con.commit()
+    con.close()
+    newer = tmp_path / "newer"
+    s = SqliteStore(newer)
+    s._db.execute("INSERT INTO schema_version VALUES (?, 'future', 0)", (SCHEMA_VERSION + 1,))
+    s.close()
+    for d, words in ((foreign, "foreign SQLite database"), (newer, "written by a newer hived")):
+        before = (d / "hived.db").read_bytes()
+        for argv in (["jobs"], ["submit", "--vc", "vca", "--user", "alice", "--spec", SPEC, "--", "true"]):
+            code, out, err = hived(capsys, argv[0], "--data-dir", str(d), *argv[1:])
+            assert code == 5 and words in err and "Traceback" not in err, (argv, err)
+        assert (d / "hived.db").read_bytes() == before
 
 
 def test_discover_cli(capsys, tmp_path):

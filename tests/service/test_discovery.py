@@ -1,56 +1,11 @@
 """GPU discovery with NVML faked by monkeypatching pynvml (no GPU here)."""
-from types import SimpleNamespace
-
 import pynvml
 import pytest
 
 from hived.jupyter_ext.service.discovery import NoGpuError, chain_name, discover, virtual_node
 
 
-def err(code):
-    return pynvml.NVMLError(code)
-
-
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
-
-
-def fake_nvml(monkeypatch, models, topo=None, nvlink=None, numa=None, fail=(), init_error=None, mig=()):
-    """Patch the pynvml functions discovery uses. ``fail``: names that raise NotSupported."""
-    n = len(models)
-    bus = [f"00000000:{0x10 + i:02X}:00.0" for i in range(n)]
-    calls = []
-
-    def f(name, impl):
-        def wrapper(*a):
-            calls.append(name)
-            if name in fail:
-                raise err(NOT_SUPPORTED)
-            return impl(*a)
-        monkeypatch.setattr(pynvml, name, wrapper)
-
-    def init():
-        if init_error is not None:
-            raise err(init_error)
-    monkeypatch.setattr(pynvml, "nvmlInit", init)
-    monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: None)
-    f("nvmlDeviceGetCount", lambda: n)
-    f("nvmlDeviceGetHandleByIndex", lambda i: i)
-    f("nvmlDeviceGetName", lambda h: models[h])
-    f("nvmlDeviceGetUUID", lambda h: f"GPU-{h:04d}")
-    f("nvmlDeviceGetPciInfo", lambda h: SimpleNamespace(busId=bus[h]))
-    f("nvmlDeviceGetMemoryInfo", lambda h: SimpleNamespace(total=80 << 30))
-    f("nvmlDeviceGetMigMode", lambda h: [1 if h in mig else 0, 0])
-    f("nvmlDeviceGetNumaNodeId", lambda h: (numa or {}).get(h, 0))
-    f("nvmlDeviceGetTopologyCommonAncestor", lambda a, b: (topo or (lambda a, b: 50))(a, b))
-
-    def link_state(h, link):
-        peers = (nvlink or {}).get(h, [])
-        if link >= max(len(peers), 4):
-            raise err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        return 1 if link < len(peers) else 0
-    f("nvmlDeviceGetNvLinkState", link_state)
-    f("nvmlDeviceGetNvLinkRemotePciInfo", lambda h, link: SimpleNamespace(busId=bus[nvlink[h][link]]))
-    return calls
 
 
 def dgx_topo(a, b):
@@ -62,8 +17,8 @@ def dgx_topo(a, b):
     return 50
 
 
-def test_full_topology_gives_switch_socket_node_levels(monkeypatch):
-    fake_nvml(monkeypatch, ["NVIDIA A100-SXM4-40GB"] * 8, topo=dgx_topo)
+def test_full_topology_gives_switch_socket_node_levels(nvml_fake):
+    nvml_fake(["NVIDIA A100-SXM4-40GB"] * 8, topo=dgx_topo)
     d = discover(host="box")
     ct = d.spec["physicalCluster"]["cellTypes"]
     assert ct["A100-SXM4-40GB-SWITCH"] == {"childCellType": "A100-SXM4-40GB", "childCellNumber": 2}
@@ -78,9 +33,9 @@ def test_full_topology_gives_switch_socket_node_levels(monkeypatch):
     assert d.gpus[0].pci_bus_id and d.gpus[0].memory_mib == 80 * 1024
 
 
-def test_vm_h100_every_topology_call_not_supported(monkeypatch):
+def test_vm_h100_every_topology_call_not_supported(nvml_fake):
     # what an H100 in a VM answers (see NOTES.md): NVLink, topology and NUMA unsupported
-    fake_nvml(monkeypatch, ["NVIDIA H100 80GB HBM3"] * 2,
+    nvml_fake(["NVIDIA H100 80GB HBM3"] * 2,
               fail={"nvmlDeviceGetNvLinkState", "nvmlDeviceGetTopologyCommonAncestor",
                     "nvmlDeviceGetNumaNodeId"})
     d = discover(host="vm")
@@ -94,8 +49,8 @@ def test_vm_h100_every_topology_call_not_supported(monkeypatch):
     assert "NUMA node unknown: assumed no socket level" in text
 
 
-def test_numa_fallback_for_socket_level(monkeypatch):
-    fake_nvml(monkeypatch, ["NVIDIA L4"] * 4, numa={0: 0, 1: 0, 2: 1, 3: 1},
+def test_numa_fallback_for_socket_level(nvml_fake):
+    nvml_fake(["NVIDIA L4"] * 4, numa={0: 0, 1: 0, 2: 1, 3: 1},
               fail={"nvmlDeviceGetTopologyCommonAncestor"})
     d = discover(host="h")
     ct = d.spec["physicalCluster"]["cellTypes"]
@@ -103,8 +58,8 @@ def test_numa_fallback_for_socket_level(monkeypatch):
     assert any("NUMA node" in n for n in d.notes)
 
 
-def test_nvlink_pairs_become_a_level(monkeypatch):
-    fake_nvml(monkeypatch, ["NVIDIA V100"] * 4, nvlink={0: [1], 1: [0], 2: [3], 3: [2]},
+def test_nvlink_pairs_become_a_level(nvml_fake):
+    nvml_fake(["NVIDIA V100"] * 4, nvlink={0: [1], 1: [0], 2: [3], 3: [2]},
               fail={"nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetNumaNodeId"})
     d = discover(host="h")
     ct = d.spec["physicalCluster"]["cellTypes"]
@@ -112,16 +67,16 @@ def test_nvlink_pairs_become_a_level(monkeypatch):
     assert d.nvlink[0] == [1]
 
 
-def test_unequal_groups_are_dropped_with_a_note(monkeypatch):
+def test_unequal_groups_are_dropped_with_a_note(nvml_fake):
     # 3 GPUs behind one switch, 1 alone: not a uniform level
-    fake_nvml(monkeypatch, ["NVIDIA T4"] * 4, topo=lambda a, b: 20 if max(a, b) < 3 else 50)
+    nvml_fake(["NVIDIA T4"] * 4, topo=lambda a, b: 20 if max(a, b) < 3 else 50)
     d = discover(host="h")
     assert list(d.spec["physicalCluster"]["cellTypes"]) == ["T4-NODE"]
     assert any("unequal sizes" in n for n in d.notes)
 
 
-def test_two_models_two_chains_and_mig_note(monkeypatch):
-    fake_nvml(monkeypatch, ["NVIDIA A100 80GB PCIe", "NVIDIA A100 80GB PCIe", "Tesla T4"], mig={1},
+def test_two_models_two_chains_and_mig_note(nvml_fake):
+    nvml_fake(["NVIDIA A100 80GB PCIe", "NVIDIA A100 80GB PCIe", "Tesla T4"], mig={1},
               fail={"nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetNumaNodeId", "nvmlDeviceGetNvLinkState"})
     d = discover(host="mix")
     tops = {c["cellType"]: c["cellAddress"] for c in d.spec["physicalCluster"]["physicalCells"]}
@@ -135,8 +90,8 @@ def test_two_models_two_chains_and_mig_note(monkeypatch):
     (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "NVML Shared Library Not Found"),
     (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded"),
 ])
-def test_no_driver_is_a_clear_error(monkeypatch, code, words):
-    fake_nvml(monkeypatch, [], init_error=code)
+def test_no_driver_is_a_clear_error(nvml_fake, code, words):
+    nvml_fake([], init_error=code)
     with pytest.raises(NoGpuError, match=rf"no NVIDIA driver or GPU found \(NVML: {words}\); use --gpus N"):
         discover()
 
@@ -151,8 +106,8 @@ def test_real_nvml_without_a_driver():
         assert d.spec["physicalCluster"]["physicalCells"]
 
 
-def test_zero_gpus(monkeypatch):
-    fake_nvml(monkeypatch, [])
+def test_zero_gpus(nvml_fake):
+    nvml_fake([])
     with pytest.raises(NoGpuError, match="reports no GPUs"):
         discover()
 
@@ -172,3 +127,67 @@ def test_virtual_node_and_vc_split():
 def test_chain_names():
     assert chain_name("NVIDIA H100 80GB HBM3") == "H100-80GB-HBM3"
     assert chain_name("Tesla V100-SXM2-16GB") == "Tesla-V100-SXM2-16GB"
+
+
+# every per-GPU NVML call discovery makes, and the words its note must carry
+PER_CALL = [
+    ("nvmlDeviceGetName", "GPU model name unavailable"),
+    ("nvmlDeviceGetUUID", "GPU UUID unavailable"),
+    ("nvmlDeviceGetPciInfo", "PCI bus id unavailable"),
+    ("nvmlDeviceGetMemoryInfo", "GPU memory size unavailable"),
+    ("nvmlDeviceGetMigMode", "MIG mode unavailable"),
+    ("nvmlDeviceGetNumaNodeId", "NUMA node unavailable"),
+    ("nvmlDeviceGetTopologyCommonAncestor", "GPU pair topology (common ancestor) unavailable"),
+    ("nvmlDeviceGetNvLinkState", "NVLink state unavailable"),
+    ("nvmlDeviceGetNvLinkRemotePciInfo", "NVLink remote PCI info unavailable"),
+]
+
+
+@pytest.mark.parametrize("error", [pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_UNKNOWN,
+                                   pynvml.NVML_ERROR_GPU_IS_LOST], ids=["not-supported", "unknown", "gpu-lost"])
+@pytest.mark.parametrize("call,words", PER_CALL, ids=[c for c, _ in PER_CALL])
+def test_each_call_failing_degrades_with_a_note(nvml_fake, call, words, error):
+    """One NVML call failing for every GPU: still a spec that loads, with all 8
+    GPUs, and a note naming the call and what is missing."""
+    from hived.core.spec import load_spec
+    nvml_fake(["NVIDIA A100-SXM4-40GB"] * 8, topo=dgx_topo, numa={i: i // 4 for i in range(8)},
+              nvlink={i: [i ^ 1] for i in range(8)}, fail={call}, error=error)
+    d = discover(host="box")
+    spec = load_spec(d.spec)
+    assert sum(c.gpus for c in spec.chains.values()) == 8
+    note = next((n for n in d.notes if words in n), None)
+    assert note is not None and call in note and pynvml.NVMLError(error).__str__() in note, d.notes
+    assert len(d.gpu_ids) == 8 and len(set(d.gpu_ids.values())) == 8
+    if call == "nvmlDeviceGetUUID":          # no UUIDs: CUDA_VISIBLE_DEVICES gets NVML indices
+        assert sorted(d.gpu_ids.values()) == [str(i) for i in range(8)]
+    if call == "nvmlDeviceGetTopologyCommonAncestor":   # sockets still come from the NUMA nodes
+        assert "A100-SXM4-40GB-SOCKET" in d.spec["physicalCluster"]["cellTypes"]
+
+
+def test_one_gpu_failing_one_call_only(nvml_fake):
+    # NUMA known for GPUs 0-2 only: the socket level cannot be trusted, and is dropped
+    nvml_fake(["NVIDIA L4"] * 4, numa={0: 0, 1: 0, 2: 1, 3: 1}, fail={"nvmlDeviceGetTopologyCommonAncestor"},
+              fail_on={"nvmlDeviceGetNumaNodeId": {3}})
+    d = discover(host="h")
+    assert list(d.spec["physicalCluster"]["cellTypes"]) == ["L4-NODE"]
+    assert any("NUMA node unknown: assumed no socket level" in n for n in d.notes)
+
+
+def test_a_gpu_nvml_cannot_open_is_left_out(nvml_fake):
+    nvml_fake(["NVIDIA L4"] * 4, fail_on={"nvmlDeviceGetHandleByIndex": {2}}, error=pynvml.NVML_ERROR_GPU_IS_LOST)
+    d = discover(host="h")
+    assert [g.index for g in d.gpus] == [0, 1, 3] and d.nodes["h"] == [0, 1, 3]
+    assert any(n.startswith("GPU 2 left out: NVML cannot open it") for n in d.notes)
+    assert d.spec["physicalCluster"]["cellTypes"]["L4-NODE"]["childCellNumber"] == 3
+
+
+def test_no_gpu_can_be_opened(nvml_fake):
+    nvml_fake(["NVIDIA L4"] * 2, fail={"nvmlDeviceGetHandleByIndex"})
+    with pytest.raises(NoGpuError, match="NVML counts 2 GPUs but cannot open any of them"):
+        discover()
+
+
+def test_count_failing(nvml_fake):
+    nvml_fake(["NVIDIA L4"] * 2, fail={"nvmlDeviceGetCount"}, error=pynvml.NVML_ERROR_UNKNOWN)
+    with pytest.raises(NoGpuError, match=r"NVML cannot count GPUs \(Unknown Error\)"):
+        discover()

@@ -220,3 +220,42 @@ def test_queue_positions_and_preempted_head_survive_restart(make_service, tmp_pa
     assert again.vc("vca")["queue"] == before
     assert [again.get_job(j)["queue_position"] for j in before] == [0, 1, 2, 3]
     assert again.get_job(te)["state"] == "running" and te in again.recovered["adopted"]
+
+
+def test_log_rotation_limits_from_the_environment(make_service, monkeypatch, tmp_path):
+    monkeypatch.setenv("HIVED_LOG_MAX_BYTES", "2048")
+    monkeypatch.setenv("HIVED_LOG_KEEP", "2")
+    svc = make_service()
+    job = svc.submit("alice", {"vc": "vca", "job_class": "be", "command": [
+        PY, "-c", "for i in range(2000): print(f'line {i:05d}')"]})["id"]
+    wait_until(lambda: svc.get_job(job)["state"] == "succeeded", what="success")
+    segs = sorted((tmp_path / "data" / "jobs" / job / "logs" / "rank-0").glob("*.log"))
+    assert len(segs) == 2 and all(p.stat().st_size <= 2048 for p in segs)
+    text, end = svc.logs(job, offset=0)          # older text is gone: reading starts at the oldest kept byte
+    assert end > 20000 and "line 01999" in text and "line 00000" not in text
+    assert "exited with code 0" in text
+
+
+@pytest.mark.parametrize("name,value,words", [
+    ("HIVED_LOG_MAX_BYTES", "ten", "$HIVED_LOG_MAX_BYTES: must be an integer, got 'ten'"),
+    ("HIVED_LOG_MAX_BYTES", "10", "$HIVED_LOG_MAX_BYTES: must be at least 1024, got 10"),
+    ("HIVED_LOG_KEEP", "0", "$HIVED_LOG_KEEP: must be at least 1, got 0"),
+])
+def test_bad_log_settings_are_refused(make_service, monkeypatch, name, value, words):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError) as info:
+        make_service(start=False)
+    assert str(info.value) == words
+
+
+def test_refused_store_leaves_the_data_dir_free(make_service, tmp_path):
+    from hived.jupyter_ext.service.store import StoreError
+    d = tmp_path / "foreign"
+    d.mkdir()
+    con = sqlite3.connect(d / "hived.db")
+    con.execute("CREATE TABLE invoices (id INTEGER)")
+    con.commit()
+    con.close()
+    for _ in range(2):     # refused twice the same way: the first attempt left no lock behind
+        with pytest.raises(StoreError, match="foreign SQLite database"):
+            make_service(d, start=False)

@@ -92,7 +92,7 @@ def test_philly_subset_quota_runs_fast_and_consistent():
     r = simulate(tr, "quota", sizing=sz)
     s = r.summary()
     assert s["jobs"] == 3000 and s["never_started"] == 0
-    assert s["jobs_per_s"] > 1000
+    assert s["jobs_per_s"] > 300   # a floor against pathologies; benchmarks/bench_sim.py measures speed
     assert 0 <= s["avg_fragmentation"] <= 1
 
 

@@ -1,0 +1,183 @@
+"""Benchmark: binding single-GPU pods through hived on a real Kubernetes API server.
+
+Setup: etcd + minikas (hived.k8s.minikas: an API server built on the real
+k8s.io/apiserver library, loopback HTTPS), 125 Node objects of 8 GPUs, one VC
+holding all 1,000 GPUs. Each round creates N single-GPU pods twice, in fresh
+namespaces, with the same API client, sequentially (one call at a time, as the
+service launches gangs):
+
+- baseline, "plain": the pod a user would write by hand (image, command,
+  ``spec.nodeName``), N ``create`` calls made the cheapest way (raw JSON
+  answer, connection reused), nothing else;
+- "hived": N jobs submitted to the engine, scheduled by ``Engine.step`` (buddy
+  cell allocation), each START executed by ``KubernetesLauncher.launch``
+  (template validation, the manifest with labels, gang-binding annotations and
+  HIVED_* env, the create call) while the launcher's pod watch follows every
+  pod, until the watch has seen all N pods.
+
+Binding mode (``spec.schedulerName`` + ``pods/binding``: two calls per pod) is
+measured the same way against plain create+bind.
+
+Overhead = hived time / plain time - 1 (target <= 20%). Medians over rounds;
+the order of the two runs alternates between rounds.
+
+Run: .venv/bin/python benchmarks/bench_k8s.py [--quick] [--pods N] [--rounds R]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import uuid
+
+from kubernetes import client
+
+from hived.core.engine import Engine
+from hived.core.jobs import DecisionKind, JobClass, JobRequest, PodGroup
+from hived.k8s.launcher import KubernetesLauncher, _send
+from hived.k8s.minikas import Cluster
+from hived.k8s.watch import wait_for
+
+GPUS_PER_NODE = 8
+TARGET_OVERHEAD = 0.20
+IMAGE = "registry.example/train:1"
+
+
+def spec_doc(nodes: int) -> dict:
+    return {
+        "physicalCluster": {
+            "cellTypes": {"B-SWITCH": {"childCellType": "B-GPU", "childCellNumber": 2},
+                          "B-SOCKET": {"childCellType": "B-SWITCH", "childCellNumber": 2},
+                          "B-NODE": {"childCellType": "B-SOCKET", "childCellNumber": 2, "isNodeLevel": True,
+                                     "cpus": 64, "memoryGB": 512}},
+            "physicalCells": [{"cellType": "B-NODE", "cellAddress": f"bench-n{i}"} for i in range(nodes)]},
+        "virtualClusters": {"vc": {"virtualCells": [{"cellType": "B-NODE", "cellNumber": nodes}],
+                                   "users": ["alice"]}},
+    }
+
+
+def plain_run(core, ns: str, n: int, nodes: int, bind: bool) -> float:
+    t0 = time.perf_counter()
+    for i in range(n):
+        name = f"plain-{i}"
+        spec = {"containers": [{"name": "main", "image": IMAGE, "command": ["python", "train.py"]}],
+                "restartPolicy": "Never"}
+        if bind:
+            spec["schedulerName"] = "hived"
+        else:
+            spec["nodeName"] = f"bench-n{i % nodes}"
+        _send(core.create_namespaced_pod, ns, {"metadata": {"name": name}, "spec": spec})
+        if bind:
+            _send(core.create_namespaced_pod_binding, name, ns, {"metadata": {"name": name}, "target": {
+                "apiVersion": "v1", "kind": "Node", "name": f"bench-n{i % nodes}"}})
+    return time.perf_counter() - t0
+
+
+def hived_run(api, core, ns: str, n: int, nodes: int, bind: bool) -> tuple[float, dict]:
+    eng = Engine(spec_doc(nodes))
+    lau = KubernetesLauncher(api_client=api, template={"image": IMAGE}, namespace=ns, instance=ns,
+                             bind="binding" if bind else "node_name", emit_events=False, watch_timeout=5)
+    lau.start()
+    parts = {"engine_s": 0.0, "launch_s": 0.0}
+    try:
+        t0 = time.perf_counter()
+        for i in range(n):
+            eng.submit(JobRequest(user="alice", vc="vc", command=["python", "train.py"], job_class=JobClass.BE,
+                                  groups=[PodGroup(1, 1)]), 0.0)
+        decisions = eng.step(0.0)
+        t1 = time.perf_counter()
+        starts = [d for d in decisions if d.kind is DecisionKind.START]
+        assert len(starts) == n, f"engine started {len(starts)} of {n}"
+        for d in starts:
+            rec = eng.job(d.job_id)
+            lau.launch(d.job_id, rec.request, rec.placement, 1)
+        t2 = time.perf_counter()
+        assert wait_for(lambda: len(lau.watch.pods) >= n, 60, step=0.001), "watch did not see every pod"
+        t3 = time.perf_counter()
+        parts.update(engine_s=t1 - t0, launch_s=t2 - t1, watch_lag_s=t3 - t2)
+        return t3 - t0, parts
+    finally:
+        lau.stop()
+
+
+def clear(core, ns: str) -> None:
+    """Delete the round's pods (bound pods need grace 0: no kubelet confirms)."""
+    for p in core.list_namespaced_pod(ns).items:
+        _send(core.delete_namespaced_pod, p.metadata.name, ns, grace_period_seconds=0)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="200 pods, 1 round, node_name mode only (< 60 s)")
+    ap.add_argument("--pods", type=int, default=None, help="pods per run (default 1000; --quick 200)")
+    ap.add_argument("--rounds", type=int, default=None, help="rounds (default 3; --quick 1)")
+    ap.add_argument("--json", action="store_true", help="print the results as JSON too")
+    args = ap.parse_args(argv)
+    n = args.pods or (200 if args.quick else 1000)
+    rounds = args.rounds or (1 if args.quick else 3)
+    nodes = max(1, -(-n // GPUS_PER_NODE))
+    modes = ["node_name"] if args.quick else ["node_name", "binding"]
+
+    cluster = Cluster().start()
+    try:
+        api = cluster.api_client()
+        core = client.CoreV1Api(api)
+        cap = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(GPUS_PER_NODE), "pods": "110"}
+        for i in range(nodes):
+            _send(core.create_node, {"metadata": {"name": f"bench-n{i}"},
+                                     "status": {"capacity": cap, "allocatable": cap}})
+        # warm up the connection pool and the server's caches
+        ns0 = f"warm-{uuid.uuid4().hex[:6]}"
+        core.create_namespace({"metadata": {"name": ns0}})
+        plain_run(core, ns0, 20, nodes, False)
+        clear(core, ns0)
+
+        results = {}
+        for mode in modes:
+            bind = mode == "binding"
+            plain, hived, parts = [], [], []
+            for r in range(rounds):
+                order = ("plain", "hived") if r % 2 == 0 else ("hived", "plain")
+                for which in order:
+                    ns = f"{which}-{mode.replace('_', '')}-{r}-{uuid.uuid4().hex[:4]}"
+                    core.create_namespace({"metadata": {"name": ns}})
+                    if which == "plain":
+                        plain.append(plain_run(core, ns, n, nodes, bind))
+                    else:
+                        t, p = hived_run(api, core, ns, n, nodes, bind)
+                        hived.append(t)
+                        parts.append(p)
+                    clear(core, ns)
+            mp, mh = statistics.median(plain), statistics.median(hived)
+            results[mode] = {
+                "pods": n, "rounds": rounds,
+                "plain_s": round(mp, 3), "hived_s": round(mh, 3),
+                "plain_pods_per_s": round(n / mp, 1), "hived_pods_per_s": round(n / mh, 1),
+                "overhead": round(mh / mp - 1, 3),
+                "hived_engine_s": round(statistics.median(p["engine_s"] for p in parts), 3),
+                "hived_launch_s": round(statistics.median(p["launch_s"] for p in parts), 3),
+                "hived_watch_lag_s": round(statistics.median(p["watch_lag_s"] for p in parts), 3),
+            }
+    finally:
+        cluster.stop()
+
+    ok = True
+    print(f"bench_k8s: {n} single-GPU pods through a real API server (minikas + etcd), median of {rounds}")
+    for mode, r in results.items():
+        base = "create" if mode == "node_name" else "create+bind"
+        status = "OK" if r["overhead"] <= TARGET_OVERHEAD else "OVER TARGET"
+        ok &= r["overhead"] <= TARGET_OVERHEAD
+        print(f"  {mode:9s}  plain {base}: {r['plain_s']:.3f} s ({r['plain_pods_per_s']:.0f} pods/s)   "
+              f"hived: {r['hived_s']:.3f} s ({r['hived_pods_per_s']:.0f} pods/s)   "
+              f"overhead {r['overhead']:+.1%} (target <= {TARGET_OVERHEAD:.0%}) {status}")
+        print(f"             hived parts: engine (submit+schedule) {r['hived_engine_s']:.3f} s, "
+              f"launch (build+create) {r['hived_launch_s']:.3f} s, watch catching up {r['hived_watch_lag_s']:.3f} s")
+    if args.json:
+        print(json.dumps(results, indent=2))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""Property tests: random feasible specs, random legal allocate/release sequences.
+
+Checked after every step: invariant (2) and the allocator's own bookkeeping
+(``check_invariants``), no GPU held by two guaranteed pods or two
+opportunistic pods, and Theorem 1 (sharing safety): a guaranteed request
+whose VC view has a free cell of a high enough level always succeeds, whatever
+the other VCs and the opportunistic load do (while the chain is healthy).
+Releasing everything restores the initial free lists.
+"""
+import os
+
+from hypothesis import HealthCheck, given, note, settings, strategies as st
+
+from hived.core.allocator import Allocator
+from hived.core.spec import load_spec
+
+# CI keeps runs short; HIVED_HYPOTHESIS_EXAMPLES=2000 for a deeper search
+EXAMPLES = int(os.environ.get("HIVED_HYPOTHESIS_EXAMPLES", "60"))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def feasible_specs(draw):
+    """A spec whose VC cells are a partition of (part of) the physical cells, so it is feasible."""
+    nchains = draw(st.integers(1, 2))
+    nvcs = draw(st.integers(1, 3))
+    vcs = [f"vc{i}" for i in range(nvcs)]
+    types, cells = {}, []
+    assign: dict[str, dict[str, int]] = {v: {} for v in vcs}
+    pinned: dict[str, str] = {}
+    for c in range(nchains):
+        depth = draw(st.integers(1, 3))                    # levels above the GPU
+        kids = [draw(st.integers(1, 3)) for _ in range(depth)]
+        node = draw(st.integers(2, depth + 1))             # node level, 1-based
+        names = [f"C{c}L{k}" for k in range(1, depth + 2)]
+        for k in range(2, depth + 2):
+            t = {"childCellType": names[k - 2], "childCellNumber": kids[k - 2]}
+            if k == node:
+                t["isNodeLevel"] = True
+            types[names[k - 1]] = t
+        top = names[-1]
+
+        def carve(level, raw):
+            """Give this cell to a VC, leave it free, or split it (its children decide)."""
+            choice = draw(st.sampled_from(["vc", "free", "split"] if level > 1 else ["vc", "free"]))
+            if choice == "vc":
+                vc = draw(st.sampled_from(vcs))
+                if draw(st.integers(0, 9)) == 0:            # now and then a pinned cell
+                    pid = f"pin{len(pinned)}"
+                    raw["pinnedCellId"] = pid
+                    pinned[pid] = vc
+                else:
+                    key = f"{top}.{names[level - 1]}"
+                    assign[vc][key] = assign[vc].get(key, 0) + 1
+            elif choice == "split":
+                raw["cellChildren"] = [{} for _ in range(kids[level - 2])]
+                for ch in raw["cellChildren"]:
+                    carve(level - 1, ch)
+
+        for _ in range(draw(st.integers(1, 3))):
+            raw = {"cellType": top}
+            carve(depth + 1, raw)
+            cells.append(raw)
+    virtual = {}
+    for v in vcs:
+        body = {}
+        if assign[v]:
+            body["virtualCells"] = [{"cellType": t, "cellNumber": n} for t, n in assign[v].items()]
+        pins = [{"pinnedCellId": p} for p, owner in pinned.items() if owner == v]
+        if pins:
+            body["pinnedCells"] = pins
+        if body:
+            virtual[v] = body
+    if not virtual:  # everything left free: give the first top cell to one VC
+        virtual["vc0"] = {"virtualCells": [{"cellType": f"{cells[0]['cellType']}.{cells[0]['cellType']}",
+                                            "cellNumber": 1}]}
+    return {"physicalCluster": {"cellTypes": types, "physicalCells": cells}, "virtualClusters": virtual}
+
+
+def _snapshot(alloc):
+    return {c: [sorted(x.id for x in b.cells()) for b in lists[1:]] for c, lists in alloc.pfree.items()}
+
+
+def _check_no_double_binding(alloc):
+    held = {False: {}, True: {}}
+    for owner, g in alloc.grants().items():
+        for pod in g.pods:
+            for gpu in pod.gpus:
+                key = (pod.node, gpu)
+                assert key not in held[g.opportunistic], f"GPU {key} held by {held[g.opportunistic][key]} and {owner}"
+                held[g.opportunistic][key] = owner
+
+
+def _legal(alloc, vc, chain, level):
+    view = alloc.vc_view(vc)
+    return any(n > 0 for (c, k), n in view.free_cells.items() if c == chain and k >= level)
+
+
+def _chain_healthy(alloc, chain):
+    return all(r.bad == 0 for r in alloc.tree.roots[chain])
+
+
+@SETTINGS
+@given(doc=feasible_specs(), data=st.data(), binding=st.sampled_from(["dynamic", "dynamic", "static"]))
+def test_random_sequences_keep_sharing_safety(doc, data, binding):
+    note(f"spec: {doc}")
+    spec = load_spec(doc)
+    alloc = Allocator(spec, binding=binding)
+    alloc.check_invariants()
+    initial = _snapshot(alloc)
+    vcs = sorted(spec.vcs)
+    nodes = sorted(alloc.tree.nodes)
+    n = 0
+    for _ in range(data.draw(st.integers(5, 40), label="steps")):
+        op = data.draw(st.sampled_from(["guaranteed", "guaranteed", "opportunistic", "release", "health"]))
+        if op == "guaranteed":
+            vc = data.draw(st.sampled_from(vcs))
+            chain = data.draw(st.sampled_from(sorted(spec.chains)))
+            ch = spec.chains[chain]
+            level = data.draw(st.integers(1, ch.top_level))
+            if level <= ch.node_level and data.draw(st.booleans()):
+                gpus = ch.gpus_per_level[level - 1]
+                level = ch.level_for_gpus(gpus)  # a pod gets the smallest cell holding its GPUs
+                legal = _legal(alloc, vc, chain, level)
+                g = alloc.place(f"g{n}", vc, [gpus], chain=chain)
+            else:
+                legal = _legal(alloc, vc, chain, level)
+                g = alloc.allocate(f"g{n}", vc, level, chain=chain)
+            if legal and _chain_healthy(alloc, chain):
+                assert g is not None, f"legal request of {vc} for {chain} level {level} refused"
+            if not legal:
+                assert g is None, f"{vc} got {chain} level {level} beyond its cells"
+            if g is not None:
+                for v in g.victims:  # the scheduler preempts the opportunistic victims
+                    assert alloc.grant_of(v).opportunistic
+                    alloc.release(v)
+        elif op == "opportunistic":
+            vc = data.draw(st.sampled_from(vcs))
+            gpus = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=3))
+            alloc.place(f"o{n}", vc, gpus, opportunistic=True)
+        elif op == "release":
+            owners = sorted(alloc.grants())
+            if owners:
+                alloc.release(data.draw(st.sampled_from(owners)))
+        else:
+            node = data.draw(st.sampled_from(nodes))
+            ngpus = spec.chains[alloc.tree.node_chain[node]].node_gpus
+            gpu = data.draw(st.one_of(st.none(), st.integers(0, ngpus - 1)))
+            hit = alloc.set_health(node, gpu, data.draw(st.booleans()))
+            assert all(h in alloc.grants() for h in hit)
+        n += 1
+        alloc.check_invariants()
+        _check_no_double_binding(alloc)
+    for owner in list(alloc.grants()):
+        alloc.release(owner)
+    for node in nodes:
+        alloc.set_health(node, None, True)
+    alloc.check_invariants()
+    assert alloc.free_gpus() == spec.total_gpus
+    if binding == "dynamic":
+        assert _snapshot(alloc) == initial
+        assert all(not d for per in alloc.bound.values() for d in per.values())
+
+
+@settings(max_examples=max(10, EXAMPLES * 2 // 3), deadline=None)
+@given(doc=feasible_specs())
+def test_static_binding_fills_every_quota(doc):
+    spec = load_spec(doc)
+    alloc = Allocator(spec, binding="static")
+    for vc, vs in spec.vcs.items():
+        view = alloc.vc_view(vc)
+        for key, n in vs.cells.items():
+            pins = sum(1 for p in vs.pinned if (alloc.tree.pinned[p].chain, alloc.tree.pinned[p].level) == key)
+            assert view.levels[key].total == n + pins
+            assert view.levels[key].used == n + pins
+    alloc.check_invariants()
+
+
+@settings(max_examples=max(10, EXAMPLES * 2 // 3), deadline=None)
+@given(doc=feasible_specs(), data=st.data())
+def test_each_vc_alone_gets_all_its_cells(doc, data):
+    """Sharing safety in its simplest form: a VC can always fill every cell it was promised."""
+    spec = load_spec(doc)
+    alloc = Allocator(spec)
+    order = data.draw(st.permutations(sorted(spec.vcs)))
+    for vc in order:
+        for (chain, k), count in sorted(spec.vcs[vc].cells.items(), key=lambda x: -x[0][1]):
+            for i in range(count):
+                assert alloc.allocate(f"{vc}-{chain}-{k}-{i}", vc, k, chain=chain) is not None
+        alloc.check_invariants()
+    assert alloc.free_gpus() == spec.total_gpus - sum(spec.vc_gpus(v) for v in spec.vcs) + sum(
+        alloc.tree.pinned[p].gpus for v in spec.vcs.values() for p in v.pinned)

@@ -1,0 +1,53 @@
+"""Fuzz the API from its own OpenAPI document (schemathesis) against a real
+``hived serve`` whose launcher runs nothing: no generated request, valid or
+deliberately invalid, gets a 5xx, and every refusal is a JSON {error, where}.
+
+Bounded: a few examples per operation and mode, and a time budget for the
+whole module (checked by the last test).
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode
+
+from hived.jupyter_ext.handlers.schema import openapi
+
+BUDGET_S = 60.0
+EXAMPLES = 12
+SCHEMA = schemathesis.openapi.from_dict(openapi())
+OPERATIONS = {f"{op.method.upper()} {op.path}": op for op in (r.ok() for r in SCHEMA.get_all_operations())}
+_clock: list[float] = []
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=lambda m: m.value)
+@pytest.mark.parametrize("label", sorted(OPERATIONS))
+def test_no_5xx(null_server, label, mode):
+    _clock.append(time.monotonic())
+    base = null_server.api.rstrip("/")
+
+    @given(case=OPERATIONS[label].as_strategy(generation_mode=mode))
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    def run(case):
+        # alice: a VC user (refused on permission paths); root: a cluster admin (reaches the service)
+        for user in ("alice", "root"):
+            headers = {**(case.headers or {}), "Authorization": f"token tok-{user}"}
+            response = case.call(base_url=base, headers=headers, timeout=15)
+            what = (user, case.method, case.formatted_path, case.query, case.body, response.text[:300])
+            assert response.status_code < 500, what
+            if response.status_code >= 400:
+                doc = response.json()
+                assert isinstance(doc, dict) and set(doc) == {"error", "where"} and doc["error"], what
+
+    run()
+
+
+def test_fuzz_stayed_in_budget(null_server):
+    assert _clock, "the fuzz tests did not run"
+    assert time.monotonic() - _clock[0] < BUDGET_S
+    # and the server still answers
+    assert null_server.client("root").status()["ok"] is True

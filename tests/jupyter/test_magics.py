@@ -1,0 +1,149 @@
+"""The magics in a real IPython shell against a real ``hived serve``."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import pytest
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture
+def ip(live_server, monkeypatch):
+    """An IPython shell with the extension freshly loaded, connected as alice."""
+    from IPython.testing.globalipapp import get_ipython
+    shell = get_ipython()
+    monkeypatch.setenv("HIVED_URL", live_server.url)
+    monkeypatch.setenv("HIVED_TOKEN", "tok-alice")
+    monkeypatch.delenv("HIVED_VC", raising=False)
+    shell.run_line_magic("reload_ext", "hived.jupyter_ext")
+    magics = shell.magics_manager.registry["HivedMagics"]
+    magics.poll = 0.1
+    yield shell
+    shell.user_ns.pop("_gpu_job", None)
+
+
+def magics_of(shell):
+    return shell.magics_manager.registry["HivedMagics"]
+
+
+def test_gpu_submit_runs_a_te_job_and_streams_its_log(ip, live_server, capsys):
+    ip.run_line_magic("gpu_submit", "--name hello echo hello from $CUDA_VISIBLE_DEVICES")
+    out = capsys.readouterr()
+    job = ip.user_ns["_gpu_job"]
+    assert job["state"] == "succeeded" and job["job_class"] == "te" and job["vc"] == "vca"  # alice's only VC
+    assert job["name"] == "hello" and job["user"] == "alice"
+    lines = out.out.splitlines()
+    assert any(line.startswith(f"{job['id']} queued") or line.startswith(f"{job['id']} placed")
+               or line.startswith(f"{job['id']} running") for line in lines), out.out
+    assert f"{job['id']} succeeded" in out.out and "exit 0" in out.out
+    assert "hello from 0" in out.out  # the log, with the GPU hived chose
+    assert out.err == ""
+
+
+def test_cell_form_runs_the_body_with_the_named_interpreter(ip, capsys):
+    ip.run_cell_magic("gpu_submit", f"--gpus 2 {sys.executable}", "import os\nprint('gpus', os.environ['CUDA_VISIBLE_DEVICES'])\n")
+    out = capsys.readouterr().out
+    job = ip.user_ns["_gpu_job"]
+    assert job["state"] == "succeeded", out
+    assert "gpus 0,1" in out
+
+
+def test_failed_job_shows_exit_code(ip, capsys):
+    ip.run_cell_magic("gpu_submit", "--be --retries 0", "echo about to fail\nexit 3\n")
+    out = capsys.readouterr().out
+    job = ip.user_ns["_gpu_job"]
+    assert job["state"] == "failed" and job["exit_code"] == 3 and job["job_class"] == "be"
+    assert "about to fail" in out and "exit 3" in out
+
+
+def test_status_logs_jobs_cancel(ip, live_server, capsys):
+    ip.run_line_magic("gpu_submit", "--detach --name sleeper sleep 60")
+    out = capsys.readouterr().out
+    job_id = ip.user_ns["_gpu_job"]["id"]
+    assert out.startswith(f"submitted {job_id} to vca")
+    client = live_server.client("alice")
+    deadline = time.monotonic() + 20
+    while client.job(job_id)["state"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    ip.run_line_magic("gpu_status", "")              # the last job by default
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith(f"{job_id} running") and "on node" in out
+    assert "queued: submitted" in out
+    ip.run_line_magic("gpu_jobs", "--state running")
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith(job_id))
+    assert row.split()[1:5] == ["running", "vca", "alice", "te"] and "sleeper" in row
+    while not client.logs(job_id)["text"]:   # the pod writes its first line a moment after it starts
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    ip.run_line_magic("gpu_logs", job_id)
+    assert "attempt 1" in capsys.readouterr().out
+    ip.run_line_magic("gpu_cancel", job_id)
+    out = capsys.readouterr().out
+    assert out.startswith(f"{job_id}: ")
+    assert client.wait(job_id, poll=0.05, timeout=20)["state"] == "cancelled"
+    ip.run_line_magic("gpu_logs", f"{job_id} -f")     # follows to the end, then stops
+    assert capsys.readouterr().err == ""
+
+
+def test_interrupt_detaches_and_the_job_keeps_running(ip, live_server, capsys):
+    """Ctrl-C (SIGINT to this process) while following: the magic returns, the job runs on."""
+    timer = threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        ip.run_line_magic("gpu_submit", "sleep 60")
+    finally:
+        timer.cancel()
+    out = capsys.readouterr().out
+    job_id = ip.user_ns["_gpu_job"]["id"]
+    assert f"detached from {job_id} (it keeps running)" in out
+    client = live_server.client("alice")
+    assert client.job(job_id)["state"] in ("queued", "placed", "running")
+    client.cancel(job_id)
+
+
+@pytest.mark.parametrize("line,says", [
+    ("--vc vcb echo x", "user 'alice' may not submit to VC 'vcb' (not in its users) (at body.vc) [HTTP 403]"),
+    ("--vc nope echo x", "no VC named 'nope'"),
+    ("--gpus 9 echo x", "hived: "),                                    # never fits vca's 8 GPUs
+    ("--workdir /no/such/dir echo x", "/no/such/dir does not exist"),
+])
+def test_service_refusals_are_one_line(ip, capsys, line, says):
+    before = len(magics_of(ip).client.jobs())
+    result = ip.run_line_magic("gpu_submit", line)
+    out = capsys.readouterr()
+    assert result is None
+    assert out.err.count("\n") == 1 and says in out.err and out.err.startswith("hived: "), out.err
+    assert "Traceback" not in out.err + out.out
+    assert len(magics_of(ip).client.jobs()) == before
+
+
+def test_other_magics_refusals_are_one_line(ip, capsys, monkeypatch):
+    for magic, arg, says in (("gpu_status", "j999", "unknown job 'j999'"),
+                             ("gpu_logs", "j999", "unknown job 'j999'"),
+                             ("gpu_cancel", "j999", "unknown job 'j999'"),
+                             ("gpu_jobs", "--vc vcb", "not a member")):
+        ip.run_line_magic(magic, arg)
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err, (magic, err)
+    monkeypatch.setenv("HIVED_URL", "http://127.0.0.1:9/")   # nothing listens on the discard port
+    ip.run_line_magic("reload_ext", "hived.jupyter_ext")
+    ip.run_line_magic("gpu_jobs", "")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no hived service at http://127.0.0.1:9/" in err
+
+
+def test_usage_errors_do_not_submit(ip, capsys):
+    """Bad options are IPython usage errors (one line), nothing is sent."""
+    before = len(magics_of(ip).client.jobs())
+    for line in ("", "--gpus two echo x", "--gpus 1 --cell T-SOCKET echo x", "--env NOEQUALS echo x"):
+        ip.run_cell(f"%gpu_submit {line}")
+        out = capsys.readouterr()
+        assert "UsageError" in out.err + out.out and "Traceback" not in out.err + out.out, (line, out)
+    assert len(magics_of(ip).client.jobs()) == before

@@ -73,9 +73,9 @@ def round_place(kind, nodes, seed):
     fill(eng, rng, nodes * 8 // 2)
     for i in range(1000):
         eng.submit(req(rng, f"vc{i % VCS}"), 1.0)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     ds = eng.step(1.0)
-    return time.perf_counter() - t, len(ds)
+    return time.perf_counter() - t, len(ds), time.process_time() - c
 
 
 def round_blocked(kind, nodes, seed, naive=False):
@@ -90,9 +90,9 @@ def round_blocked(kind, nodes, seed, naive=False):
     if naive:
         for r in eng.jobs(state="queued"):
             r._memo = None
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     eng.step(2.0)
-    return time.perf_counter() - t, eng.stats["attempts"]
+    return time.perf_counter() - t, eng.stats["attempts"], time.process_time() - c
 
 
 def main(argv=None) -> int:
@@ -114,11 +114,13 @@ def main(argv=None) -> int:
         place = [round_place(kind, a.nodes, s) for s in range(rep)]
         blocked = [round_blocked(kind, a.nodes, s) for s in range(rep)]
         naive = [round_blocked(kind, a.nodes, s, naive=True) for s in range(rep)]
-        mp = statistics.median(t for t, _ in place)
-        mb = statistics.median(t for t, _ in blocked)
-        mn = statistics.median(t for t, _ in naive)
-        print(f"[{kind}] place-1000 round: {mp * 1e3:.1f} ms ({place[0][1]} decisions)  target <= 250 ms: "
-              f"{'OK' if mp <= 0.25 else 'MISSED'}")
+        mp = statistics.median(t for t, _, _ in place)
+        mb = statistics.median(t for t, _, _ in blocked)
+        mn = statistics.median(t for t, _, _ in naive)
+        # CPU time too: on a shared machine wall time counts other processes' turns
+        cp = statistics.median(c for _, _, c in place)
+        print(f"[{kind}] place-1000 round: {mp * 1e3:.1f} ms wall, {cp * 1e3:.1f} ms CPU ({place[0][1]} decisions)  "
+              f"target <= 250 ms: {'OK' if mp <= 0.25 else 'MISSED'}")
         print(f"[{kind}] blocked-1000 round after one release: {mb * 1e3:.2f} ms; naive scan of every job: "
               f"{mn * 1e3:.1f} ms; ratio naive/ours = {mn / mb:.0f}x")
         ok = ok and mp <= 0.25 and mb <= 0.25

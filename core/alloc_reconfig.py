@@ -140,6 +140,18 @@ class ReconfigMixin:
         """Load a new spec over the existing bindings; returns owners downgraded to opportunistic."""
         from .allocator import Allocator
         new = Allocator(new_spec, binding=self.binding)
+        gone: dict[str, list[str]] = {}
+        for g in self._grants.values():
+            if g.vc not in new.quota:
+                gone.setdefault(g.vc, []).append(g.owner)
+        if gone:  # their jobs would have no VC to run under: refuse, nothing changes
+            vc, owners = sorted(gone.items())[0]
+            raise BindingConflict(f"reconfiguration refused: VC {vc!r} is not in the new spec but still holds "
+                                  f"{', '.join(sorted(owners))} (release them first)")
+        for gpu in self.unhealthy():  # bad hardware stays bad across a spec reload (when it still exists)
+            cell = self.tree.by_id[gpu]
+            if gpu in new.tree.by_id and cell.node in new.tree.nodes:
+                new.set_health(cell.node, cell.gpu_index, False)
         downgraded: list[str] = []
         grants = sorted(self._grants.values(), key=lambda g: (g.opportunistic, -g.priority, g.owner))
         for g in grants:

@@ -91,7 +91,7 @@ class GangGrant:
 
 
 class Allocator(OpportunisticMixin, AdminMixin):
-    """See docs/cells.md for the API a cluster admin scripts against."""
+    """Buddy cell allocator; docs/allocator.md documents the API a cluster admin scripts against."""
 
     def __init__(self, spec, binding: str = "dynamic"):
         if not isinstance(spec, ClusterSpec):

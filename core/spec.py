@@ -162,7 +162,10 @@ def _read(source: Union[str, os.PathLike, dict]) -> tuple[Any, str]:
         p = Path(source)
         if not p.is_file():
             raise SpecError(str(p), "file not found")
-        text, name = p.read_text(), str(p)
+        try:
+            text, name = p.read_text(encoding="utf-8"), str(p)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SpecError(str(p), f"cannot read the file: {exc}") from None
     elif isinstance(source, str):
         text, name = source, "<text>"
     else:

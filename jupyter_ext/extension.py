@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
 from jupyter_server.auth import Authorizer
@@ -32,6 +33,7 @@ class HivedExtension(LoggingConfigurable):
     tick_seconds = Float(0.5, config=True, help="Seconds between scheduling rounds.")
     follow_timeout = Float(20.0, config=True, help="Longest wait of a logs?follow=1 request, in seconds.")
     follow_poll = Float(0.2, config=True, help="How often a follow request looks for new log text, in seconds.")
+    api_threads = Int(8, config=True, help="Threads that run the API's calls into the service.")
     max_body_bytes = Int(1 << 20, config=True, help="Largest request body accepted, in bytes.")
     service_class = Type(
         "hived.jupyter_ext.service.service.SchedulerService", klass=object, config=True,
@@ -60,6 +62,8 @@ class HivedState:
         self.access = Access()
         self.error: Optional[str] = None
         self._reload_lock = threading.Lock()
+        # the handlers' calls into the service run here, off the IOLoop thread
+        self.pool = ThreadPoolExecutor(max_workers=config.api_threads, thread_name_prefix="hived-api")
 
     def start(self) -> None:
         from hived.core.spec import load_spec
@@ -84,9 +88,11 @@ class HivedState:
             return result
 
     def stop(self) -> None:
+        self.pool.shutdown(wait=False)
         if self.service is not None:
             svc, self.service = self.service, None
-            svc.stop()
+            # close, not only stop: the data directory's lock goes with the server
+            (getattr(svc, "close", None) or svc.stop)()
 
 
 def _launcher(name: str) -> Any:

@@ -133,11 +133,12 @@ class HivedMagics(Magics):
     def _default_vc(self) -> str:
         if os.environ.get("HIVED_VC"):
             return os.environ["HIVED_VC"]
-        vcs = self.client.status().get("vcs") or []
+        status = self.client.status()
+        vcs = status.get("vcs") or []
         if len(vcs) == 1:
             return vcs[0]
         if not vcs:
-            raise HivedError(403, f"user {self.client.status().get('user')!r} is in no VC", "vc")
+            raise HivedError(403, f"user {status.get('user')!r} is in no VC of this cluster", "--vc")
         raise UsageError(f"%gpu_submit: give --vc (your VCs: {', '.join(vcs)})")
 
     @staticmethod

@@ -39,14 +39,20 @@ class AdminActions(W.VBox):
     def update(self, user: str, cluster_admin: bool, admin_of: list[str], jobs: list[dict]) -> None:
         """Offer only what this user may do, on the jobs there are now."""
         mine = [j for j in jobs if cluster_admin or j["user"] == user or j["vc"] in admin_of]
-        options = [(f"{j['id']} {j['state']} {j['vc']}/{j['user']} {j.get('name') or ''}".strip(), j["id"])
+        # no state in the label: labels change only with the set of jobs, so a choice survives refreshes
+        options = [(f"{j['id']} {j['vc']}/{j['user']} {j.get('name') or ''}".strip(), j["id"])
                    for j in mine]
+        ids = [v for _, v in options]
         current = self.job.value
-        self.job.options = options
-        if current in {v for _, v in options}:
-            self.job.value = current
+        if list(getattr(self, "_ids", [])) != ids:   # re-setting equal options would reset the choice
+            self.job.options = options
+            self._ids = ids
+        self.job.value = current if current in ids else (ids[0] if ids else None)
         self.cancel_button.disabled = not options
-        self.offer_vc.options = admin_of
+        if tuple(self.offer_vc.options) != tuple(admin_of):
+            self.offer_vc.options = admin_of
+        if admin_of and self.offer_vc.value not in admin_of:
+            self.offer_vc.value = admin_of[0]
         rows = [self.cancel_row] + ([self.offer_row] if admin_of else []) + \
                ([self.reload_button] if cluster_admin else [])
         self.children = rows

@@ -88,6 +88,10 @@ LEVEL_HEADERS = ("cells", "used", "free", "GPUs lent (opportunistic)", "borrowed
                  "lent (exchange)", "unhealthy")
 
 
+TABLE_CSS = (".hived-vcs td,.hived-vcs th,.hived-jobs td,.hived-jobs th{padding:2px 8px;text-align:left;"
+             "border-bottom:1px solid #eee8d5}")
+
+
 def vc_table_html(vcs: dict, colours: dict[str, str]) -> str:
     """Per VC and level: its cells and what happens to them; then its queue."""
     head = "".join(f"<th>{h}</th>" for h in ("VC", "level", *LEVEL_HEADERS, "GPUs used", "queued", "running"))
@@ -109,7 +113,8 @@ def vc_table_html(vcs: dict, colours: dict[str, str]) -> str:
             body.append(f'<tr class="hived-vc-row" data-vc="{esc(name)}" data-level="{esc(key)}">{lead}'
                         f'<td>{esc(label)}</td>{cols}{tail}</tr>')
             first = False
-    return (f'<table class="hived-vcs" style="border-collapse:collapse;font:12px sans-serif">'
+    return (f"<style>{TABLE_CSS}</style>"
+            f'<table class="hived-vcs" style="border-collapse:collapse;font:12px sans-serif">'
             f"<tr>{head}</tr>{''.join(body)}</table>")
 
 

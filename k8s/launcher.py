@@ -243,6 +243,17 @@ class KubernetesLauncher:
                 if e.status != 404:
                     log.error("delete %s: %s/%s: %s", job_id, ns, name, _api_message(e))
 
+    def relabel_opportunistic(self, job_id: str) -> None:
+        """A tracked gang was downgraded (spec reload): relabel its pods."""
+        with self._lock:
+            gang = self._gangs.get(job_id)
+        pods = [p for p in self.watch.snapshot()
+                if (p["metadata"].get("annotations") or {}).get(pb.A_JOB) == job_id
+                and gang is not None and p["metadata"]["name"] in gang.names]
+        if pods:
+            binding = json.loads(pods[0]["metadata"]["annotations"][pb.A_BINDING])
+            self.mark_opportunistic(gang.namespace, [p["metadata"]["name"] for p in pods], binding)
+
     def mark_opportunistic(self, ns: str, names: list[str], placement: dict) -> None:
         """Relabel a downgraded gang's pods: priority class and binding say opportunistic now."""
         binding = json.dumps({**placement, "opportunistic": True}, separators=(",", ":"), sort_keys=True)
@@ -293,8 +304,10 @@ class KubernetesLauncher:
         """After a restart: track the job's pods again. True when its pods exist in the cluster
         (a gang that ended while hived was down is adopted too; its ``exited`` follows in poll)."""
         self.start()
-        pods = [p for p in self.watch.snapshot()
-                if (p["metadata"].get("annotations") or {}).get(pb.A_JOB) == job_id]
+
+        def of_job(items):
+            return [p for p in items if (p["metadata"].get("annotations") or {}).get(pb.A_JOB) == job_id]
+        pods = of_job(self.watch.snapshot())
         if not pods:
             return False
         attempt = max(int(p["metadata"]["annotations"].get(pb.A_ATTEMPT, 0)) for p in pods)
@@ -302,6 +315,11 @@ class KubernetesLauncher:
         binding = json.loads(pods[0]["metadata"]["annotations"][pb.A_BINDING])
         ns = pods[0]["metadata"]["namespace"]
         request = json.loads(pods[0]["metadata"]["annotations"].get(pb.A_REQUEST, "{}"))
+        if len(pods) < len(binding["pods"]):
+            # The cache may lag behind members created a moment ago (recovery completing a
+            # gang): ask the server before calling a member missing.
+            pods = [p for p in of_job(self.owned_pods(fresh=True))
+                    if int(p["metadata"]["annotations"].get(pb.A_ATTEMPT, 0)) == attempt]
         names = [pb.pod_name(job_id, attempt, q["rank"]) for q in binding["pods"]]
         gang = _Gang(job_id, attempt, ns, names, float(request.get("grace_period", 0.0)))
         present = {p["metadata"]["name"]: p for p in pods}

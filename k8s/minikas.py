@@ -124,7 +124,7 @@ class Cluster:
 
         def ready():
             r = requests.get(f"https://127.0.0.1:{port}/readyz", headers={"Authorization": f"Bearer {TOKEN}"},
-                             verify=False, timeout=1)
+                             verify=str(self.state / certs / "minikas.crt"), timeout=1)
             return r.text == "ok"
         self._wait(ready, proc, "minikas", self.state / "minikas.log")
         return proc
@@ -138,7 +138,7 @@ class Cluster:
         proc = self._minikas(port, "certs2")
         cfg = client.Configuration()
         cfg.host = f"https://127.0.0.1:{port}"
-        cfg.verify_ssl = False
+        cfg.ssl_ca_cert = str(self.state / "certs2" / "minikas.crt")
         cfg.api_key = {"authorization": f"Bearer {TOKEN}"}
         try:
             yield client.CoreV1Api(client.ApiClient(cfg))

@@ -19,7 +19,9 @@ Either way the pod carries, as hivedscheduler's pods do:
 - annotation ``hived.io/gang-binding`` = the binding of the *whole* gang
   (chain, per pod: rank, node, GPU indices, cells) so that any one surviving
   pod tells a restarted hived where all its siblings belong (paper 001, §4);
-- annotations with the job id, the request, the spec version and the attempt;
+- annotations with the job id, the request, the spec version and the attempt
+  (kept small: each byte is paid on every create and every watch event; user,
+  VC and class are in the request);
 - labels for selection: managed-by, instance, job, VC, user, priority class.
 """
 from __future__ import annotations
@@ -35,15 +37,12 @@ from .template import JobTemplate
 
 PREFIX = "hived.io/"
 A_JOB = PREFIX + "job-id"
-A_USER = PREFIX + "user"
-A_VC = PREFIX + "vc"
 A_RANK = PREFIX + "rank"
 A_ATTEMPT = PREFIX + "attempt"
 A_GPUS = PREFIX + "gpu-isolation"
 A_BINDING = PREFIX + "gang-binding"
 A_SPEC_VERSION = PREFIX + "spec-version"
 A_REQUEST = PREFIX + "request"
-A_JOB_CLASS = PREFIX + "job-class"
 
 L_MANAGED = "app.kubernetes.io/managed-by"
 L_INSTANCE = PREFIX + "instance"
@@ -94,8 +93,14 @@ def gang_binding(placement: Placement, priority: Optional[int] = None) -> dict:
 
 
 def request_summary(request: JobRequest) -> dict:
+    """The request as stored on the pods: request_to_dict without empty fields (request_from_dict
+    fills the defaults back in). Every byte is paid on each pod create and watch event."""
     from hived.core.engine_records import request_to_dict
-    return request_to_dict(request)
+    defaults = request_to_dict(JobRequest(user=request.user, vc=request.vc))
+    d = {k: v for k, v in request_to_dict(request).items()
+         if k in ("user", "vc", "groups") or (v not in (None, {}, [], "") and v != defaults.get(k))}
+    d["groups"] = [{k: v for k, v in g.items() if v is not None} for g in d.get("groups", [])]
+    return d
 
 
 def command_of(request: JobRequest, template: JobTemplate) -> tuple[list, list]:
@@ -141,19 +146,17 @@ def build_pods(job_id: str, request: JobRequest, placement: Placement, attempt: 
                   L_PRIORITY: "opportunistic" if placement.opportunistic else request.job_class.value,
                   L_RANK: str(pp.rank)}
         annotations = {**template.annotations,
-                       A_JOB: job_id, A_USER: request.user, A_VC: request.vc,
-                       A_JOB_CLASS: request.job_class.value, A_RANK: str(pp.rank),
+                       A_JOB: job_id, A_RANK: str(pp.rank),
                        A_ATTEMPT: str(attempt), A_GPUS: gpus if gpus else "none",
-                       A_BINDING: binding_json, A_SPEC_VERSION: str(spec_version),
-                       A_REQUEST: request_json}
+                       A_BINDING: binding_json, A_REQUEST: request_json}
+        if spec_version:
+            annotations[A_SPEC_VERSION] = str(spec_version)
         env = [{"name": "NVIDIA_VISIBLE_DEVICES",
                 "valueFrom": {"fieldRef": {"apiVersion": "v1",
                                            "fieldPath": f"metadata.annotations['{A_GPUS}']"}}}]
         hived_env = {"HIVED_JOB_ID": job_id, "HIVED_RANK": str(pp.rank), "HIVED_WORLD_SIZE": str(size),
                      "HIVED_ATTEMPT": str(attempt), "HIVED_NODE": pp.node, "HIVED_GPUS": gpus,
-                     "HIVED_CHAIN": placement.chain, "HIVED_CELLS": ",".join(pp.cells),
-                     "HIVED_VC": request.vc, "HIVED_USER": request.user,
-                     "HIVED_JOB_CLASS": labels[L_PRIORITY]}
+                     "HIVED_VC": request.vc, "HIVED_USER": request.user}
         # Template env first, then the job's own, then hived's (which nothing overrides).
         merged = {**template.env, **{k: str(v) for k, v in request.env.items()}, **hived_env}
         env += [{"name": k, "value": v} for k, v in merged.items() if k != "NVIDIA_VISIBLE_DEVICES"]

@@ -13,9 +13,11 @@ The rules (docs/kubernetes.md repeats them for users):
    to finish their own deletion.
 2. **Cluster wins.** A gang in the cluster whose journal record disagrees
    (another placement, another attempt, queued/placed while its pods exist)
-   gets the cluster's binding and state; a gang the journal lacks (journal lost
-   or reset) is rebuilt from the request stored in its annotations. Every
-   difference is logged (WARNING) and listed in the report.
+   gets the cluster's binding and state; a live gang the journal lacks
+   (journal lost or reset) is rebuilt from the request stored in its
+   annotations (an ended one holds nothing and is left alone). A journal-only
+   job whose cells the cluster's pods hold ends as lost. Every difference is
+   logged (WARNING) and listed in the report.
    One exception: a job the journal already *ended* (failed, cancelled,
    succeeded) whose pods still run is a teardown that the crash interrupted;
    hived finishes it (deletes the pods) rather than resurrecting the job.
@@ -107,6 +109,7 @@ class RecoveryReport:
     finished_teardown: list = field(default_factory=list)   # journal ended it; leftover pods deleted
     lost: list = field(default_factory=list)         # journal holds it, the cluster has no pod
     old_attempts: list = field(default_factory=list)  # pod names of superseded attempts
+    ignored: list = field(default_factory=list)      # ended gangs the journal does not know
 
     def to_dict(self) -> dict:
         return {k: (list(v) if isinstance(v, list) else v) for k, v in self.__dict__.items()}
@@ -166,6 +169,10 @@ def reconcile(store, launcher, new_engine: Callable[[], object], now: float) -> 
     for jid, g in sorted(gangs.items()):
         entry = journal.get(jid)
         pl = g.placement_dict
+        if entry is None and not g.live:
+            # finished while hived had no journal: it holds no GPU; nothing to rebuild
+            note(rep.ignored, jid, "not in the journal and every pod has ended; not rebuilt")
+            continue
         if entry is None:
             req = request_from_dict(g.request)
             rec = JobRecord(job_id=jid, request=req, state=JobState.RUNNING, submitted=now, started=now,
@@ -255,14 +262,21 @@ def _check_spec(journal, writes, gangs, launcher, new_engine, now, rep) -> None:
     eng = new_engine()
     records = {jid: (writes[jid][0] if jid in writes else d) for jid, (d, _) in journal.items()}
     records.update({jid: w[0] for jid, w in writes.items() if jid not in journal})
-    # the service restores holding jobs first, in journal order (rebuilt ones were appended)
-    for jid, d in records.items():
+    # Gangs that hold cells in the cluster go first (journal order, rebuilt ones last, as the
+    # service restores them); journal-only holders (lost, or placed and not launched) after: if
+    # the cluster's pods hold their cells, the pods win.
+    order = [j for j in records if j in gangs] + [j for j in records if j not in gangs]
+    for jid in order:
+        d = records[jid]
         if d["state"] not in HOLDING or not d.get("placement"):
             continue
         problem = _try_restore(eng, d)
         if problem is None:
             continue
-        if not d["placement"].get("opportunistic"):
+        held_by_pods = jid not in gangs and _try_restore(new_engine(), d) is None
+        if held_by_pods:     # fits the spec, but the cluster's pods hold its cells: they win
+            problem = f"the journal holds cells for it that pods of other jobs hold in the cluster ({problem})"
+        elif not d["placement"].get("opportunistic"):
             d2 = json.loads(json.dumps(d))
             d2["placement"]["opportunistic"] = True
             d2["opportunistic"] = True
@@ -277,10 +291,10 @@ def _check_spec(journal, writes, gangs, launcher, new_engine, now, rep) -> None:
                 rep.downgraded.append(jid)
                 log.warning("recovery: job %s: %s", jid, hist[2])
                 continue
-        # cannot be held at all: end it, delete its pods
+        # cannot be held: end it, delete its pods (if it has any)
         d3 = dict(d)
-        d3["state"], d3["ended"], d3["failure_class"] = "failed", now, "spec"
-        d3["reason"] = f"its binding does not fit the current spec: {problem}"
+        d3["state"], d3["ended"], d3["failure_class"] = "failed", now, "lost" if held_by_pods else "spec"
+        d3["reason"] = problem if held_by_pods else f"its binding does not fit the current spec: {problem}"
         hist = [now, "failed", d3["reason"]]
         d3["history"] = list(d.get("history", [])) + [hist]
         d3["placement"] = None

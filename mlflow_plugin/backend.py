@@ -18,7 +18,7 @@ import os
 import statistics
 from typing import Optional
 
-from mlflow.exceptions import ExecutionException
+from mlflow.exceptions import ExecutionException, MlflowException
 from mlflow.projects.backend.abstract_backend import AbstractBackend
 from mlflow.projects.utils import (
     fetch_and_validate_project,
@@ -98,12 +98,22 @@ class HivedProjectBackend(AbstractBackend):
                                     "the entry point runs in the job's own environment")
         command = get_entry_point_command(project, entry_point, params,
                                           cfg.mlflow.get("STORAGE_DIR"))[0]
-        run = get_or_create_run(None, project_uri, experiment_id, work_dir, version,
-                                entry_point, params)
+        cli = mlflow_cli_params()
+        # `mlflow run --run-id X` continues run X; MLflow hands that id to its local backend
+        # only, so a plugin reads it from the command line (ignoring it would be silent)
+        existing = cfg.mlflow.get("_mlflow_local_backend_run_id") or (cli or {}).get("run_id")
+        try:
+            run = get_or_create_run(existing, project_uri, experiment_id, work_dir, version,
+                                    entry_point, params)
+        except MlflowException as exc:  # e.g. --run-id of no run: one line, not a traceback
+            if not existing:
+                raise
+            raise HivedBackendError(f"hived backend: --run-id {existing}: "
+                                    f"{str(exc.message).splitlines()[0]}") from None
         run_id = run.info.run_id
         submitted = self._submit(cfg, client, project.name or "mlflow", entry_point, command,
-                                 work_dir, run_id, experiment_id, tracking_uri)
-        cli = mlflow_cli_params()
+                                 work_dir, run_id, experiment_id, tracking_uri,
+                                 created=not existing)
         if cli is not None and cli.get("run_name"):
             # MLflow names the run only after a plugin returns; a failed blocking run never would be
             MlflowClient(tracking_uri).set_tag(run_id, MLFLOW_RUN_NAME, cli["run_name"])
@@ -112,11 +122,16 @@ class HivedProjectBackend(AbstractBackend):
         if cfg.detach or cli is not None:
             _logger.info("=== hived job %s runs MLflow run %s (detached) ===",
                          submitted.job_id, run_id)
+        elif cfg.mlflow.get("SYNCHRONOUS"):
+            # mlflow.projects.run(synchronous=True) waits next; the local backend's command
+            # writes to this process's stdout meanwhile, so the job's output does too
+            submitted.log_sink = print_sink
         return submitted
 
     def _submit(self, cfg: BackendConfig, client: HivedClient, project_name: str,
                 entry_point: str, command: str, work_dir: str, run_id: str,
-                experiment_id: str, tracking_uri: Optional[str]) -> HivedSubmittedRun:
+                experiment_id: str, tracking_uri: Optional[str],
+                created: bool = True) -> HivedSubmittedRun:
         mlflow = MlflowClient(tracking_uri)
         ckpt = checkpoint_dir_for(run_id, cfg.checkpoint_dir)
         env = get_run_env_vars(run_id, experiment_id)
@@ -131,8 +146,10 @@ class HivedProjectBackend(AbstractBackend):
         try:
             job = client.submit(payload)
         except HivedError as exc:
-            # nothing runs: the run must not linger as RUNNING
-            mlflow.delete_run(run_id)
+            # nothing runs: a run made here must not linger as RUNNING; one the user
+            # named with --run-id is theirs and stays
+            if created:
+                mlflow.delete_run(run_id)
             raise HivedBackendError(str(exc)) from None
         tags = {MLFLOW_PROJECT_BACKEND: "hived", TAG + "job_id": job["id"],
                 TAG + "vc": cfg.vc, TAG + "job_class": cfg.priority,

@@ -3,6 +3,8 @@
 Starts ``hived serve`` in its own session with a one-node spec (one VC
 owning 4 GPUs, the current user its member) and waits for its
 ``server.json``. Not used by the backend itself.
+
+    python -m hived.mlflow_plugin.devserver [DIR]   # serves until Ctrl-C, prints what to export
 """
 from __future__ import annotations
 
@@ -84,3 +86,30 @@ def stop_server(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def main(argv=None) -> int:
+    import argparse
+    import tempfile
+    ap = argparse.ArgumentParser(prog="python -m hived.mlflow_plugin.devserver",
+                                 description=f"A throw-away one-node hived service (VC '{VC}', "
+                                             f"{VC_GPUS} GPUs, you as its user) to try the MLflow backend.")
+    ap.add_argument("dir", nargs="?", default=None, help="where spec, data and log go (default: a temp dir)")
+    ap.add_argument("--tick", type=float, default=0.5, help="seconds between scheduling rounds")
+    args = ap.parse_args(argv)
+    tmp = Path(args.dir or tempfile.mkdtemp(prefix="hived-dev-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    proc, info = start_server(tmp, tick=args.tick)
+    print(f"export HIVED_URL={info['url']} HIVED_TOKEN={info['token']} HIVED_VC={VC}", flush=True)
+    print(f"# log: {tmp / 'serve.log'}; Ctrl-C stops it", file=sys.stderr, flush=True)
+    try:
+        proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop_server(proc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -100,7 +100,13 @@ class HivedSubmittedRun(SubmittedRun):
             raise ValueError(f"MLflow run {run_id} was not started by the hived backend "
                              f"(no {TAG}job_id tag)")
         client = HivedClient(url=tags.get(TAG + "service_url"), token=token)
-        return cls(run_id, tags[TAG + "job_id"], client, tracking_uri=tracking_uri, **kw)
+        run = cls(run_id, tags[TAG + "job_id"], client, tracking_uri=tracking_uri, **kw)
+        # preemptions an earlier follower already noted are not noted twice
+        try:
+            run._preemptions = int(tags.get(TAG + "preemptions", 0))
+        except ValueError:
+            pass
+        return run
 
     @property
     def run_id(self) -> str:

@@ -21,8 +21,8 @@ check against hand-computed numbers, and what the paper-model simulator
 calls), and ``FitGppPolicy``, the engine's ``PreemptionPolicy`` (``name``,
 ``choose(job, candidates, view, now) -> (victim ids, reason)``), which
 answers single-pod TE jobs from cached numpy columns (fitgpp_vector.py, the
-same answers, fast with thousands of jobs) and everything else through the
-tuple functions. Nothing here reads the clock or keeps state between calls
+same eq. 4 answers and the same fallback rule, fast with thousands of
+jobs) and everything else through the tuple functions. Nothing here reads the clock or keeps state between calls
 apart from those caches and the seeded random generator of the fallback.
 """
 from __future__ import annotations
@@ -456,7 +456,8 @@ class FitGppPolicy:
     ``s`` and ``cap`` (P) are eq. 3's weight and eq. 4's cap; ``seed`` seeds
     the fallback's random draw. A single-pod TE job is answered from numpy
     columns (``fitgpp_vector``), anything else by ``choose`` above; both give
-    the same victims.
+    the same eq. 4 victim, and the same fallback rule (the random draws of
+    the fallback differ: the columns draw over nodes in index order).
     """
 
     s: float = DEFAULT_S

@@ -4,8 +4,8 @@
 over nodes). This module replays the same ``SynthJob`` list through
 ``hived.core.engine.Engine`` instead: one VC owning the paper's 84 nodes,
 the quota allocator (core/quota.py: per-node best fit, the placement the
-paper's FIFO uses), the engine's FIFO queue policy with TE jobs first for the
-preemptive policies, and the registered preemption policies (FitGpp, LRTP,
+paper's FIFO uses; or HiveD's buddy allocator with ``allocator="hived"``),
+the engine's FIFO queue policy with TE jobs first for the preemptive policies, and the registered preemption policies (FitGpp, LRTP,
 RAND; "none" for FIFO). The simulated launcher (core/sim/launcher.py) ends
 runs after their remaining time and preempted runs after their grace period.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional, Sequence
 
+from hived.core.allocator import Allocator
 from hived.core.engine import Engine, EngineConfig
 from hived.core.jobs import DecisionKind, JobClass, JobRequest, PodGroup
 from hived.core.policies.fifo import FifoPolicy
@@ -48,12 +49,24 @@ def _policy(name: str, s: float, cap: float, seed: int):
 
 
 def simulate_engine(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: float = DEFAULT_S,
-                    cap: float = DEFAULT_CAP, seed: int = 0, tick: Optional[Callable[[int], None]] = None):
-    """Replay ``jobs`` (with arrival minutes) through the Engine; returns a ``PolicyResult``."""
+                    cap: float = DEFAULT_CAP, seed: int = 0, tick: Optional[Callable[[int], None]] = None,
+                    allocator: str = "quota"):
+    """Replay ``jobs`` (with arrival minutes) through the Engine; returns a ``PolicyResult``.
+
+    ``allocator``: "quota" (per-node GPU counts, the paper's placement) or
+    "hived" (HiveD's buddy cells: a pod holds the smallest cell of 1, 2, 4 or
+    8 GPUs holding it, so a 3-GPU job holds 4 GPUs and a 5-GPU job a node).
+    """
     from .fitgpp_experiment import PolicyResult, histogram  # what both backends share
 
     pol = _policy(policy, s, cap, seed)
-    eng = Engine(QuotaAllocator(load_spec(cluster_spec(nodes))),
+    if allocator == "quota":
+        alloc = QuotaAllocator(load_spec(cluster_spec(nodes)))
+    elif allocator == "hived":
+        alloc = Allocator(load_spec(cluster_spec(nodes)))
+    else:
+        raise ValueError(f"fitgpp engine replay: unknown allocator {allocator!r}; choose quota or hived")
+    eng = Engine(alloc,
                  queue_policy=FifoPolicy(te_first=policy != "fifo"), preemption_policy=pol,
                  config=EngineConfig(preemption_cap=cap if math.isinf(cap) else int(cap)))
     sim = SimLauncher()

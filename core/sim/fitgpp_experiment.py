@@ -35,7 +35,7 @@ from hived.core.policies.fitgpp import Candidate, size
 from .fitgpp_workload import JOBS, LOAD, NODE_CPUS, NODE_GPUS, NODE_MEMORY_GB, NODES, SynthJob, generate
 
 POLICIES = ("fifo", "lrtp", "rand", "fitgpp")
-BACKENDS = ("model", "engine")
+BACKENDS = ("model", "engine", "engine-hived")
 CAPACITY = (float(NODE_CPUS), float(NODE_MEMORY_GB), float(NODE_GPUS))
 EPS = 1e-9
 
@@ -390,7 +390,7 @@ class Config:
     load: float = LOAD
     nodes: int = NODES
     rand_repeats: int = 1
-    backend: str = "model"   # "model": the paper's minute-tick model; "engine": core/engine.py
+    backend: str = "model"   # "model": the paper's minute-tick model; "engine"/"engine-hived": core/engine.py
 
     @property
     def simulations(self) -> int:
@@ -403,7 +403,9 @@ def config_from(args) -> Config:
 
     ``policies`` and ``s_sweep`` may be comma-separated strings or lists;
     ``cap`` may be ``inf`` (no cap); ``backend`` is ``model`` (the paper's
-    minute-tick model, default) or ``engine`` (the real Engine, fitgpp_engine.py).
+    minute-tick model, default), ``engine`` (the real Engine with the quota
+    allocator, fitgpp_engine.py) or ``engine-hived`` (the Engine with HiveD's
+    buddy cell allocator).
     """
     g = lambda k, d: getattr(args, k) if getattr(args, k, None) is not None else d  # noqa: E731
     n = int(g("jobs", JOBS))
@@ -452,8 +454,11 @@ def run(args, *, on_stage: Optional[Callable[[str], None]] = None,
     stage("workload (FIFO calibration)")
     jobs = generate(cfg.jobs, cfg.seed, load=cfg.load, nodes=cfg.nodes, tick=tick)
     res = ExperimentResult(cfg.jobs, cfg.seed, cfg.nodes, cfg.load, backend=cfg.backend)
-    if cfg.backend == "engine":
-        from .fitgpp_engine import simulate_engine as replay
+    if cfg.backend.startswith("engine"):
+        from functools import partial
+
+        from .fitgpp_engine import simulate_engine
+        replay = partial(simulate_engine, allocator="hived" if cfg.backend == "engine-hived" else "quota")
     else:
         replay = simulate
     for p in cfg.policies:

@@ -18,11 +18,12 @@ from typing import Callable, Optional
 from ..engine import Engine, EngineConfig
 from ..jobs import Affinity, DecisionKind, JobClass, JobRequest, PodGroup
 from .launcher import SimLauncher
+from .safety import head_of_queue, vc_room
 from .schemes import SCHEMES, Sizing, build_engine, private_specs, shared_spec, size_cluster, sizing_from_spec
 from .traces import Trace, TraceJob
 
 ROW_FIELDS = ("job_id", "tenant", "gpus", "pods", "submit", "start", "end", "queue_delay", "queued_total",
-              "preemptions", "gpus_preempted", "opportunistic", "state", "nodes")
+              "preemptions", "gpus_preempted", "opportunistic", "state", "nodes", "blocked_with_vc_room")
 
 
 @dataclass
@@ -91,6 +92,7 @@ def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: O
     i, n = 0, len(jobs)
     next_sample = 0.0
     refused = []
+    blocked: set = set()   # guaranteed jobs left queued at the head of their VC with room in it
     while True:
         cands = [t for t in (jobs[i].submit if i < n else None, launcher.next_time(), eng.next_wakeup())
                  if t is not None]
@@ -101,10 +103,12 @@ def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: O
             frag.append((next_sample, view.fragmentation()))
             util.append((next_sample, 1.0 - sum(max(0, st.gpus_free) for st in view.nodes.values()) / total_gpus))
             next_sample += sample_every
+        fresh = []
         while i < n and jobs[i].submit <= now:
             j = jobs[i]
             try:
                 eng.submit(to_request(j, allow_opportunistic), now, job_id=j.job_id)
+                fresh.append(j.job_id)
             except ValueError as e:
                 refused.append((j, str(e)))
             i += 1
@@ -129,6 +133,11 @@ def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: O
                 rec = eng.job(d.job_id)
                 preempted.append((now, rec.gpus, rec.request.vc))
                 launcher.terminate(d.job_id, now, d.grace_period)
+        for jid in fresh:
+            rec = eng.job(jid)
+            if rec.state.value == "queued" and rec.request.job_class.guaranteed and vc_room(eng, rec) \
+                    and head_of_queue(eng, rec):
+                blocked.add(jid)
     rows = []
     for rec in eng.jobs():
         st = rec.first_started
@@ -138,12 +147,13 @@ def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: O
             "queue_delay": (st - rec.submitted) if st is not None else None,
             "queued_total": rec.queued_time, "preemptions": rec.preemptions, "gpus_preempted": rec.gpus_preempted,
             "opportunistic": first_opp.get(rec.job_id), "state": rec.state.value,
-            "nodes": first_nodes.get(rec.job_id, ""),
+            "nodes": first_nodes.get(rec.job_id, ""), "blocked_with_vc_room": rec.job_id in blocked,
         })
     for j, why in refused:
         rows.append({"job_id": j.job_id, "tenant": j.tenant, "gpus": j.gpus, "pods": j.pods, "submit": j.submit,
                      "start": None, "end": None, "queue_delay": None, "queued_total": 0.0, "preemptions": 0,
-                     "gpus_preempted": 0, "opportunistic": None, "state": f"refused: {why}", "nodes": ""})
+                     "gpus_preempted": 0, "opportunistic": None, "state": f"refused: {why}", "nodes": "",
+                     "blocked_with_vc_room": False})
     return rows, frag, util, preempted
 
 

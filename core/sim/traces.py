@@ -89,6 +89,15 @@ class Trace:
     def head(self, n: Optional[int]) -> "Trace":
         return self if n is None else Trace(self.jobs[:n], self.source)
 
+    def only(self, tenants: Iterable[str]) -> "Trace":
+        """The jobs of these tenants (each must appear in the trace)."""
+        want = list(tenants)
+        unknown = sorted(set(want) - set(self.tenants))
+        if unknown:
+            raise ValueError(f"tenants: {unknown} not in the trace (tenants: {', '.join(self.tenants)})")
+        keep = set(want)
+        return Trace([j for j in self.jobs if j.tenant in keep], f"{self.source} tenants {','.join(want)}")
+
     def window(self, from_day: float = 0.0, days: Optional[float] = None) -> "Trace":
         """Jobs submitted in [from_day, from_day + days) (days of 86,400 s), shifted to start at 0."""
         if from_day < 0 or (days is not None and days <= 0):

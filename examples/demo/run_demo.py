@@ -112,7 +112,7 @@ def fragmentation() -> None:
         timed_out = not timer.is_alive() and proc.returncode is not None and proc.returncode < 0
         timer.cancel()
     if timed_out:
-        raise SystemExit(f"demo: {FRAGMENTATION.name} ran past {FRAGMENTATION_TIMEOUT:.0f} s and was killed")
+        raise SystemExit(f"demo: {FRAGMENTATION.name} ran past {FRAGMENTATION_TIMEOUT:g} s and was killed")
     if rc != 0:
         raise SystemExit(f"demo: {FRAGMENTATION.name} exited with code {rc}")
 

@@ -43,6 +43,10 @@ def register(subparsers, summary: str) -> None:
                         "of submissions from --from-day")
     p.add_argument("--from-day", type=float, default=0.0, help="skip the trace's first D days (default 0)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tenants", metavar="T1,T2", default=None, help="only these tenants' jobs")
+    p.add_argument("--shares", metavar="T=W,...|whole", default=None,
+                   help="quota shares per tenant (weights), or 'whole': each tenant's share of the GPU-hours "
+                        "of the whole trace before --tenants/--from-day/--days/--limit (default: of the replayed jobs)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--workload", nargs=argparse.REMAINDER, metavar="NAME ARGS",
                    help="run hived.jupyter_ext.report.NAME.main(ARGS) instead (e.g. fitgpp, allox, exchange)")
@@ -86,9 +90,32 @@ def load_trace(args):
         tr = read_philly(t)
     else:
         tr = read_csv(t)
+    args.whole_gpu_seconds = tr.gpu_seconds()
+    if args.tenants:
+        tr = tr.only([x.strip() for x in args.tenants.split(",") if x.strip()])
     if args.from_day or args.days:
         tr = tr.window(args.from_day, args.days)
     return tr.head(args.limit)
+
+
+def parse_shares(args, trace):
+    """--shares: None (GPU-hours of the replayed jobs), 'whole', or T=W pairs naming every tenant."""
+    if not args.shares:
+        return None
+    if args.shares == "whole":
+        whole = getattr(args, "whole_gpu_seconds", None) or trace.gpu_seconds()
+        return {t: whole.get(t, 0.0) for t in trace.tenants}
+    out = {}
+    for part in args.shares.split(","):
+        name, eq, w = part.partition("=")
+        try:
+            weight = float(w)
+        except ValueError:
+            weight = -1.0
+        if not eq or not name.strip() or not weight > 0:
+            raise ValueError(f"--shares: {part!r} must be TENANT=WEIGHT with WEIGHT > 0")
+        out[name.strip()] = weight
+    return out
 
 
 def plan(args) -> list:
@@ -142,7 +169,7 @@ def run(args) -> int:
             spec = args.spec
             sizing = sizing_from_spec(spec, trace)
         else:
-            sizing = size_cluster(trace, args.load, nodes=args.nodes)
+            sizing = size_cluster(trace, args.load, nodes=args.nodes, shares=parse_shares(args, trace))
     except (TraceError, SpecError, ValueError, OSError) as e:
         return _fail(str(e))
     print(f"{len(trace.jobs)} jobs, {len(trace.tenants)} tenants, {sizing.nodes} nodes x 8 GPUs, "

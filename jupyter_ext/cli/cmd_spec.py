@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 OK, BAD_INPUT, NOT_FOUND = 0, 2, 4
 
@@ -47,7 +48,7 @@ def run(args) -> int:
 
     cmd = f"hived spec {args.spec_command}"
     try:
-        spec = load_spec(args.file)
+        spec = load_spec(Path(args.file))  # a Path: always read as a file, never as YAML text
     except SpecError as exc:
         code = NOT_FOUND if exc.problem == "file not found" else BAD_INPUT
         if args.json:

@@ -8,10 +8,12 @@ to 4xx by :func:`service_errors` so that bad input never reaches a 5xx.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 from http.client import responses
 from typing import Any, Iterator, Optional
+import asyncio
 
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
@@ -80,6 +82,13 @@ class HivedHandler(APIHandler):
             raise ApiError(503, f"hived service not running: {state.error}", "server config")
         return state.service
 
+    async def run(self, fn, *args, **kwargs):
+        """Call the service off the IOLoop thread: a submit waits for its
+        durable commit (and for the scheduler's lock) without stalling every
+        other request of the server."""
+        call = functools.partial(fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self.hived.pool, call)
+
     @property
     def username(self) -> str:
         return self.current_user.username
@@ -102,7 +111,7 @@ class HivedHandler(APIHandler):
         is not secret, and a clear refusal is easier to act on.
         """
         with service_errors(f"jobs/{job_id}"):
-            job = self.svc.get_job(job_id)
+            job = await self.run(self.svc.get_job, job_id)
         verb = "see" if action == "read" else "cancel"
         await self.require(action, job_resource(job["vc"], job["user"]),
                            f"{verb} job {job_id} of {job['user']!r} in VC {job['vc']!r}", f"jobs/{job_id}")

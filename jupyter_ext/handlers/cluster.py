@@ -35,12 +35,15 @@ class ClusterHandler(HivedHandler):
     async def get(self):
         await self.require("read", "hived:cluster", "see the cluster (not in any VC)", "cluster")
         with service_errors("cluster"):
-            doc = self.svc.cluster()
-            held = {j["id"]: j for state in HOLDING for j in self.svc.list_jobs(state=state)}
+            doc, held = await self.run(_cluster_and_holders, self.svc)
         doc = with_holders(doc, held)
         if not self.hived.access.is_admin(self.username):
             doc = redact(doc, set(self.hived.access.vcs_of(self.username)))
         self.reply(doc)
+
+
+def _cluster_and_holders(svc) -> tuple[dict, dict]:
+    return svc.cluster(), {j["id"]: j for state in HOLDING for j in svc.list_jobs(state=state)}
 
 
 def with_holders(doc: Any, held: dict) -> Any:
@@ -73,7 +76,7 @@ class VCsHandler(HivedHandler):
     async def get(self):
         await self.require("read", "hived:cluster", "see VCs (not in any VC)", "vcs")
         with service_errors("vcs"):
-            doc = self.svc.vcs()
+            doc = await self.run(self.svc.vcs)
         vcs = doc.get("vcs", doc) if isinstance(doc, dict) else {}
         visible = set(self.hived.access.vcs_of(self.username))
         self.reply({"vcs": {name: view for name, view in vcs.items() if name in visible}})
@@ -85,7 +88,7 @@ class VCHandler(HivedHandler):
             raise ApiError(404, f"no VC named {vc!r}", f"vcs/{vc}")
         await self.require("read", vc_resource(vc), f"see VC {vc!r} (not a member)", f"vcs/{vc}")
         with service_errors(f"vcs/{vc}"):
-            self.reply(self.svc.vc(vc))
+            self.reply(await self.run(self.svc.vc, vc))
 
 
 class SpecReloadHandler(HivedHandler):
@@ -96,5 +99,5 @@ class SpecReloadHandler(HivedHandler):
         if not source:
             raise ApiError(400, "no spec given and none configured", "body.spec")
         with service_errors("body.spec" if "spec" in body else "body.path"):
-            result = self.hived.reload(source)
+            result = await self.run(self.hived.reload, source)
         self.reply(result if isinstance(result, dict) else {"ok": True})

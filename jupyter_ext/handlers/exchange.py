@@ -22,7 +22,7 @@ class ExchangeHandler(HivedHandler):
     async def get(self, what: str):
         await self.require("read", "hived:cluster", "see the exchange (not in any VC)", f"exchange/{what}")
         with service_errors(f"exchange/{what}"):
-            doc = self._method(what)()
+            doc = await self.run(self._method(what))
         self.reply(doc if isinstance(doc, dict) else {what: doc})
 
     async def post(self, what: str):
@@ -35,5 +35,5 @@ class ExchangeHandler(HivedHandler):
         await self.require("write", exchange_resource(vc), f"trade the cells of VC {vc!r} (VC admins only)", "body.vc")
         kind = "offer" if what == "offers" else "request"
         with service_errors("body"):
-            doc = self._method(f"post_{kind}")(self.username, body)
+            doc = await self.run(self._method(f"post_{kind}"), self.username, body)
         self.reply(doc if isinstance(doc, dict) else {kind: doc}, status=201)

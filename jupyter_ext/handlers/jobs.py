@@ -19,7 +19,7 @@ class JobsHandler(HivedHandler):
             raise ApiError(400, f"no VC named {vc!r}; VCs: {', '.join(sorted(self.hived.access.vc_users))}", "body.vc")
         await self.require("write", vc_resource(vc), f"submit to VC {vc!r} (not in its users)", "body.vc")
         with service_errors("body"):
-            job = self.svc.submit(self.username, body)
+            job = await self.run(self.svc.submit, self.username, body)
         self.reply(job, status=201)
 
     async def get(self):
@@ -33,7 +33,7 @@ class JobsHandler(HivedHandler):
                 raise ApiError(404, f"no VC named {vc!r}", "query.vc")
             await self.require("read", vc_resource(vc), f"see the jobs of VC {vc!r} (not a member)", "query.vc")
         with service_errors("query"):
-            jobs = self.svc.list_jobs(vc=vc, state=state, user=user)
+            jobs = await self.run(self.svc.list_jobs, vc=vc, state=state, user=user)
         if not self.hived.access.is_admin(self.username):
             jobs = [j for j in jobs if await self.allowed("read", job_resource(j["vc"], j["user"]))]
         self.reply({"jobs": jobs})
@@ -51,7 +51,7 @@ class CancelHandler(HivedHandler):
         if job["state"] in TERMINAL_STATES:
             raise ApiError(409, f"job {job_id} already {job['state']}", f"jobs/{job_id}")
         with service_errors(f"jobs/{job_id}"):
-            self.reply(self.svc.cancel(job_id, self.username))
+            self.reply(await self.run(self.svc.cancel, job_id, self.username))
 
 
 class LogsHandler(HivedHandler):
@@ -68,12 +68,12 @@ class LogsHandler(HivedHandler):
             # read the state before the log: a job that is done now has all its text written
             done = job["state"] in TERMINAL_STATES
             with service_errors(f"jobs/{job_id}/logs"):
-                text, next_offset = self.svc.logs(job_id, rank=rank, offset=offset)
+                text, next_offset = await self.run(self.svc.logs, job_id, rank=rank, offset=offset)
             if text or done or not follow or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(self.hived.config.follow_poll)
             with service_errors(f"jobs/{job_id}"):
-                job = self.svc.get_job(job_id)
+                job = await self.run(self.svc.get_job, job_id)
         self.reply({"text": text, "offset": next_offset, "done": bool(done and not text)})
 
 

@@ -151,9 +151,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--nodes", type=int, default=None, help="nodes of 32 CPUs, 256 GB, 8 GPUs (default 84)")
     g.add_argument("--rand-repeats", dest="rand_repeats", type=int, default=None,
                    help="RAND runs with different seeds, pooled (paper: 4; default 1)")
-    g.add_argument("--backend", choices=["model", "engine"], default=None,
+    g.add_argument("--backend", choices=["model", "engine", "engine-hived"], default=None,
                    help="model: the paper's minute-tick simulator (default); engine: the same workload "
-                        "through hived's Engine, quota allocator and registered policies")
+                        "through hived's Engine, quota allocator and registered policies; engine-hived: "
+                        "the Engine with HiveD's buddy cell allocator")
     g.add_argument("--plots", default="fitgpp-plots",
                    help="folder for the CDF and s-sweep plots, PNG (default ./fitgpp-plots)")
     g.add_argument("--no-plots", dest="plots", action="store_const", const=None, help="write no plots")

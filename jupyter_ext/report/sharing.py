@@ -94,8 +94,12 @@ def waited_for_others(results: dict) -> dict:
             continue
         waited = [row for row in r.rows if row["job_id"] in at_once
                   and (row["queue_delay"] is None or row["queue_delay"] > 0)]
+        # of those, the ones left queued at the head of their VC while the VC had room
+        # for them: they waited for other tenants (HiveD's guarantee says: never)
+        others = [row for row in waited if row.get("blocked_with_vc_room")]
         out[name] = {"jobs_at_once_in_private": len(at_once), "waited_in_shared": len(waited),
-                     "examples": [row["job_id"] for row in waited[:5]]}
+                     "examples": [row["job_id"] for row in waited[:5]],
+                     "waited_with_vc_room": len(others), "examples_with_vc_room": [row["job_id"] for row in others[:5]]}
     return out
 
 

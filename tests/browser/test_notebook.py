@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -30,8 +31,9 @@ TOKEN = "browser-test-token"
 CELLS = [
     "%load_ext hived.jupyter_ext",
     # a TE job on one GPU of vca, its log streamed into the cell
-    "%gpu_submit --vc vca --name hello-gpu python -c \"import os, time\n"
-    "for i in range(4): print('step', i, 'on GPU', os.environ['CUDA_VISIBLE_DEVICES'], flush=True); time.sleep(0.4)\"",
+    "%%gpu_submit --vc vca --name hello-gpu python\nimport os, time\n"
+    "for i in range(4):\n    print('step', i, 'on GPU', os.environ['CUDA_VISIBLE_DEVICES'], flush=True)\n"
+    "    time.sleep(0.4)\n",
     # something to see in the picture: a BE job of vcb left running
     "%gpu_submit --vc vcb --be --gpus 4 --name batch --detach sleep 120",
     "from hived.jupyter_ext.widgets import ClusterDashboard\n"
@@ -61,6 +63,10 @@ def lab(tmp_path):
     for d in (work, data, runtime):
         d.mkdir()
     (work / "demo.ipynb").write_text(json.dumps(notebook(CELLS)))
+    # no "notified about Jupyter news?" prompt over the screenshots
+    settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
     port = free_port()
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime), HIVED_DATA_DIR=str(data),
                JUPYTER_CONFIG_DIR=str(tmp_path / "config"))
@@ -75,7 +81,8 @@ def lab(tmp_path):
          "--ServerApp.identity_provider_class=hived.jupyter_ext.auth.HivedIdentityProvider",
          "--HivedIdentityProvider.token_user=root",
          f"--HivedExtension.spec_path={SPEC}", f"--HivedExtension.data_dir={data}",
-         "--HivedExtension.tick_seconds=0.2", f"--LabApp.workspaces_dir={tmp_path / 'ws'}"],
+         "--HivedExtension.tick_seconds=0.2", f"--LabApp.workspaces_dir={tmp_path / 'ws'}",
+         f"--LabApp.user_settings_dir={tmp_path / 'settings'}"],
         cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + 90
@@ -108,7 +115,8 @@ def lab(tmp_path):
 
 
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium is not installed (make test installs it)")
-def test_notebook_submits_and_shows_the_dashboard(lab):
+def test_notebook_submits_and_shows_the_dashboard(lab, tmp_path):
+    lab_dir = tmp_path
     from playwright.sync_api import expect, sync_playwright
     IMG.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
@@ -126,7 +134,12 @@ def test_notebook_submits_and_shows_the_dashboard(lab):
             page.get_by_text("Run All Cells", exact=True).click()
             # the status widget of %gpu_submit reaches "succeeded", with the job's log under it
             job = page.locator('.hived-job[data-state="succeeded"]')
-            expect(job).to_be_visible(timeout=90_000)
+            try:
+                expect(job).to_be_visible(timeout=90_000)
+            except AssertionError:
+                page.screenshot(path=str(lab_dir / "failure.png"), full_page=True)
+                raise AssertionError("no finished job in the page; outputs: "
+                                     + " || ".join(page.locator(".jp-OutputArea").all_inner_texts())) from None
             expect(job).to_contain_text("hello-gpu")
             expect(job).to_contain_text("exit 0")
             out = page.locator(".jp-Cell").nth(1).locator(".jp-OutputArea")
@@ -140,6 +153,9 @@ def test_notebook_submits_and_shows_the_dashboard(lab):
             expect(page.locator('.hived-vc-row[data-vc="vcb"]')).to_be_visible()
             expect(page.get_by_role("button", name="Reload spec")).to_be_visible()
             expect(page.locator(".hived-jobs")).to_contain_text("batch")
+            # refreshes on its own: the batch job is seen running without touching the page
+            expect(page.locator('.hived-job-row[data-id="j2"]')).to_have_attribute("data-state", "running")
+            expect(page.locator(".hived-admin select").first).to_have_value(re.compile(r"^j2 vcb/root batch"))   # the one cancellable job
             page.screenshot(path=str(IMG / "jupyter-notebook.png"), full_page=True)
             page.locator(".hived-picture").locator("xpath=ancestor::div[contains(@class,'widget-vbox')][1]") \
                 .screenshot(path=str(IMG / "jupyter-dashboard.png"))

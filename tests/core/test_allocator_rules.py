@@ -290,6 +290,20 @@ def test_reconfigure_downgrades_what_no_longer_fits():
     a.check_invariants()
 
 
+def test_reconfigure_refuses_to_drop_a_busy_vc_and_keeps_bad_hardware():
+    a = rack_alloc(2, {"A": {"NODE": 2}, "B": {"NODE": 2}})
+    a.place("b1", "B", [1])
+    a.set_health("n3", 1, False)
+    with pytest.raises(BindingConflict, match=r"reconfiguration refused: VC 'B' is not in the new spec but still "
+                                              r"holds b1 \(release them first\)"):
+        a.reconfigure(load_spec(rack_doc(2, {"A": {"NODE": 4}})))
+    assert a.grant_of("b1").vc == "B" and a.spec.vcs.keys() == {"A", "B"}    # nothing changed
+    a.release("b1")
+    assert a.reconfigure(load_spec(rack_doc(2, {"A": {"NODE": 4}}))) == []
+    assert a.unhealthy() == ["n3/gpu1"] and set(a.spec.vcs) == {"A"}
+    a.check_invariants()
+
+
 def test_restore_refuses_double_binding():
     a = rack_alloc(1, {"A": {"NODE": 2}})
     g = a.place("g", "A", [8])
@@ -318,3 +332,70 @@ def test_place_bad_input_changes_nothing():
     assert a.why_never("A", [4, 4]) is None
     assert "holds 8 RACK GPUs" in a.why_never("A", [4, 4, 4])
     a.check_invariants()
+
+
+# ------------------------------------------------------------------ gang options
+def test_within_level_keeps_the_gang_in_one_cell():
+    a = rack_alloc(2, {"A": {"NODE": 2}})
+    assert a.place("g", "A", [2, 2, 2], within_level=3) is None   # 6 GPUs do not fit one socket
+    g = a.place("g2", "A", [4, 4], within_level=4)
+    assert g.cells == ["n0/0", "n0/1"]
+    assert a.place("g3", "A", [4, 4, 4], within_level=4) is None
+    assert a.why_never("A", [4, 4, 4], within_level=4) == "the gang needs 12 GPUs in cells, one NODE cell holds 8"
+    g4 = a.place("g4", "A", [2, 2], within_level=3)                # a socket of A's second node
+    assert {c.split("/")[0] for c in g4.cells} == {"n1"} and len({c[:4] for c in g4.cells}) == 1
+    a.check_invariants()
+
+
+def test_node_veto_is_respected():
+    a = rack_alloc(2, {"A": {"NODE": 2}})
+    a.place("g", "A", [4])                                          # binds n0
+    g = a.place("g2", "A", [1], node_ok=lambda node, gpus: node != "n0")
+    assert g.pods[0].node == "n1"
+    assert a.place("g3", "A", [8], node_ok=lambda node, gpus: False) is None
+    assert a.grant_of("g3") is None
+    a.check_invariants()
+
+
+# ------------------------------------------------------------------ exchange transfers
+def test_transfer_moves_unbound_cells_safely():
+    a = rack_alloc(2, {"A": {"NODE": 2}, "B": {"NODE": 2}})
+    a.place("a1", "A", [8])
+    with pytest.raises(ValueError, match="unsafe transfer: VC A holds 2 RACK.NODE cells, 1 of them in use, "
+                                         "so it cannot lend 2"):
+        a.transfer("A", "B", "RACK", 4, 2)
+    a.transfer("A", "B", "RACK", 4, 1)
+    vb = a.vc_view("B").levels[("RACK", 4)]
+    assert (vb.total, vb.borrowed) == (3, 1) and a.vc_view("A").levels[("RACK", 4)].lent == 1
+    assert all(a.place(f"b{i}", "B", [8]) is not None for i in range(3))
+    assert a.place("a2", "A", [1]) is None
+    a.check_invariants()
+    for i in range(3):
+        a.release(f"b{i}")
+    a.transfer("B", "A", "RACK", 4, 1)                              # paying back clears the loan
+    assert a.vc_view("B").levels[("RACK", 4)].borrowed == 0 and a.vc_view("A").levels[("RACK", 4)].lent == 0
+    with pytest.raises(ValueError, match="level 9 is not a level of chain RACK"):
+        a.transfer("A", "B", "RACK", 9, 1)
+
+
+def test_restore_from_pod_annotations():
+    a = rack_alloc(1, {"A": {"NODE": 2}})
+    a.restore({"owner": "j", "vc": "A", "pods": [{"node": "n1", "gpus": [2, 3]}]})
+    g = a.grant_of("j")
+    assert g.cells == ["n1/0.1"] and g.pods[0].gpus == (2, 3)      # socket 0, switch 1
+    assert a.tree.cell("n1").bound_vc == "A"
+    with pytest.raises(BindingConflict, match=r"k: node 'n9' GPUs \[0\] do not exist in this spec"):
+        a.restore({"owner": "k", "vc": "A", "pods": [{"node": "n9", "gpus": [0]}]})
+    a.check_invariants()
+
+
+def test_cli_console_script_runs(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+    exe = Path(sys.executable).with_name("hived")
+    broken = Path(__file__).parent / "broken_specs" / "02_cycle.yaml"
+    p = subprocess.run([str(exe), "spec", "check", str(broken)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert p.stderr.strip() == ("hived spec check: physicalCluster.cellTypes.C.childCellType: "
+                                "cell type cycle: A -> B -> C -> A")

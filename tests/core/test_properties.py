@@ -11,7 +11,9 @@ import os
 
 from hypothesis import HealthCheck, given, note, settings, strategies as st
 
-from hived.core.allocator import Allocator
+import pytest
+
+from hived.core.allocator import Allocator, BindingConflict
 from hived.core.spec import load_spec
 
 # CI keeps runs short; HIVED_HYPOTHESIS_EXAMPLES=2000 for a deeper search
@@ -89,6 +91,9 @@ def _check_no_double_binding(alloc):
                 key = (pod.node, gpu)
                 assert key not in held[g.opportunistic], f"GPU {key} held by {held[g.opportunistic][key]} and {owner}"
                 held[g.opportunistic][key] = owner
+    # victims are released as soon as they are named, so nothing is shared between the two views either
+    both = set(held[False]) & set(held[True])
+    assert not both, f"GPUs {sorted(both)[:3]} held by guaranteed and opportunistic pods"
 
 
 def _legal(alloc, vc, chain, level):
@@ -190,3 +195,83 @@ def test_each_vc_alone_gets_all_its_cells(doc, data):
         alloc.check_invariants()
     assert alloc.free_gpus() == spec.total_gpus - sum(spec.vc_gpus(v) for v in spec.vcs) + sum(
         alloc.tree.pinned[p].gpus for v in spec.vcs.values() for p in v.pinned)
+
+
+def _reassigned(doc, data):
+    """The same physical cells with the VC cells moved around: names permuted, some cells dropped."""
+    vcs = doc["virtualClusters"]
+    names = list(vcs)
+    perm = data.draw(st.permutations(names), label="vc permutation")
+    out = {}
+    for old, new in zip(names, perm):
+        body = {k: v for k, v in vcs[old].items() if k == "pinnedCells"}
+        cells = []
+        for vcell in vcs[new].get("virtualCells", []):
+            n = data.draw(st.integers(0, vcell["cellNumber"]), label="keep")
+            if n:
+                cells.append({"cellType": vcell["cellType"], "cellNumber": n})
+        if cells:
+            body["virtualCells"] = cells
+        if body:
+            out[old] = body
+    if not out:
+        return None
+    return dict(doc, virtualClusters=out)
+
+
+@settings(max_examples=max(10, EXAMPLES * 2 // 3), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=feasible_specs(), data=st.data())
+def test_reconfigure_loses_nothing(doc, data):
+    note(f"spec: {doc}")
+    spec = load_spec(doc)
+    alloc = Allocator(spec)
+    vcs = sorted(spec.vcs)
+    for i in range(data.draw(st.integers(1, 25), label="jobs")):
+        vc = data.draw(st.sampled_from(vcs))
+        gpus = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=2))
+        opp = data.draw(st.booleans())
+        g = alloc.place(f"j{i}", vc, gpus, opportunistic=opp)
+        if g is not None:
+            for v in g.victims:
+                alloc.release(v)
+    node = data.draw(st.sampled_from(sorted(alloc.tree.nodes)))
+    alloc.set_health(node, 0, False)
+    new_doc = _reassigned(doc, data)
+    if new_doc is None:
+        return
+    before = {o: (g.cells, g.opportunistic) for o, g in alloc.grants().items()}
+    gone = {g.vc for g in alloc.grants().values()} - set(new_doc["virtualClusters"])
+    if gone:  # a VC that still holds jobs may not disappear: refused, nothing changes
+        with pytest.raises(BindingConflict, match=r"reconfiguration refused: VC '.*' is not in the new spec"):
+            alloc.reconfigure(load_spec(new_doc))
+        assert {o: (g.cells, g.opportunistic) for o, g in alloc.grants().items()} == before
+        alloc.check_invariants()
+        return
+    down = alloc.reconfigure(load_spec(new_doc))
+    after = alloc.grants()
+    assert {o: g.cells for o, g in after.items()} == {o: c for o, (c, _) in before.items()}
+    for o, g in after.items():
+        assert g.opportunistic == (before[o][1] or o in down)
+    assert set(down) <= {o for o, (_, opp) in before.items() if not opp}
+    assert f"{node}/gpu0" in alloc.unhealthy()
+    alloc.check_invariants()
+    _check_no_double_binding(alloc)
+
+
+@settings(max_examples=max(20, EXAMPLES * 2), deadline=None)
+@given(demands=st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 64), min_size=1),
+       weights=st.lists(st.integers(1, 32), min_size=6, max_size=6), capacity=st.integers(0, 256))
+def test_weighted_max_min_properties(demands, weights, capacity):
+    from hived.core.alloc_opportunistic import weighted_max_min
+    w = {vc: float(weights[i]) for i, vc in enumerate(sorted(demands))}
+    share = weighted_max_min(demands, w, capacity)
+    eps = 1e-6
+    assert all(-eps <= share[v] <= demands[v] + eps for v in demands)          # never above demand
+    total = sum(share.values())
+    assert total <= capacity + eps
+    assert abs(total - min(capacity, sum(demands.values()))) < 1e-6           # work-conserving
+    # max-min: a VC short of its demand has the highest share per weight of all
+    hungry = [v for v in demands if share[v] < demands[v] - eps]
+    if hungry:
+        level = max(share[v] / w[v] for v in demands)
+        assert all(abs(share[v] / w[v] - level) < 1e-6 for v in hungry)

@@ -124,3 +124,14 @@ def test_feasibility_counts_higher_reservations():
 def test_bad_source_type():
     with pytest.raises(SpecError, match=r"expected a file path, YAML text or a dict, got int"):
         load_spec(42)
+
+
+def test_unreadable_file_and_missing_action(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"\xff\xfe not utf-8")
+    with pytest.raises(SpecError, match=r"bad.yaml: cannot read the file: 'utf-8' codec can't decode"):
+        load_spec(bad)
+    assert hived_main(["spec", "check", str(bad)]) == 2
+    assert hived_main(["spec", "check", str(tmp_path / "no-extension")]) == 4   # a path, never YAML text
+    assert hived_main(["spec"]) == 2
+    assert "usage: hived spec" in capsys.readouterr().err

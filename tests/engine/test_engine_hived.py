@@ -4,7 +4,7 @@ import pytest
 from engine_helpers import fig2_spec, kinds, req, run
 from hived.core.allocator import Allocator
 from hived.core.engine import Engine
-from hived.core.jobs import DecisionKind, JobState
+from hived.core.jobs import JobState
 from hived.core.spec import load_spec
 
 
@@ -53,3 +53,38 @@ def test_figure2_opportunistic_borrower_is_preempted_for_the_owner():
     assert ("start", b1) in kinds(ds)
     assert eng.job(a5).state is JobState.QUEUED and eng.job(a5).preemptions == 1
     eng.alloc.check_invariants()
+
+
+def test_restore_rebinds_running_jobs_through_the_public_restore():
+    """Service restart under HiveD: running guaranteed and opportunistic jobs get
+    their exact cells back, queued ones their queue place; a conflicting record is
+    refused without changing anything."""
+    import json
+
+    from hived.core.engine import JobRecord
+    eng = hived_engine(fig2_spec())
+    g = eng.submit(req("A", 2), 0.0)
+    o = eng.submit(req("A", 4, allow_opportunistic=True), 0.0)     # over A's quota: borrows node2
+    q = eng.submit(req("A", 4), 0.0)                                # waits for A's node
+    run(eng, 0.0)
+    assert eng.job(o).placement.opportunistic and eng.job(q).state is JobState.QUEUED
+    recs = [JobRecord.from_dict(json.loads(json.dumps(r.to_dict()))) for r in eng.jobs()]
+    fresh = hived_engine(fig2_spec())
+    for r in recs:
+        fresh.restore(r)
+    for jid in (g, o):
+        assert fresh.job(jid).state is JobState.RUNNING
+        assert fresh.job(jid).placement == eng.job(jid).placement
+        assert sorted(fresh.alloc.grant_of(jid).cells) == sorted(eng.alloc.grant_of(jid).cells)
+    assert fresh.queue("A") == [q]
+    fresh.alloc.check_invariants()
+    # B's guaranteed job still preempts the restored opportunistic one
+    b = fresh.submit(req("B", 4, user="bob"), 1.0)
+    assert kinds(run(fresh, 1.0)) == [("preempt", o)]
+    # a record whose GPUs are taken cannot be restored, and leaves no trace
+    clash = JobRecord.from_dict({**recs[0].to_dict(), "job_id": "other"})
+    with pytest.raises(Exception, match="other"):
+        fresh.restore(clash)
+    assert "other" not in {r.job_id for r in fresh.jobs()}
+    fresh.alloc.check_invariants()
+    assert fresh.job(b).state is JobState.PLACED

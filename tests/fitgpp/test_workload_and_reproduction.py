@@ -127,5 +127,21 @@ def test_reduced_reproduction_through_the_real_engine():
 
 
 def test_bad_backend_is_refused():
-    with pytest.raises(ValueError, match="--backend must be one of model, engine, got 'gpu'"):
+    with pytest.raises(ValueError, match="--backend must be one of model, engine, engine-hived, got 'gpu'"):
         E.config_from(NS(backend="gpu"))
+    from hived.core.sim.fitgpp_engine import simulate_engine
+    with pytest.raises(ValueError, match="unknown allocator 'yarn'; choose quota or hived"):
+        simulate_engine(W.sample_jobs(4), "fifo", allocator="yarn")
+
+
+def test_reduced_reproduction_through_hived_buddy_allocator():
+    """The Engine with HiveD's buddy allocator (pods hold whole 1/2/4/8-GPU cells): the
+    same directions hold, and nothing is left stuck."""
+    res = E.run(E.Config(jobs=2048, seed=0, backend="engine-hived"))
+    r = res.results
+    fifo_te, fit_te = r["fifo"].percentiles("te")[1], r["fitgpp"].percentiles("te")[1]
+    assert fifo_te > 5 and (fifo_te - fit_te) / fifo_te >= 0.90
+    assert r["fitgpp"].percentiles("be")[0] <= 1.25 * r["fifo"].percentiles("be")[0]
+    assert 0 < r["fitgpp"].preempted_share < min(r["lrtp"].preempted_share, r["rand"].preempted_share)
+    for pr in r.values():
+        assert len(pr.te_slowdown) + len(pr.be_slowdown) == 2048

@@ -1,6 +1,7 @@
 """Fuzz the API from its own OpenAPI document (schemathesis) against a real
 ``hived serve`` whose launcher runs nothing: no generated request, valid or
-deliberately invalid, gets a 5xx, and every refusal is a JSON {error, where}.
+deliberately invalid, gets a 5xx; every answer's status is one the document
+lists for that operation; every refusal is a JSON {error, where}.
 
 Bounded: a few examples per operation and mode, and a time budget for the
 whole module (checked by the last test).
@@ -39,6 +40,8 @@ def test_no_5xx(null_server, label, mode):
             response = case.call(base_url=base, headers=headers, timeout=15)
             what = (user, case.method, case.formatted_path, case.query, case.body, response.text[:300])
             assert response.status_code < 500, what
+            documented = OPERATIONS[label].definition.raw["responses"]
+            assert str(response.status_code) in documented, ("undocumented status", response.status_code, what)
             if response.status_code >= 400:
                 doc = response.json()
                 assert isinstance(doc, dict) and set(doc) == {"error", "where"} and doc["error"], what

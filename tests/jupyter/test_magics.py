@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -41,7 +42,8 @@ def test_gpu_submit_runs_a_te_job_and_streams_its_log(ip, live_server, capsys):
     assert any(line.startswith(f"{job['id']} queued") or line.startswith(f"{job['id']} placed")
                or line.startswith(f"{job['id']} running") for line in lines), out.out
     assert f"{job['id']} succeeded" in out.out and "exit 0" in out.out
-    assert "hello from 0" in out.out  # the log, with the GPU hived chose
+    chosen = re.search(r"on node\d GPUs (\d+):", out.out)          # the log's header: where hived put it
+    assert chosen and f"hello from {chosen[1]}\n" in out.out, out.out  # and the job saw that GPU
     assert out.err == ""
 
 
@@ -50,7 +52,9 @@ def test_cell_form_runs_the_body_with_the_named_interpreter(ip, capsys):
     out = capsys.readouterr().out
     job = ip.user_ns["_gpu_job"]
     assert job["state"] == "succeeded", out
-    assert "gpus 0,1" in out
+    # the two GPUs hived chose, as the log's header names them
+    chosen = re.search(r"GPUs (\d+),(\d+)", out)
+    assert chosen and f"gpus {chosen[1]},{chosen[2]}" in out, out
 
 
 def test_failed_job_shows_exit_code(ip, capsys):
@@ -137,6 +141,19 @@ def test_other_magics_refusals_are_one_line(ip, capsys, monkeypatch):
     ip.run_line_magic("gpu_jobs", "")
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no hived service at http://127.0.0.1:9/" in err
+
+
+def test_user_in_no_vc_is_told_so(ip, capsys, monkeypatch):
+    monkeypatch.setenv("HIVED_TOKEN", "tok-eve")
+    ip.run_line_magic("reload_ext", "hived.jupyter_ext")
+    ip.run_line_magic("gpu_submit", "echo x")
+    err = capsys.readouterr().err
+    assert err == "hived: user 'eve' is in no VC of this cluster (at --vc) [HTTP 403]\n"
+    monkeypatch.setenv("HIVED_TOKEN", "tok-root")           # in every VC: must choose
+    ip.run_line_magic("reload_ext", "hived.jupyter_ext")
+    ip.run_cell("%gpu_submit echo x")
+    out = capsys.readouterr()
+    assert "give --vc (your VCs: vca, vcb)" in out.err + out.out
 
 
 def test_usage_errors_do_not_submit(ip, capsys):

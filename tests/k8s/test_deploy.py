@@ -80,7 +80,8 @@ def _served(kube) -> set:
     token = yaml.safe_load(Path(kube.kubeconfig).read_text())["users"][0]["user"]["token"]
 
     def get(path):
-        r = requests.get(f"{kube.server}{path}", headers={"Authorization": f"Bearer {token}"}, verify=False,
+        r = requests.get(f"{kube.server}{path}", headers={"Authorization": f"Bearer {token}"},
+                         verify=str(kube.state / "certs" / "minikas.crt"),
                          timeout=5)
         return r.json() if r.ok else {}
     out = {("v1", r["kind"]) for r in get("/api/v1")["resources"] if "/" not in r["name"]}

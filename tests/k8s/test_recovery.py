@@ -300,3 +300,48 @@ def test_refused_launch_fails_the_job_and_frees_its_cells(hv):
     job = svc.eng.job(a)
     assert (job.state.value, job.exit_code) == ("failed", 127)     # the service's rule for launch errors
     assert a not in svc.eng.alloc.grants() and hv.pods() == []
+
+
+def test_live_spec_reload_downgrades_instead_of_refusing(hv):
+    svc = hv.service()
+    a, b = hv.start_jobs(svc, JOB_4x2, JOB_B)
+    out = svc.reload_spec(hv.spec("spec2.yaml", vcs=(("vca", "T-SOCKET", 1), ("vcb", "T-NODE", 1))))
+    assert out["ok"] and out["downgraded"] == [a]
+    job = svc.eng.job(a)
+    assert job.state.value == "running" and job.opportunistic and "reloaded spec" in job.history[-1][2]
+    assert not svc.eng.job(b).opportunistic
+    assert all(p.metadata.labels[pb.L_PRIORITY] == "opportunistic" for p in hv.pods(a))
+    stored = {d["job_id"]: d for d in svc.store.load_jobs()}
+    assert stored[a]["placement"]["opportunistic"] is True
+    svc.eng.alloc.check_invariants()
+    assert svc.tick() == []
+    # a restart after the reload agrees with the cluster: nothing to correct
+    svc.close()
+    svc2 = hv.service(str(hv.tmp / "spec2.yaml"))
+    assert sorted(svc2.recovered["cluster"]["agreed"]) == sorted([a, b]) and svc2.recovered["cluster"]["downgraded"] == []
+    assert svc2.eng.job(a).opportunistic
+
+
+def test_journal_only_job_on_cells_the_pods_hold_ends_as_lost(hv):
+    svc = hv.service()
+    a, b = hv.start_jobs(svc, JOB_4x2, JOB_B)
+    cells_a = svc.get_job(a)["placement"]
+    svc.close()
+    for p in hv.pods(b):                                     # b's pod is gone ...
+        hv.kubelet.confirm_deletion(hv.ns, p.metadata.name)
+    db = sqlite3.connect(hv.data / "hived.db")               # ... and the journal puts b on a's GPUs
+    (rec,) = db.execute("SELECT record FROM jobs WHERE job_id=?", (b,)).fetchone()
+    rec = json.loads(rec)
+    q = rec["placement"]["pods"][0]
+    q["node"], q["gpus"] = cells_a["pods"][0]["node"], cells_a["pods"][0]["gpus"]
+    q["cells"] = [f"{q['node']}/0.0"]
+    db.execute("UPDATE jobs SET record=? WHERE job_id=?", (json.dumps(rec), b))
+    db.commit()
+    db.close()
+    svc2 = hv.service()
+    cl = svc2.recovered["cluster"]
+    assert cl["agreed"] == [a] and [x.split(":")[0] for x in cl["ended"]] == [b] and cl["lost"] == [f"{b}: " + (
+        "the journal says running, the cluster has no pod of it (lost)")]
+    assert "pods of other jobs hold" in cl["ended"][0]
+    assert svc2.get_job(a)["state"] == "running" and svc2.eng.job(b).state.value == "failed"
+    svc2.eng.alloc.check_invariants()

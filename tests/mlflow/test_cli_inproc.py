@@ -5,6 +5,7 @@ Ctrl-C paths without paying MLflow's import time again for each.
 """
 import json
 
+import mlflow
 import pytest
 from click.testing import CliRunner
 from mlflow.cli import cli
@@ -13,6 +14,7 @@ from mlflow.tracking import MlflowClient
 import hived.mlflow_plugin.backend as backend
 from hived.mlflow_plugin.__main__ import main as follow_main
 from hived.jupyter_ext.client import HivedClient
+from hived.mlflow_plugin.config import HivedBackendError
 
 from .conftest import PROJECT
 
@@ -80,3 +82,37 @@ def test_follow_refuses_a_run_not_started_by_hived(tracking_uri, capsys):
     assert follow_main(["follow", run_id]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"hived follow: MLflow run {run_id} was not started by the hived backend (no hived.job_id tag)"
+
+
+def test_cli_run_id_continues_an_existing_run(tracking_uri, cfg):
+    client = MlflowClient(tracking_uri)
+    run_id = client.create_run("0", tags={"mlflow.runName": "mine"}).info.run_id
+    client.set_terminated(run_id, "FAILED")
+    args = ["run", str(PROJECT), "--backend", "hived", "--env-manager", "local", "--run-id", run_id,
+            "-P", "steps=3", "-P", "step_seconds=0", "--backend-config", json.dumps(cfg)]
+    result = CliRunner().invoke(cli, args, env={"MLFLOW_TRACKING_URI": tracking_uri})
+    assert result.exit_code == 0, result.output
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["hived.job_id"]
+    assert sorted(m.step for m in client.get_metric_history(run_id, "loss")) == [0, 1, 2]
+    with pytest.raises(HivedBackendError, match="--run-id 0123abc: .*0123abc") as info:
+        mlflow.projects.run(str(PROJECT), backend="hived", env_manager="local",
+                            backend_config={**cfg, "_mlflow_local_backend_run_id": "0123abc"})
+    assert "\n" not in str(info.value)
+
+
+def test_request_the_vc_can_never_hold_leaves_no_run_but_keeps_a_named_one(tracking_uri, cfg, capsys):
+    client = MlflowClient(tracking_uri)
+    too_big = json.dumps(dict(cfg, gpus=64))
+    before = {r.info.run_id for r in client.search_runs(["0"])}
+    with pytest.raises(HivedBackendError) as info:
+        mlflow.projects.run(str(PROJECT), backend="hived", env_manager="local",
+                            backend_config=dict(cfg, gpus=64))
+    msg = str(info.value)
+    assert "gpus" in msg and "\n" not in msg, msg                        # one line, naming the field
+    assert {r.info.run_id for r in client.search_runs(["0"])} == before   # the new run was deleted
+    base = ["run", str(PROJECT), "--backend", "hived", "--env-manager", "local", "--backend-config", too_big]
+    mine = client.create_run("0").info.run_id
+    result = CliRunner().invoke(cli, base + ["--run-id", mine], env={"MLFLOW_TRACKING_URI": tracking_uri})
+    assert result.exit_code == 1
+    assert client.get_run(mine).info.lifecycle_stage == "active"          # the user's own run stays

@@ -4,7 +4,6 @@ One run goes through the `mlflow run` CLI in a subprocess (its console script,
 the entry point found through the installed metadata); the others through
 mlflow.projects.run. test_cli_inproc.py runs the CLI's other paths in-process.
 """
-import json
 import os
 import statistics
 import subprocess
@@ -82,7 +81,7 @@ def test_api_runs_land_on_their_own_runs(cfg, tracking_uri):
     assert runs[0].job_id != runs[1].job_id
 
 
-def test_synchronous_run_and_history_estimate(cfg, tracking_uri):
+def test_synchronous_run_and_history_estimate(cfg, tracking_uri, capsys):
     # the finished runs so far (CLI + API tests) are the history of this project + entry point
     sig = project_signature("hived-demo-train", "main")
     past = MlflowHistory(tracking_uri, experiment_ids=["0"]).durations(sig, "gpu")
@@ -91,6 +90,7 @@ def test_synchronous_run_and_history_estimate(cfg, tracking_uri):
                               backend="hived", backend_config=dict(cfg), env_manager="local")
     run = MlflowClient(tracking_uri).get_run(sub.run_id)
     assert run.info.status == "FINISHED"
+    assert "done: w=" in capsys.readouterr().out   # the job's output, as the local backend shows it
     # earlier finished runs of this project + entry point became the job's estimate
     assert run.data.tags["hived.estimate_seconds"] == f"{statistics.median(past):.3f}"
     assert run.data.tags["hived.signature"] == sig

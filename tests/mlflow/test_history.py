@@ -1,4 +1,5 @@
 """The estimator's history source over a real sqlite tracking store."""
+import inspect
 import time
 
 import pytest
@@ -35,7 +36,9 @@ def test_durations_by_signature_and_by_project(tracking_uri):
     running = client.create_run(exp, start_time=t0, tags=base)  # not finished: not history
     assert running.info.status == "RUNNING"
     hist = MlflowHistory(tracking_uri, experiment_ids=[exp])
-    source: HistorySource = hist  # the protocol is not runtime_checkable; the estimator below uses it
+    # same method shape as core.estimator.HistorySource (a Protocol, not runtime-checkable)
+    assert list(inspect.signature(hist.durations).parameters) == \
+        list(inspect.signature(HistorySource.durations).parameters)[1:]
     assert sorted(hist.durations(sig, "gpu")) == [4.5, 10.0]
     assert hist.durations(sig, "cpu") == []
     assert sorted(hist.durations_for("file:///p", "main")) == [4.5, 10.0]

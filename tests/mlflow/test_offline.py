@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 from hived.mlflow_plugin.backend import called_from_mlflow_cli
 from hived.mlflow_plugin.config import BackendConfigError, HivedBackendError
 
-from .conftest import PROJECT, REPO
+from .conftest import PROJECT
 
 MLFLOW = os.path.join(os.path.dirname(sys.executable), "mlflow")
 

@@ -52,3 +52,19 @@ def test_failed_and_cancelled_jobs(tracking_uri):
         sub._sync(_job(state, exit_code=3 if state == "failed" else None, failure_class="user"))
         run = client.get_run(run_id)
         assert run.info.status == status and run.data.tags["hived.failure_class"] == "user"
+
+
+def test_a_later_follower_does_not_repeat_noted_preemptions(tracking_uri):
+    client = MlflowClient(tracking_uri)
+    exp = client.create_experiment("sync-refollow")
+    run_id = client.create_run(exp, tags={"hived.job_id": "j9", "hived.service_url": "http://127.0.0.1:9/"}
+                               ).info.run_id
+    first = HivedSubmittedRun(run_id, "j9", client=None, tracking_uri=tracking_uri)
+    first._sync(_job("queued", attempts=1, preemptions=1))
+    later = HivedSubmittedRun.from_run(run_id, tracking_uri)   # e.g. `follow` after the CLI was stopped
+    later._sync(_job("queued", attempts=1, preemptions=1))
+    later._sync(_job("queued", attempts=2, preemptions=2))
+    run = client.get_run(run_id)
+    note = run.data.tags["mlflow.note.content"]
+    assert note.count("preempted (1)") == 1 and note.count("preempted (2)") == 1
+    assert [m.step for m in client.get_metric_history(run_id, "hived.preemptions")] == [1, 2]

@@ -29,7 +29,8 @@ def payload(i: int) -> dict:
 def main() -> int:
     spec, data_dir, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     svc = SchedulerService(spec, data_dir, tick_seconds=0.05,
-                           scheme=os.environ.get("HIVED_TEST_SCHEME", "hived"))
+                           scheme=os.environ.get("HIVED_TEST_SCHEME", "hived"),
+                           synchronous=os.environ.get("HIVED_TEST_SYNC", "FULL"))
     jobs = {j["id"]: {"name": j["name"], "state": j["state"], "placement": j["placement"]}
             for j in svc.list_jobs()}
     with open(os.path.join(data_dir, f"recovered-{os.getpid()}.json"), "w") as f:

@@ -94,3 +94,24 @@ def test_not_a_database_is_refused(tmp_path):
 def test_bad_synchronous_setting(tmp_path):
     with pytest.raises(StoreError, match="synchronous"):
         SqliteStore(tmp_path, synchronous="sometimes")
+
+
+def test_failing_migration_changes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_mod, "MIGRATIONS", store_mod.MIGRATIONS[:1])
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 1)
+    s = SqliteStore(tmp_path)
+    s.add_job(record("kept"), now=1.0)
+    s.close()
+    broken = store_mod.MIGRATIONS[:1] + [("a broken one", ["CREATE TABLE ok_so_far (x)", "ALTER TABLE nope ADD y"])]
+    monkeypatch.setattr(store_mod, "MIGRATIONS", broken)
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 2)
+    with pytest.raises(StoreError, match=r"migration 2 \(a broken one\) failed: no such table: nope; "
+                                         r"nothing was changed \(the database stays at schema version 1\)"):
+        SqliteStore(tmp_path)
+    monkeypatch.undo()
+    con = sqlite3.connect(tmp_path / "hived.db")
+    assert con.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] == 1
+    assert not con.execute("SELECT name FROM sqlite_master WHERE name='ok_so_far'").fetchone()
+    con.close()
+    s = SqliteStore(tmp_path)          # the real migrations still apply afterwards
+    assert s.schema_version() == SCHEMA_VERSION and [r["job_id"] for r in s.load_jobs()] == ["kept"]

@@ -1,0 +1,192 @@
+"""Benchmark: the REST API under 100 concurrent clients (issue 7).
+
+A real ``hived serve`` (jupyter-server + the scheduler service + SQLite store,
+durable commits) on a two-VC spec; jobs are started by a launcher that runs
+nothing and reports every job finished on its next poll, so the queue keeps
+draining at the scheduler's pace and what is timed is the API, the store and
+the scheduling rounds competing for the service lock.
+
+Same run, same server, same 100 clients (asyncio + aiohttp, one connection
+each):
+
+- baseline: GET /hived/api/status (authentication + JSON, no service lock);
+- submit:   POST /hived/api/jobs (schema check, VC authorization, engine
+            validation, a durable SQLite commit), alternating two VCs/users;
+- then every submission is looked for in GET /jobs: none may be lost.
+
+Target: submit p99 <= 20 ms, no request lost over 10,000 submissions.
+
+Run: .venv/bin/python benchmarks/bench_rest.py [--quick] [--clients N] [--requests N]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = ROOT / "tests" / "jupyter" / "spec_jupyter.yaml"
+TOKENS = {"tok-alice": "alice", "tok-bob": "bob", "tok-root": "root"}
+TARGET_P99_MS = 20.0
+
+
+class InstantLauncher:
+    """Launcher for the benchmark: every job 'runs' and exits 0 at once."""
+
+    def __init__(self):
+        self._events = []
+
+    def launch(self, job_id, request, placement, attempt):
+        from hived.jupyter_ext.service.launcher import LauncherEvent
+        self._events += [LauncherEvent(job_id, "started", attempt=attempt),
+                         LauncherEvent(job_id, "exited", exit_code=0, attempt=attempt)]
+
+    def terminate(self, job_id, grace_period):
+        from hived.jupyter_ext.service.launcher import LauncherEvent
+        self._events.append(LauncherEvent(job_id, "exited", exit_code=-15))
+
+    def poll(self):
+        events, self._events = self._events, []
+        return events
+
+    def adopt(self, job_id, placement):
+        return False
+
+    def logs(self, job_id, rank=0, offset=0):
+        return "", offset
+
+
+def start_server(data: Path) -> tuple[subprocess.Popen, str]:
+    (data / "tokens.json").write_text(json.dumps(TOKENS))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hived.jupyter_ext.cli.main", "serve", "--spec", str(SPEC), "--data-dir", str(data),
+         "--port", "0", "--token", "tok-server", "--user-tokens", str(data / "tokens.json"), "--tick", "0.5",
+         "--launcher", "bench_rest.InstantLauncher"],
+        stdout=open(data / "serve.log", "w"), stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 60
+    while not (data / "server.json").exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("hived serve did not start:\n" + (data / "serve.log").read_text()[-2000:])
+        time.sleep(0.1)
+    return proc, json.loads((data / "server.json").read_text())["url"].rstrip("/") + "/hived/api/"
+
+
+async def load(api: str, clients: int, total: int, make_request, rate: float = 0.0
+               ) -> tuple[list[float], list[int], list]:
+    """``total`` requests from ``clients`` concurrent clients; latency (s), status, body each.
+
+    rate 0: closed loop, each client sends its next request as soon as the
+    last is answered (saturation: latency is mostly waiting in line).
+    rate R: open loop, request i is due at i/R seconds (R per second in all,
+    spread over the clients); latency counts from when it was sent."""
+    import aiohttp
+    latencies, statuses, bodies = [], [], []
+    counter = iter(range(total))
+    start = time.perf_counter()
+
+    async def client(k: int):
+        conn = aiohttp.TCPConnector(limit=1)
+        async with aiohttp.ClientSession(connector=conn) as session:
+            for i in counter:
+                if rate:
+                    delay = start + i / rate - time.perf_counter()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                method, route, user, body = make_request(i)
+                headers = {"Authorization": f"token tok-{user}"}
+                t0 = time.perf_counter()
+                async with session.request(method, api + route, json=body, headers=headers) as r:
+                    doc = await r.json(content_type=None)
+                latencies.append(time.perf_counter() - t0)
+                statuses.append(r.status)
+                bodies.append(doc)
+
+    await asyncio.gather(*(client(k) for k in range(clients)))
+    return latencies, statuses, bodies
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
+
+
+def summary(name: str, lat: list[float], wall: float) -> dict:
+    ms = [x * 1000 for x in lat]
+    row = {"name": name, "n": len(ms), "median_ms": statistics.median(ms), "p90_ms": pct(ms, 90),
+           "p99_ms": pct(ms, 99), "max_ms": max(ms), "per_s": len(ms) / wall}
+    print(f"  {name:<14} n={row['n']:>6}  median {row['median_ms']:6.2f} ms  p90 {row['p90_ms']:6.2f} ms  "
+          f"p99 {row['p99_ms']:6.2f} ms  max {row['max_ms']:7.2f} ms  {row['per_s']:7.0f} req/s")
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="1,000 requests per phase (< 60 s)")
+    ap.add_argument("--clients", type=int, default=100)
+    ap.add_argument("--requests", type=int, default=None, help="requests per phase (default 10,000)")
+    ap.add_argument("--rate", type=float, default=100.0,
+                    help="offered load of the paced phases, requests/s over all clients")
+    args = ap.parse_args()
+    total = args.requests or (1_000 if args.quick else 10_000)
+    with tempfile.TemporaryDirectory(prefix="bench-rest-") as tmp:
+        proc, api = start_server(Path(tmp))
+        try:
+            print(f"hived serve at {api}; {args.clients} concurrent clients, {total} requests per phase; "
+                  f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (other work on this machine "
+                  f"shows in every row: compare the ratios)")
+            # warm-up: connections, imports, caches
+            asyncio.run(load(api, 10, 200, lambda i: ("GET", "status", "alice", None)))
+
+            def status(i):
+                return "GET", "status", "alice", None
+
+            def submit(i):
+                user, vc = ("alice", "vca") if i % 2 == 0 else ("bob", "vcb")
+                return "POST", "jobs", user, {"vc": vc, "command": "true", "name": f"bench-{i}",
+                                              "job_class": "be" if i % 3 else "te"}
+
+            rows, st_all, docs = {}, [], []
+            for mode, rate in (("paced", args.rate), ("saturated", 0.0)):
+                print(f"{mode}: " + (f"{rate:g} requests/s offered in all" if rate else
+                                     "each client sends again as soon as answered"))
+                for name, make in (("GET status", status), ("POST jobs", submit)):
+                    offset = len(docs) if name == "POST jobs" else 0
+                    t0 = time.perf_counter()
+                    lat, st, body = asyncio.run(load(api, args.clients, total,
+                                                     (lambda i, m=make, o=offset: m(i + o)), rate))
+                    rows[(mode, name)] = summary(name, lat, time.perf_counter() - t0)
+                    st_all += st
+                    if name == "POST jobs":
+                        docs += [d for d, c in zip(body, st) if c == 201]
+                base, sub = rows[(mode, "GET status")], rows[(mode, "POST jobs")]
+                print(f"  submit/status: median x{sub['median_ms'] / base['median_ms']:.2f}, "
+                      f"p99 x{sub['p99_ms'] / base['p99_ms']:.2f}")
+            import requests
+            listed = requests.get(api + "jobs", headers={"Authorization": "token tok-root"}, timeout=300).json()["jobs"]
+            submitted = 2 * total
+            accepted = {d["id"] for d in docs}
+            names = {j["name"] for j in listed if j["name"].startswith("bench-")}
+            lost = submitted - len(names)
+            bad = sum(s not in (200, 201) for s in st_all)
+        finally:
+            proc.terminate()
+            proc.wait(20)
+    print(f"accepted {len(accepted)}/{submitted} submissions (distinct ids), stored {len(names)}, lost {lost}, "
+          f"non-2xx answers {bad}")
+    paced = rows[("paced", "POST jobs")]
+    ok = paced["p99_ms"] <= TARGET_P99_MS and lost == 0 and bad == 0 and len(accepted) == submitted
+    print(f"target (paced): submit p99 <= {TARGET_P99_MS:g} ms, none lost: {'MET' if ok else 'NOT MET'} "
+          f"(p99 {paced['p99_ms']:.1f} ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

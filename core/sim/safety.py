@@ -1,0 +1,49 @@
+"""Did a queued job wait for its own tenant, or for someone else?
+
+HiveD's promise (001 §3): a request that fits the free cells of its VC view
+is placed at once; it never waits for another tenant. So a guaranteed job
+still queued right after a scheduling round, at the head of its VC's queue,
+while its VC had room for it, waited for others: a sharing-safety breach.
+``vc_room`` answers "had room" for both allocators: HiveD's (free cells of
+the VC view, a cell splitting into cells of lower levels) and the GPU-quota
+baseline's (unused quota GPUs, which is all quota promises).
+"""
+from __future__ import annotations
+
+
+def vc_room(eng, rec) -> bool:
+    """True if ``rec``'s VC could host it now by its own reservation."""
+    alloc = eng.alloc
+    vc = rec.request.vc
+    view = alloc.vc_view(vc)
+    if isinstance(view, dict):      # quota baseline: {chain: {total, used, free}}
+        return any(v["free"] >= rec.gpus for v in view.values())
+    for chain_name, chain in eng.spec.chains.items():
+        per_level = chain.gpus_per_level
+        free = {k: n for (c, k), n in view.free_cells.items() if c == chain_name}
+        if _fits(free, per_level, [chain.level_for_gpus(g) for g in rec.pod_gpus]):
+            return True
+    return False
+
+
+def _fits(free: dict, per_level: list, levels: list) -> bool:
+    """Can pods of these levels take free cells (a level-k cell holds
+    gpus(k)/gpus(l) cells of level l)? Largest pods first, each from the
+    smallest free cell that holds it, the remainder of a split cell kept."""
+    if any(lv is None for lv in levels):
+        return False
+    free = dict(free)
+    for lv in sorted(levels, reverse=True):
+        k = next((k for k in sorted(free) if k >= lv and free[k] > 0), None)
+        if k is None:
+            return False
+        free[k] -= 1
+        # splitting a level-k cell for a level-lv pod leaves one cell of each level lv..k-1
+        for m in range(lv, k):
+            free[m] = free.get(m, 0) + per_level[m] // per_level[m - 1] - 1
+    return True
+
+
+def head_of_queue(eng, rec) -> bool:
+    q = eng.queue(rec.request.vc)
+    return bool(q) and q[0] == rec.job_id

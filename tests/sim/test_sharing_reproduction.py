@@ -1,0 +1,92 @@
+"""The directions of HiveD's sharing-safety results (001 §5.2-5.3) on reduced Philly runs.
+
+Full-trace numbers are in docs/reproduction-sharing.md; these runs are small
+enough for CI and deterministic (the simulator has no randomness).
+"""
+import pytest
+
+from hived.core.sim.schemes import size_cluster
+from hived.core.sim.simulate import simulate
+from hived.core.sim.traces import read_philly
+from hived.jupyter_ext.report.sharing import anomalies
+
+PHILLY = "/work/shared/traces/philly"
+
+
+@pytest.fixture(scope="module")
+def philly():
+    return read_philly(PHILLY)
+
+
+@pytest.fixture(scope="module")
+def two_tenants(philly):
+    """Tenant e13805 (few jobs, mostly multi-GPU gangs: lightly loaded in its
+    private cluster) next to 6214e9 (thousands of 1-GPU jobs), days 85-95 of
+    the trace, 10 nodes, 4 of them e13805's quota: the setting of 001 §5.2 in
+    which other tenants' 1-GPU jobs fragment a multi-GPU tenant's affinity."""
+    tr = philly.only(["e13805", "6214e9"]).window(85, 10)
+    sz = size_cluster(tr, nodes=10, shares={"e13805": 0.4, "6214e9": 0.6})
+    assert sz.quotas == {"e13805": 32, "6214e9": 48}
+    runs = {"private": simulate(tr, "private", sizing=sz), "quota": simulate(tr, "quota", sizing=sz)}
+    for scheme, cells in (("hived", "node"), ("hived", "multi"), ("hived-static", "node")):
+        runs[f"{scheme}-{cells}"] = simulate(tr, scheme, cells=cells, sizing=sz)
+    return runs
+
+
+def test_quota_shows_the_sharing_anomaly(two_tenants):
+    bad = anomalies(two_tenants)["quota"]
+    assert "e13805" in bad                       # waits longer than in its own 4 nodes
+    assert bad["e13805"]["shared_s"] > 10 * max(bad["e13805"]["private_s"], 60.0)
+
+
+@pytest.mark.parametrize("run", ["hived-node", "hived-multi", "hived-static-node"])
+def test_hived_has_no_sharing_anomaly(two_tenants, run):
+    assert anomalies(two_tenants)[run] == {}
+    for r in two_tenants[run].rows:
+        assert r["start"] is not None            # every job ran
+
+
+@pytest.fixture(scope="module")
+def all_tenants(philly):
+    """Every tenant, days 65-68, cluster sized for 1.2x offered load over the
+    window (the window starts empty), quotas from whole-trace GPU-hour shares."""
+    tr = philly.window(65, 3)
+    gs = philly.gpu_seconds()
+    sz = size_cluster(tr, 1.2, shares={t: gs[t] for t in tr.tenants})
+    return {f"{s}-{c}": simulate(tr, s, cells=c, sizing=sz).summary()
+            for s, c in (("hived", "node"), ("hived", "multi"), ("hived-static", "node"))}
+
+
+def test_dynamic_binding_preempts_fewer_gpus_than_static(all_tenants):
+    dyn, static = all_tenants["hived-node"]["preempted_gpus"], all_tenants["hived-static-node"]["preempted_gpus"]
+    assert static > 0 and dyn < 0.8 * static
+
+
+def test_multi_level_cells_fragment_less_than_node_cells(all_tenants):
+    assert all_tenants["hived-multi"]["avg_fragmentation"] < all_tenants["hived-node"]["avg_fragmentation"]
+
+
+def test_only_keeps_named_tenants_and_rejects_unknown(philly):
+    tr = philly.only(["e13805"])
+    assert tr.tenants == ["e13805"] and len(tr.jobs) == 374
+    with pytest.raises(ValueError, match="nope"):
+        philly.only(["e13805", "nope"])
+
+
+def test_hived_never_leaves_a_job_waiting_for_another_tenant(two_tenants):
+    """A guaranteed job queued at the head of its VC while its VC view had room
+    waited for someone else: under quota e13805's gangs do, under HiveD none."""
+    quota = [r for r in two_tenants["quota"].rows if r["blocked_with_vc_room"]]
+    assert any(r["tenant"] == "e13805" for r in quota)
+    for run in ("hived-node", "hived-multi", "hived-static-node"):
+        assert [r["job_id"] for r in two_tenants[run].rows if r["blocked_with_vc_room"]] == []
+
+
+def test_fits_splits_cells_like_the_buddy_allocator():
+    from hived.core.sim.safety import _fits
+    per = [1, 2, 4, 8]
+    assert _fits({4: 1}, per, [3, 3])            # a node holds two socket pods
+    assert not _fits({4: 1}, per, [3, 3, 1])     # ... and nothing more
+    assert _fits({4: 1}, per, [3, 2, 1, 1])      # 4 + 2 + 1 + 1
+    assert not _fits({1: 3}, per, [2])           # three loose GPUs are no PCIe pair
+    assert not _fits({}, per, [1]) and not _fits({4: 1}, per, [None])

@@ -33,7 +33,10 @@ def register(subparsers, summary: str) -> None:
     p.add_argument("--trust-user-header", action="store_true",
                    help="let holders of the server token name the user in X-Hived-User (trusted front ends, tests)")
     p.add_argument("--tick", type=float, default=0.5, help="seconds between scheduling rounds")
-    p.add_argument("--launcher", default="local", help="'local' or an import path of a Launcher class")
+    p.add_argument("--launcher", default="local",
+                   help="'local' (processes on this machine), 'kubernetes' (pods through the cluster "
+                        "in $KUBECONFIG or in-cluster config; restarts recover from pod annotations), "
+                        "or an import path of a Launcher class")
     p.set_defaults(func=run)
 
 
@@ -63,6 +66,9 @@ def build_config(args: argparse.Namespace, token: str):
     c.HivedExtension.data_dir = str(Path(args.data_dir).resolve())
     c.HivedExtension.tick_seconds = args.tick
     c.HivedExtension.launcher = args.launcher
+    if args.launcher == "kubernetes":
+        # recovery from the cluster's pods lives in the Kubernetes service subclass
+        c.HivedExtension.service_class = "hived.k8s.service.KubernetesSchedulerService"
     return c
 
 

@@ -10,12 +10,12 @@ progress spread against alpha, with ES and SRPT as references).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Optional
 
 from hived.core.sim import allox_experiment as E
+from hived.jupyter_ext.report.staged_run import run_with_stages, write_outputs
 
 LABEL = {"es": "ES", "drff": "DRFF", "drfs": "DRFS", "drfa": "DRFA", "jsq+": "JSQ+", "sjf+": "SJF+",
          "allox+": "AlloX+", "allox": "AlloX", "srpt": "SRPT"}
@@ -124,29 +124,11 @@ def main(argv: Optional[list[str]] = None, out=None) -> int:
                        policies=[p.strip() for p in args.policies.split(",") if p.strip()],
                        timeout_h=args.timeout_h, start=args.start, trace=args.trace)
         cfg.check()
-        if args.progress:
-            from tqdm import tqdm
-
-            with tqdm(total=E.stages(cfg), unit="run", file=sys.stderr, dynamic_ncols=True) as bar:
-                def stage(name: str) -> None:
-                    if bar.desc:
-                        bar.update(1)
-                    bar.set_description_str(name)
-                res = E.run(cfg, on_stage=stage)
-                bar.update(1)
-        else:
-            res = E.run(cfg)
+        res = run_with_stages(E.run, cfg, E.stages(cfg), args.progress)
     except (ValueError, FileNotFoundError) as exc:
         print(f"hived simulate --workload allox: {exc}", file=sys.stderr)
         return 2
-    print(format_tables(res), file=out)
-    if args.plots:
-        for p in plot(res, args.plots):
-            print(f"wrote {p}", file=out)
-    if args.json_out:
-        with open(args.json_out, "w") as fh:
-            json.dump(res.to_dict(), fh, indent=2)
-        print(f"wrote {args.json_out}", file=out)
+    write_outputs(res, format_tables(res), plot, args.plots, args.json_out, out)
     return 0
 
 

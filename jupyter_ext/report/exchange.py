@@ -11,12 +11,12 @@ writes ``exchange_gain.png`` (gain per VC, both assignments) and
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Optional
 
 from hived.core.sim import exchange_experiment as E
+from hived.jupyter_ext.report.staged_run import run_with_stages, write_outputs
 
 TITLE = {"default": "Table 4 (default assignment)", "balanced": "Table 5 (balanced assignment)"}
 
@@ -110,29 +110,11 @@ def main(argv: Optional[list[str]] = None, out=None) -> int:
                        assignments=[a.strip() for a in args.assignments.split(",") if a.strip()],
                        trace=args.trace, vc_nodes=args.vc_nodes)
         cfg.check()
-        if args.progress:
-            from tqdm import tqdm
-
-            with tqdm(total=2 * len(cfg.assignments), unit="run", file=sys.stderr, dynamic_ncols=True) as bar:
-                def stage(name: str) -> None:
-                    if bar.desc:
-                        bar.update(1)
-                    bar.set_description_str(name)
-                res = E.run(cfg, on_stage=stage)
-                bar.update(1)
-        else:
-            res = E.run(cfg)
+        res = run_with_stages(E.run, cfg, 2 * len(cfg.assignments), args.progress)
     except (ValueError, FileNotFoundError) as exc:
         print(f"hived simulate --workload exchange: {exc}", file=sys.stderr)
         return 2
-    print(format_tables(res), file=out)
-    if args.plots:
-        for p in plot(res, args.plots):
-            print(f"wrote {p}", file=out)
-    if args.json_out:
-        with open(args.json_out, "w") as fh:
-            json.dump(res.to_dict(), fh, indent=2)
-        print(f"wrote {args.json_out}", file=out)
+    write_outputs(res, format_tables(res), plot, args.plots, args.json_out, out)
     return 0
 
 

@@ -174,4 +174,44 @@ class EngineEvents:
         if not (isinstance(done, (int, float)) and 0 <= done <= total):
             raise RequestError("done", f"must be within [0, {total}], got {done!r}")
         rec.progress = (done, total)
+        hook = getattr(self.queue_policy, "on_progress", None)
+        if hook is not None:   # e.g. a policy ordering by estimated remaining time
+            hook(rec, now)
+
+    def on_capacity_changed(self, vcs, downgraded, now: float) -> None:
+        """VC views changed under the engine (a cell exchange window began or ended).
+
+        ``vcs``: VCs whose cells moved; their queues are tried again (their
+        guaranteed capacity is re-read from the allocator, so queued jobs may
+        now run on borrowed cells). ``downgraded``: jobs the allocator re-bound
+        as opportunistic on the same GPUs (cells given back while they ran);
+        the engine books them as opportunistic from now on.
+        """
+        # only the cell allocator moves cells between VCs (the quota baseline has no transfer)
+        quota = getattr(self.alloc, "quota", None) if hasattr(self.alloc, "transfer") else None
+        for vc in vcs:
+            if vc not in self._vver:
+                raise RequestError("vc", f"unknown VC {vc!r}")
+            if quota is not None:
+                cap = {c: 0 for c in self.spec.chains}
+                for (chain, level), count in quota[vc].items():
+                    cap[chain] += count * self.spec.chains[chain].gpus_per_level[level - 1]
+                self._vc_cap[vc] = cap
+            self._vver[vc] += 1
+        for jid in downgraded:
+            rec = self._jobs.get(jid)
+            if rec is None or rec.placement is None or rec.opportunistic or rec.state not in HOLDING:
+                continue
+            rec.opportunistic = True
+            grant = self.alloc.grant_of(jid) if hasattr(self.alloc, "grant_of") else None
+            if grant is not None:   # its binding now says opportunistic (what a restart restores)
+                rec.placement = grant.placement
+            self._vc_used[rec.request.vc][rec._chain_bound] -= rec.gpus
+            usage = self.view.usage.get(jid)
+            if usage is not None:   # same GPUs, now counted as opportunistic work
+                self.view.unbind(jid, guaranteed=True)
+                self.view.bind(jid, usage, guaranteed=False)
+            rec.history.append((now, rec.state.value, "cells given back by an exchange: now opportunistic"))
+        self._gver += 1
+        self._dirty.update(self._lanes)
 

@@ -36,6 +36,7 @@ from hived.core.jobs import DecisionKind, JobState
 
 from .launcher import Launcher
 from .payload import job_dict, parse_job
+from .service_exchange import ExchangeMixin, make_arbiter
 from .service_views import cluster_dict, vc_dict
 from .store import SqliteStore, Store
 
@@ -111,7 +112,7 @@ def _load_spec(spec):
     return spec if hasattr(spec, "chains") else load_spec(spec)
 
 
-class SchedulerService:
+class SchedulerService(ExchangeMixin):
     def __init__(self, spec_path, data_dir, launcher: str | Launcher = "local", tick_seconds: float = 0.5,
                  *, store: Optional[Store] = None, synchronous: str = "FULL",
                  queue_policy: str = "fifo", preemption_policy: str = "fitgpp",
@@ -152,6 +153,7 @@ class SchedulerService:
         if text is not None:   # lets `hived ... --data-dir` open this directory embedded later
             self.store.set_meta("spec", text)
         self.eng = self._new_engine(self.spec)
+        self._arb = make_arbiter(self.eng)   # cell exchange (service_exchange.py); in memory only
         # this machine's GPUs, when the spec names this host (a spec from `hived discover`)
         self.local = None
         if launcher == "local" or health == "auto":
@@ -351,6 +353,7 @@ class SchedulerService:
             touched = self._events(now)
             if self.health is not None:
                 touched += self._health(now)
+            touched += self._exchange_tick(now)
             decisions = self.eng.step(now)
             self._write_live(now, also=touched + [d.job_id for d in decisions])
             self._execute(decisions, now)
@@ -575,6 +578,7 @@ class SchedulerService:
         except SpecError as exc:
             raise RequestError(exc.path, exc.problem) from None
         with self._lock:
+            self._exchange_before_reload()
             eng = self._new_engine(new_spec)
             for rec in sorted(self.eng._jobs.values(), key=lambda r: (r.state is JobState.QUEUED,
                                                                       getattr(r, "_seq", 0))):
@@ -585,6 +589,7 @@ class SchedulerService:
                     raise RequestError("spec", f"job {rec.job_id} ({rec.state.value}) does not fit the new "
                                        f"spec: {exc}; nothing changed") from None
             self.eng, self.spec = eng, new_spec
+            self._exchange_after_reload()
             text = _spec_text(path_or_text)
             if text is not None:
                 self.store.set_meta("spec", text)

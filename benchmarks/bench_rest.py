@@ -37,39 +37,13 @@ TOKENS = {"tok-alice": "alice", "tok-bob": "bob", "tok-root": "root"}
 TARGET_P99_MS = 20.0
 
 
-class InstantLauncher:
-    """Launcher for the benchmark: every job 'runs' and exits 0 at once."""
-
-    def __init__(self):
-        self._events = []
-
-    def launch(self, job_id, request, placement, attempt):
-        from hived.jupyter_ext.service.launcher import LauncherEvent
-        self._events += [LauncherEvent(job_id, "started", attempt=attempt),
-                         LauncherEvent(job_id, "exited", exit_code=0, attempt=attempt)]
-
-    def terminate(self, job_id, grace_period):
-        from hived.jupyter_ext.service.launcher import LauncherEvent
-        self._events.append(LauncherEvent(job_id, "exited", exit_code=-15))
-
-    def poll(self):
-        events, self._events = self._events, []
-        return events
-
-    def adopt(self, job_id, placement):
-        return False
-
-    def logs(self, job_id, rank=0, offset=0):
-        return "", offset
-
-
 def start_server(data: Path) -> tuple[subprocess.Popen, str]:
     (data / "tokens.json").write_text(json.dumps(TOKENS))
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ)
     proc = subprocess.Popen(
         [sys.executable, "-m", "hived.jupyter_ext.cli.main", "serve", "--spec", str(SPEC), "--data-dir", str(data),
          "--port", "0", "--token", "tok-server", "--user-tokens", str(data / "tokens.json"), "--tick", "0.5",
-         "--launcher", "bench_rest.InstantLauncher"],
+         "--launcher", "hived.jupyter_ext.service.launcher_noop.InstantLauncher"],
         stdout=open(data / "serve.log", "w"), stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 60
     while not (data / "server.json").exists():

@@ -27,27 +27,8 @@ import sys
 import tempfile
 import time
 
+from hived.jupyter_ext.service.launcher_noop import NoopLauncher
 from hived.jupyter_ext.service.service import SchedulerService
-
-
-class NullLauncher:
-    """Starts nothing; reports each launch as started, as a real launcher would."""
-
-    def __init__(self):
-        self.events = []
-
-    def launch(self, job_id, request, placement, attempt):
-        from hived.jupyter_ext.service.launcher import LauncherEvent
-        self.events.append(LauncherEvent(job_id, "started", attempt=attempt))
-
-    def terminate(self, job_id, grace_period): pass
-
-    def poll(self):
-        out, self.events = self.events, []
-        return out
-
-    def adopt(self, job_id, placement): return True
-    def logs(self, job_id, rank=0, offset=0): return "", offset
 
 
 def spec(nodes: int) -> dict:
@@ -83,7 +64,7 @@ def bench_submit(n: int, sync: str, scheme: str, root: str) -> tuple[float, floa
     good and bad moments fall on both alike (a sequential A-then-B run on a
     busy machine measured the neighbours as much as the code)."""
     d = os.path.join(root, "submit")
-    svc = SchedulerService(spec(64), d, launcher=NullLauncher(), synchronous=sync, scheme=scheme, health=None)
+    svc = SchedulerService(spec(64), d, launcher=NoopLauncher(adopt=True), synchronous=sync, scheme=scheme, health=None)
     # the baseline: the very same rows, raw inserts, one commit each, same table shape
     raw = sqlite3.connect(os.path.join(root, "raw.db"), isolation_level=None)
     raw.execute("PRAGMA journal_mode=WAL")
@@ -118,7 +99,7 @@ def bench_restart(n: int, sync: str, scheme: str, root: str, rounds: int):
     d = os.path.join(root, "restart")
     nodes = max(16, -(-(n // 2) // 8 // 16) * 16)    # enough GPUs for n/2 one-GPU jobs
     sp = spec(nodes)
-    svc = SchedulerService(sp, d, launcher=NullLauncher(), synchronous=sync, scheme=scheme, health=None)
+    svc = SchedulerService(sp, d, launcher=NoopLauncher(adopt=True), synchronous=sync, scheme=scheme, health=None)
     for i in range(n):
         svc.submit("alice" if i % 2 else "bob", payload(i))
     bound = 0
@@ -134,7 +115,7 @@ def bench_restart(n: int, sync: str, scheme: str, root: str, rounds: int):
     times, cpu = [], []
     for _ in range(rounds):
         t0, c0 = time.perf_counter(), time.process_time()
-        again = SchedulerService(sp, d, launcher=NullLauncher(), synchronous=sync, scheme=scheme, health=None)
+        again = SchedulerService(sp, d, launcher=NoopLauncher(adopt=True), synchronous=sync, scheme=scheme, health=None)
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
         held = sum(1 for r in again.eng._jobs.values() if r.placement is not None)

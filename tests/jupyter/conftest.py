@@ -80,7 +80,7 @@ class LiveServer:
         self.data_dir = data_dir
         tokens = data_dir / "tokens.json"
         tokens.write_text(json.dumps(TOKENS))
-        env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(os.environ)
         for k in ("HIVED_URL", "HIVED_TOKEN", "HIVED_USER", "HIVED_VC"):
             env.pop(k, None)
         self.log = open(data_dir / "serve.log", "w")
@@ -140,6 +140,6 @@ def live_server(tmp_path_factory):
 @pytest.fixture(scope="session")
 def null_server(tmp_path_factory):
     """A ``hived serve`` whose launcher runs nothing (for fuzzing)."""
-    server = LiveServer(tmp_path_factory.mktemp("null"), launcher="null_launcher.NullLauncher")
+    server = LiveServer(tmp_path_factory.mktemp("null"), launcher="hived.jupyter_ext.service.launcher_noop.NoopLauncher")
     yield server
     server.stop()

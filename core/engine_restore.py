@@ -7,34 +7,23 @@ allocator and the engine's view agree with what is really running.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .engine_records import JobRecord
+from .grant import Grant
 from .engine_validate import RequestError, check
-from .jobs import JobState, Placement
+from .jobs import JobState
 
 HOLDING = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
 
 
 @dataclass
-class Binding:
+class Binding(Grant):
     """A grant as stored: what ``Allocator.restore`` takes back."""
-
-    owner: str
-    vc: str
-    chain: str
-    opportunistic: bool
-    priority: int
-    pods: list
-    victims: set = field(default_factory=set)
 
     @property
     def cells(self) -> list:
         return [c for p in self.pods for c in p.cells]
-
-    @property
-    def placement(self) -> Placement:
-        return Placement(self.chain, tuple(self.pods), self.opportunistic)
 
     def to_dict(self) -> dict:
         """The plain form ``Allocator.restore`` accepts (its public input, no internals).

@@ -18,30 +18,20 @@ depends on every tenant's jobs, not only the VC's own.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .jobs import Placement, PodPlacement
-
+from .grant import Grant
+from .jobs import PodPlacement
 
 
 @dataclass
-class QuotaGrant:
-    owner: str
-    vc: str
-    chain: str
-    opportunistic: bool
-    priority: int
-    pods: list
-    victims: set = field(default_factory=set)
+class QuotaGrant(Grant):
+    """GPUs held under the quota scheme, named ``node/gpu``."""
 
     @property
     def cells(self) -> list:
         return [f"{p.node}/{g}" for p in self.pods for g in p.gpus]
-
-    @property
-    def placement(self) -> Placement:
-        return Placement(self.chain, tuple(self.pods), self.opportunistic)
 
 
 def spec_nodes(chain) -> list:

@@ -1,9 +1,11 @@
 """Fixtures for the service tests: a small two-VC spec and a service on it."""
 import os
-import time
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # service_helpers (--import-mode=importlib)
 
 SPEC = Path(__file__).with_name("spec_small.yaml")
 # "quota" runs the same tests on the baseline allocator

@@ -2,7 +2,6 @@
 from types import SimpleNamespace
 
 import pynvml
-import pytest
 
 from hived.jupyter_ext.service.health import HealthMonitor
 

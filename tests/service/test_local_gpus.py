@@ -1,7 +1,6 @@
 """The service on a spec discovered from this machine (NVML faked): UUIDs in
 CUDA_VISIBLE_DEVICES by position, and NVML health moving jobs off a bad GPU."""
 import sys
-import time
 
 import pynvml
 import pytest
@@ -10,6 +9,7 @@ from hived.jupyter_ext.service.discovery import discover
 from hived.jupyter_ext.service.health import HealthMonitor
 from hived.jupyter_ext.service.local_gpus import match_local
 from hived.jupyter_ext.service.service import SchedulerService
+from service_helpers import wait_until
 
 PY = sys.executable
 
@@ -19,14 +19,6 @@ def crossed(a, b):
     return 20 if a % 2 == b % 2 else 50
 
 
-def wait_until(pred, timeout=15.0, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture

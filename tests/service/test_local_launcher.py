@@ -8,6 +8,7 @@ import pytest
 
 from hived.core.jobs import JobRequest, Placement, PodPlacement
 from hived.jupyter_ext.service.local_launcher import LocalLauncher
+from service_helpers import wait_until
 
 PY = sys.executable
 
@@ -30,13 +31,6 @@ def wait_exit(launcher, job_id, timeout=15.0):
     raise AssertionError(f"{job_id} did not exit within {timeout}s")
 
 
-def wait_for(pred, timeout=10.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached")
 
 
 def test_env_workdir_exit_code_and_log(tmp_path):
@@ -81,14 +75,14 @@ def test_sigterm_grace_then_sigkill_to_the_whole_group(tmp_path):
                 "open(os.environ['HIVED_JOB_DIR'] + '/gc.pid', 'w').write(str(p.pid))\n"
                 "print('ready', flush=True); time.sleep(120)\n")
     la.launch("s", req([PY, "-c", stubborn]), placement([0]), 1)
-    wait_for(lambda: "\nready\n" in la.logs("s")[0])
+    wait_until(lambda: "\nready\n" in la.logs("s")[0])
     gc_pid = int((tmp_path / "s" / "work" / "gc.pid").read_text())
     t0 = time.time()
     la.terminate("s", 1.0)
     ev = wait_exit(la, "s")
     assert ev.exit_code == -signal.SIGKILL
     assert 0.9 <= time.time() - t0 < 5
-    wait_for(lambda: not os.path.exists(f"/proc/{gc_pid}") or
+    wait_until(lambda: not os.path.exists(f"/proc/{gc_pid}") or
              open(f"/proc/{gc_pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z")
 
     # a polite program checkpoints on SIGTERM and exits inside the grace period
@@ -97,14 +91,14 @@ def test_sigterm_grace_then_sigkill_to_the_whole_group(tmp_path):
               "signal.signal(signal.SIGTERM, bye)\n"
               "print('ready', flush=True); time.sleep(60)\n")
     la.launch("p", req([PY, "-c", polite]), placement([0]), 1)
-    wait_for(lambda: "\nready\n" in la.logs("p")[0])
+    wait_until(lambda: "\nready\n" in la.logs("p")[0])
     la.terminate("p", 10.0)
     ev = wait_exit(la, "p")
     assert ev.exit_code == 0 and "checkpointed" in la.logs("p")[0]
 
     # default SIGTERM action: killed by signal 15
     la.launch("q", req("echo ready; sleep 60"), placement([0]), 1)
-    wait_for(lambda: "\nready\n" in la.logs("q")[0])
+    wait_until(lambda: "\nready\n" in la.logs("q")[0])
     la.terminate("q", 10.0)
     assert wait_exit(la, "q").exit_code in (-signal.SIGTERM, 143)
 
@@ -150,8 +144,8 @@ def test_adopt_after_restart(tmp_path):
     first.launch("alive", req("echo up; sleep 60"), placement([0], [1]), 1)
     first.launch("done", req("echo finished; exit 4"), placement([2]), 1)
     first.launch("gone", req("echo up; sleep 60"), placement([3]), 1)
-    wait_for(lambda: all("\nup\n" in first.logs(j)[0] for j in ("alive", "gone")))
-    wait_for(lambda: (tmp_path / "done" / "attempt-1" / "rank-0.exit.json").exists())
+    wait_until(lambda: all("\nup\n" in first.logs(j)[0] for j in ("alive", "gone")))
+    wait_until(lambda: (tmp_path / "done" / "attempt-1" / "rank-0.exit.json").exists())
     # the service dies: its launcher object is dropped without stopping anything;
     # "gone" loses its processes to an outside SIGKILL meanwhile
     import json
@@ -160,7 +154,7 @@ def test_adopt_after_restart(tmp_path):
     first._jobs.clear()
 
     second = LocalLauncher(tmp_path)
-    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or
+    wait_until(lambda: not os.path.exists(f"/proc/{pid}") or
              open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z")
     assert second.adopt("alive", placement([0], [1])) is True
     assert second.adopt("done", placement([2])) is True

@@ -12,7 +12,12 @@ turns pod status into the protocol's events:
 
 ``launch`` validates the job template before it creates anything, and a pod
 the API server refuses (quota, admission, a name taken) makes it delete the
-pods it already created: no half gang is left behind. ``terminate`` deletes
+pods it already created: no half gang is left behind. With ``pipeline=True``
+(what the service uses) ``launch`` and ``terminate`` return once the manifests
+are built and queued: one sender thread makes the API calls in order, one at a
+time, while the scheduler goes on deciding; a refused gang then comes back as
+an ``exited`` event (exit 127, ``reason`` LaunchRefused) instead of a
+``LaunchError``. ``flush()`` waits for the queue to drain. ``terminate`` deletes
 the gang with the job's grace period; the gang's ``exited`` comes when the
 pods are gone (or ended). ``adopt`` after a restart finds the gang in the
 cluster. Node health comes from ``NodeHealth`` (``health_changes()``).
@@ -21,7 +26,9 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
@@ -32,13 +39,15 @@ from hived.core.jobs import JobRequest, Placement
 
 from . import pod_builder as pb
 from .nodes import NodeHealth
+from .rest_raw import RawApi
 from .template import JobTemplate, TemplateError
-from .watch import (DELETED, EXIT_DELETED, PENDING, RUNNING, SUCCEEDED, PodState, pod_state,
+from .watch import (DELETED, EXIT_DELETED, FAILED, PENDING, RUNNING, SUCCEEDED, PodState, pod_state,
                     pod_watch)
 
 log = logging.getLogger("hived.k8s.launcher")
 
 TEMPLATE_ATTR = "k8s_template"   # a job's own template overrides (dict) on its JobRequest
+EXIT_LAUNCH_REFUSED = 127        # what a gang the API server refused exits with (as a bad command)
 
 
 @dataclass
@@ -76,6 +85,7 @@ class _Gang:
     ended: bool = False
     terminating: bool = False
     launching: bool = False
+    skipped: bool = False          # terminated before its pods were created (pipeline mode)
 
 
 def make_api_client(kubeconfig: Optional[str] = None, context: Optional[str] = None) -> client.ApiClient:
@@ -117,11 +127,17 @@ class KubernetesLauncher:
                  bind: str = "node_name", spec_version: str = "", context: Optional[str] = None,
                  nodes: Optional[Iterable[str]] = None, emit_events: bool = True,
                  priority_of: Optional[Callable[[JobRequest, Placement], Optional[int]]] = None,
-                 watch_timeout: int = 5, watch_namespace: Optional[str] = None):
+                 watch_timeout: int = 5, watch_namespace: Optional[str] = None, pipeline: bool = False):
         if bind not in pb.BIND_MODES:
             raise ValueError(f"bind: {bind!r} is not one of {pb.BIND_MODES}")
         self.api = api_client or make_api_client(kubeconfig, context)
         self.core = client.CoreV1Api(self.api)
+        self.raw = RawApi(self.api)     # per-pod writes: see rest_raw for why not the generated calls
+        self.pipeline = pipeline
+        # Bounded: a scheduler thread far ahead of the sender would hold the GIL while the
+        # sender waits to read its answers; a short queue keeps the two interleaved.
+        self._queue: "queue.Queue" = queue.Queue(maxsize=4)
+        self._sender: Optional[threading.Thread] = None
         self.template = JobTemplate.from_dict(template) if template is not None else None
         self.namespace = namespace
         self.instance = instance
@@ -151,6 +167,10 @@ class KubernetesLauncher:
         return self
 
     def stop(self) -> None:
+        if self._sender is not None:
+            self._queue.put(None)        # after what is queued: nothing accepted is dropped
+            self._sender.join(timeout=60)
+            self._sender = None
         if self._started:
             self.watch.stop()
             if self.node_health:
@@ -194,26 +214,75 @@ class KubernetesLauncher:
                      launching=True)
         with self._lock:
             self._gangs[job_id] = gang
+        if self.pipeline:
+            self._submit(self._create_queued, gang, pods)
+        else:
+            self._create_gang(gang, pods)
+
+    def _create_gang(self, gang: "_Gang", pods: list[dict]) -> None:
         try:
-            self._create_all(job_id, ns, pods)
+            self._create_all(gang.job_id, gang.namespace, pods)
         except LaunchError:
             with self._lock:
-                self._gangs.pop(job_id, None)
+                self._gangs.pop(gang.job_id, None)
             raise
         with self._lock:
             gang.launching = False
             self._evaluate(gang)
+
+    # -- the sender (pipeline mode) --------------------------------------
+    def _submit(self, fn: Callable, *args) -> None:
+        if self._sender is None or not self._sender.is_alive():
+            self._sender = threading.Thread(target=self._send_loop, name="hived-k8s-sender", daemon=True)
+            self._sender.start()
+        self._queue.put((fn, args))
+
+    def _send_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                fn, args = item
+                fn(*args)
+            except Exception:   # one bad call must not stop every later launch
+                log.exception("sender: %s failed", getattr(item[0], "__name__", item[0]))
+            finally:
+                self._queue.task_done()
+
+    def _create_queued(self, gang: "_Gang", pods: list[dict]) -> None:
+        with self._lock:
+            if gang.terminating:
+                # Preempted or cancelled before its turn: nothing was created, so it is over now.
+                gang.launching = False
+                gang.ended = gang.skipped = True
+                self._emit(gang, "exited", PodState(DELETED, "Deleted", EXIT_DELETED), None,
+                           "terminated by hived before its pods were created")
+                return
+        try:
+            self._create_gang(gang, pods)
+        except LaunchError as e:
+            with self._lock:
+                self._events.append(JobEvent(gang.job_id, "exited", EXIT_LAUNCH_REFUSED,
+                                             f"hived: launch failed: {e}", FAILED, "LaunchRefused", None,
+                                             gang.attempt))
+
+    def flush(self, timeout: float = 60.0) -> bool:
+        """Wait until every queued API call was made (pipeline mode); True when drained."""
+        end = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and time.monotonic() < end:
+            time.sleep(0.002)
+        return not self._queue.unfinished_tasks
 
     def _create_all(self, job_id: str, ns: str, pods: list[dict]) -> None:
         """Create (and in binding mode bind) ``pods``; on any refusal delete the ones created."""
         created: list[str] = []
         try:
             for pod in pods:
-                _send(self.core.create_namespaced_pod, ns, pod)
+                self.raw.create_pod(ns, pod)
                 created.append(pod["metadata"]["name"])
                 if self.bind == "binding":
-                    _send(self.core.create_namespaced_pod_binding, pod["metadata"]["name"], ns,
-                          pb.binding_body(pod))
+                    self.raw.bind_pod(ns, pod["metadata"]["name"], pb.binding_body(pod))
         except Exception as e:   # refused, or the connection broke: no half gang either way
             self._rollback(ns, created)
             if isinstance(e, ApiException):
@@ -269,7 +338,7 @@ class KubernetesLauncher:
         """Delete the pods of a gang that could not be created whole (grace 0: they never ran)."""
         for name in names:
             try:
-                _send(self.core.delete_namespaced_pod, name, ns, grace_period_seconds=0)
+                self.raw.delete_pod(ns, name, 0)
             except ApiException as e:
                 if e.status != 404:
                     log.error("rollback: could not delete pod %s/%s: %s", ns, name, _api_message(e))
@@ -281,16 +350,26 @@ class KubernetesLauncher:
             if gang is None:
                 return
             gang.terminating = True
+        if self.pipeline:
+            self._submit(self._delete_gang_pods, gang, grace_period)   # after its creates, in order
+        else:
+            self._delete_gang_pods(gang, grace_period)
+
+    def _delete_gang_pods(self, gang: "_Gang", grace_period: float) -> None:
+        with self._lock:
+            if gang.skipped:
+                return
             names, ns = list(gang.names), gang.namespace
         grace = max(0, int(round(grace_period)))
         for name in names:
             try:
-                _send(self.core.delete_namespaced_pod, name, ns, grace_period_seconds=grace)
+                self.raw.delete_pod(ns, name, grace)
                 self._event(ns, name, "Preempting" if grace else "Killing",
-                            f"hived deletes the gang of job {job_id} (grace period {grace}s)")
+                            f"hived deletes the gang of job {gang.job_id} (grace period {grace}s)")
             except ApiException as e:
                 if e.status != 404:
-                    log.error("terminate %s: could not delete %s/%s: %s", job_id, ns, name, _api_message(e))
+                    log.error("terminate %s: could not delete %s/%s: %s", gang.job_id, ns, name,
+                              _api_message(e))
         with self._lock:
             self._evaluate(gang)
 

@@ -71,7 +71,7 @@ def launcher_from_env(nodes=None, **kw) -> KubernetesLauncher:
         bind=env.get("HIVED_K8S_BIND") or "node_name",
         spec_version=env.get("HIVED_SPEC_VERSION", ""),
         watch_namespace=env.get("HIVED_K8S_WATCH_NAMESPACE") or None,
-        nodes=nodes, **kw)
+        nodes=nodes, **{"pipeline": True, **kw})
 
 
 def spec_nodes(spec) -> list[str]:

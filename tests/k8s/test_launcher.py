@@ -236,16 +236,16 @@ def test_admission_refusing_mid_gang_leaves_no_half_gang(kube, core, uid, bind):
     core.create_namespace({"metadata": {"name": ns}})
     lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, instance=uid, bind=bind,
                              watch_timeout=1)
-    real = lau.core.create_namespaced_pod
+    real = lau.raw.create_pod
     made = []
 
-    def create(namespace, body, **kw):
+    def create(namespace, body):
         if len(made) == 2:
             core.delete_namespace(ns)
-        out = real(namespace, body, **kw)
+        out = real(namespace, body)
         made.append(body["metadata"]["name"])
         return out
-    lau.core.create_namespaced_pod = create
+    lau.raw.create_pod = create
     try:
         with pytest.raises(LaunchError) as e:
             lau.launch("j1", request(), gang_placement("a", "b"), attempt=1)

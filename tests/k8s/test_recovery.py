@@ -44,7 +44,8 @@ class Harness:
 
     def service(self, spec=None, **kw) -> KubernetesSchedulerService:
         lau = KubernetesLauncher(self.kube.kubeconfig, template={"image": "registry.example/train:1"},
-                                 namespace=self.ns, instance=self.uid, watch_timeout=1)
+                                 namespace=self.ns, instance=self.uid, watch_timeout=1,
+                                 pipeline=True)   # as launcher_from_env builds it for the service
         svc = KubernetesSchedulerService(spec or self.spec(), self.data, launcher=lau, tick_seconds=0.05, **kw)
         self.made.append(svc)
         return svc
@@ -254,6 +255,7 @@ def test_node_not_ready_moves_the_jobs_on_it(hv):
     Nodes(hv.core).set_ready(node, False)
     hv.tick_until(svc, lambda: svc.eng.job(a).state.value != "running")
     assert svc.eng.alloc.tree.nodes[node].bad == 8
+    assert svc.launcher.flush(10)      # the deletes are queued to the launcher's sender
     assert all(p.metadata.deletion_timestamp is not None for p in hv.pods(a))
 
 

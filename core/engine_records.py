@@ -25,6 +25,7 @@ def request_to_dict(req: JobRequest) -> dict:
         "name": req.name, "env": dict(req.env), "workdir": req.workdir,
         "duration": req.duration, "estimate": req.estimate,
         "max_retries": req.max_retries, "labels": dict(req.labels),
+        "k8s_template": req.k8s_template,
     }
 
 

@@ -80,6 +80,9 @@ class JobRequest:
     estimate: Optional[float] = None     # user's hint of run time, seconds
     max_retries: Optional[int] = None    # None = the failure class decides
     labels: dict[str, str] = field(default_factory=dict)
+    # Launcher-specific pod settings: the job's overrides of the Kubernetes job template
+    # (k8s/template.py). The engine only carries them; the launcher validates them.
+    k8s_template: Optional[dict] = None
 
     @property
     def total_pods(self) -> int:

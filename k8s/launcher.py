@@ -73,7 +73,7 @@ class LaunchError(RuntimeError):
         self.status = status
 
 
-@dataclass
+@dataclass(eq=False)            # identity: gangs sit in sets
 class _Gang:
     job_id: str
     attempt: int
@@ -86,6 +86,8 @@ class _Gang:
     terminating: bool = False
     launching: bool = False
     skipped: bool = False          # terminated before its pods were created (pipeline mode)
+    failing: Optional[tuple] = None    # (rank, PodState) of the member that ended the gang badly
+    release_at: float = 0.0        # monotonic time after which a failing gang is over regardless
 
 
 def make_api_client(kubeconfig: Optional[str] = None, context: Optional[str] = None) -> client.ApiClient:
@@ -127,13 +129,17 @@ class KubernetesLauncher:
                  bind: str = "node_name", spec_version: str = "", context: Optional[str] = None,
                  nodes: Optional[Iterable[str]] = None, emit_events: bool = True,
                  priority_of: Optional[Callable[[JobRequest, Placement], Optional[int]]] = None,
-                 watch_timeout: int = 5, watch_namespace: Optional[str] = None, pipeline: bool = False):
+                 watch_timeout: int = 5, watch_namespace: Optional[str] = None, pipeline: bool = False,
+                 teardown_margin: float = 30.0):
         if bind not in pb.BIND_MODES:
             raise ValueError(f"bind: {bind!r} is not one of {pb.BIND_MODES}")
         self.api = api_client or make_api_client(kubeconfig, context)
         self.core = client.CoreV1Api(self.api)
         self.raw = RawApi(self.api)     # per-pod writes: see rest_raw for why not the generated calls
         self.pipeline = pipeline
+        # A failed gang's GPUs are released once its other members are gone, or this long after
+        # their grace period when they linger (a dead node never confirms the deletion).
+        self.teardown_margin = teardown_margin
         # Bounded: a scheduler thread far ahead of the sender would hold the GIL while the
         # sender waits to read its answers; a short queue keeps the two interleaved.
         self._queue: "queue.Queue" = queue.Queue(maxsize=4)
@@ -154,6 +160,7 @@ class KubernetesLauncher:
         self.node_health = NodeHealth(self.core, nodes, timeout_seconds=watch_timeout) if nodes else None
         self._gangs: dict[str, _Gang] = {}
         self._events: list[JobEvent] = []
+        self._failing: set = set()       # gangs waiting for their other members to be gone
         self._lock = threading.RLock()
         self._started = False
 
@@ -376,6 +383,9 @@ class KubernetesLauncher:
     def poll(self) -> list[JobEvent]:
         self.start()
         with self._lock:
+            now = time.monotonic()
+            for gang in [g for g in self._failing if now >= g.release_at]:
+                self._evaluate(gang)
             out, self._events = self._events, []
         return out
 
@@ -471,11 +481,23 @@ class KubernetesLauncher:
                 self._emit(gang, "exited", first, None, "terminated by hived")
             return
         bad = [(r, s) for r, s in enumerate(states) if s is not None and s.terminal and s.state != SUCCEEDED]
-        if bad:
-            rank, s = bad[0]
-            gang.ended = True
-            self._emit(gang, "exited", s, rank, "")
+        if bad and gang.failing is None:
+            gang.failing = bad[0]
+            gang.release_at = time.monotonic() + gang.grace + self.teardown_margin
+            self._failing.add(gang)
             self._teardown(gang)
+        if gang.failing is not None:
+            # The job is over, but its cells are free only when no member can still use a GPU:
+            # a job placed there at once would share GPUs with members still stopping.
+            gone = all(s is not None and s.terminal for s in states)
+            if gone or time.monotonic() >= gang.release_at:
+                if not gone:
+                    log.warning("job %s: members still terminating %.0fs after the grace period; "
+                                "releasing its cells", gang.job_id, self.teardown_margin)
+                rank, s = gang.failing
+                gang.ended = True
+                self._failing.discard(gang)
+                self._emit(gang, "exited", s, rank, "")
             return
         if not gang.started and all(s is not None and s.state in (RUNNING, SUCCEEDED) for s in states):
             gang.started = True

@@ -7,6 +7,7 @@ the gang fits the VC at all) is ``Engine.validate``'s job. Every refusal is a
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -25,7 +26,8 @@ RESERVED_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 
 FIELDS = ("vc", "command", "job_class", "pods", "gpus", "cell_type", "groups", "chain", "affinity",
           "grace_period", "name", "env", "workdir", "allow_opportunistic", "estimate",
-          "max_retries", "labels", "cpus", "memory_gb")
+          "max_retries", "labels", "cpus", "memory_gb", "k8s_template")
+MAX_TEMPLATE_CHARS = 64_000  # a job template override larger than this is not a template
 
 
 def _int(payload: dict, key: str, default: Optional[int], lo: int, hi: int) -> Optional[int]:
@@ -142,12 +144,26 @@ def parse_job(user: str, payload: Any, *, check_workdir: bool = True) -> JobRequ
     chain = payload.get("chain")
     if chain is not None and not isinstance(chain, str):
         raise RequestError("chain", f"must be a chain name, got {chain!r}")
+    template = _template(payload.get("k8s_template"))
     return JobRequest(
         user=user, vc=vc, command=command, job_class=job_class, groups=groups, chain=chain,
         affinity=affinity, grace_period=grace, allow_opportunistic=allow, name=name,
         env={k: str(v) for k, v in env.items()}, workdir=workdir,
         estimate=_num(payload, "estimate", None, 0.0, 1e9),
-        max_retries=_int(payload, "max_retries", None, 0, 100), labels=dict(labels))
+        max_retries=_int(payload, "max_retries", None, 0, 100), labels=dict(labels),
+        k8s_template=template)
+
+
+def _template(t: Any) -> Optional[dict]:
+    """The job's Kubernetes template overrides: only the shape here; the launcher checks the
+    fields (service.submit asks it before the job is accepted)."""
+    if t is None:
+        return None
+    if not isinstance(t, dict):
+        raise RequestError("k8s_template", f"must be an object of job template fields, got {type(t).__name__}")
+    if len(json.dumps(t)) > MAX_TEMPLATE_CHARS:
+        raise RequestError("k8s_template", f"larger than {MAX_TEMPLATE_CHARS} characters of JSON")
+    return json.loads(json.dumps(t))     # a private copy: nothing the caller keeps can change it
 
 
 def job_dict(rec: JobRecord, queue_position: Optional[int] = None) -> dict:
@@ -159,7 +175,7 @@ def job_dict(rec: JobRecord, queue_position: Optional[int] = None) -> dict:
         "job_class": req.job_class.value, "state": rec.state.value,
         "command": req.command, "gpus": rec.gpus, "pods": len(rec.pod_gpus) or req.total_pods,
         "affinity": req.affinity.value, "grace_period": req.grace_period,
-        "workdir": req.workdir, "chain": req.chain,
+        "workdir": req.workdir, "chain": req.chain, "k8s_template": req.k8s_template,
         "placement": None if p is None else {
             "chain": p.chain, "opportunistic": p.opportunistic,
             "pods": [{"rank": q.rank, "node": q.node, "gpus": list(q.gpus)} for q in p.pods]},

@@ -437,6 +437,7 @@ class SchedulerService(ExchangeMixin):
         if not isinstance(user, str) or not user.strip():
             raise RequestError("user", "must be a non-empty user name")
         req = parse_job(user, payload, check_workdir=self._check_workdir)
+        self._check_for_launcher(req)
         with self._lock:
             self._authorize_vc(user, req.vc)
             now = self.clock()
@@ -454,6 +455,22 @@ class SchedulerService(ExchangeMixin):
             out = job_dict(rec, self._tail_position(rec))
         self._wake.set()
         return out
+
+    def _check_for_launcher(self, req) -> None:
+        """Refuse at submission what the launcher would refuse at launch (a job's own Kubernetes
+        template fields), so a bad job is never queued only to fail when its turn comes."""
+        if req.k8s_template is None:
+            return
+        validate = getattr(self.launcher, "validate", None)
+        if validate is None:
+            raise RequestError("k8s_template", f"this hived runs jobs with {type(self.launcher).__name__}; "
+                               "job template fields apply on Kubernetes only (hived serve --launcher kubernetes)")
+        try:
+            validate(req)
+        except ValueError as e:          # TemplateError: where ("template.volumes[0]...") + problem
+            where = getattr(e, "where", "template")
+            where = "k8s_template" + where[len("template"):] if where.startswith("template") else where
+            raise RequestError(where, getattr(e, "problem", str(e))) from None
 
     def _tail_position(self, rec: JobRecord) -> Optional[int]:
         """Position of a job just queued, without listing the queue (O(1) for

@@ -111,14 +111,7 @@ def test_a_bad_member_fails_the_gang_and_tears_it_down(launcher, core, ns, uid, 
         kubelet.evict(ns, names[1])
     else:
         kubelet.node_lost(ns, names[1])
-    ev = wait_events(launcher, lambda es: any(e.kind == "exited" for e in es))
-    ex = [e for e in ev if e.kind == "exited"]
-    assert len(ex) == 1
-    assert (ex[0].state, ex[0].exit_code, ex[0].reason, ex[0].rank) == (state, code, reason, 1)
-    assert names[1] in ex[0].log_tail and reason in ex[0].log_tail
-    if end == "error":
-        assert "boom" in ex[0].log_tail
-    # the surviving member is deleted with the job's grace period
+    # the surviving member is deleted with the job's grace period ...
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         p0 = core.read_namespaced_pod(names[0], ns)
@@ -126,6 +119,39 @@ def test_a_bad_member_fails_the_gang_and_tears_it_down(launcher, core, ns, uid, 
             break
         time.sleep(0.05)
     assert p0.metadata.deletion_timestamp is not None and p0.metadata.deletion_grace_period_seconds == 30
+    # ... and the gang's cells stay held until it is gone: no exited while it still stops
+    time.sleep(0.3)
+    assert not [e for e in launcher.poll() if e.kind == "exited"], "exited while a member still holds its GPUs"
+    kubelet.confirm_deletion(ns, names[0])
+    ev = wait_events(launcher, lambda es: any(e.kind == "exited" for e in es))
+    ex = [e for e in ev if e.kind == "exited"]
+    assert len(ex) == 1
+    assert (ex[0].state, ex[0].exit_code, ex[0].reason, ex[0].rank) == (state, code, reason, 1)
+    assert names[1] in ex[0].log_tail and reason in ex[0].log_tail
+    if end == "error":
+        assert "boom" in ex[0].log_tail
+
+
+def test_a_failed_gang_is_released_when_a_member_never_confirms_its_deletion(kube, core, ns, uid, kubelet):
+    """A member whose node died never confirms its deletion: the gang's cells are released
+    teardown_margin after its grace period all the same."""
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, instance=uid, watch_timeout=2,
+                             teardown_margin=0.5).start()
+    try:
+        lau.launch("j1", request(groups=[PodGroup(pods=2, gpus=2)], grace_period=1.0),
+                   Placement("V100", gang_placement("a", "b").pods[:2]), attempt=1)
+        names = [p.metadata.name for p in pods_of(core, ns)]
+        for name in names:
+            kubelet.run(ns, name)
+        wait_events(lau, lambda es: any(e.kind == "started" for e in es))
+        t0 = time.monotonic()
+        kubelet.exit(ns, names[1], 3)
+        ev = wait_events(lau, lambda es: any(e.kind == "exited" for e in es))
+        assert time.monotonic() - t0 >= 1.4        # grace 1 s + margin 0.5 s
+        assert [(e.exit_code, e.rank) for e in ev if e.kind == "exited"] == [(3, 1)]
+        assert core.read_namespaced_pod(names[0], ns).metadata.deletion_timestamp is not None
+    finally:
+        lau.stop()
 
 
 def test_preemption_deletes_with_grace_period(launcher, core, ns, uid, kubelet):

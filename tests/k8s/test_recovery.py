@@ -218,13 +218,19 @@ def test_gang_missing_a_member_that_ran_is_torn_down(hv):
     hv.kubelet.confirm_deletion(hv.ns, names[2])         # a member vanished while hived was down
     svc2 = hv.service()
     assert svc2.recovered["adopted"] == [a]
+
+    def old():
+        return [p for p in hv.pods(a) if p.metadata.annotations[pb.A_ATTEMPT] == "1"]
+    # the survivors are deleted with the job's grace period; its cells stay held while they stop
+    hv.tick_until(svc2, lambda: len(old()) == 3 and all(p.metadata.deletion_timestamp is not None for p in old()))
+    assert {p.metadata.deletion_grace_period_seconds for p in old()} == {20}
+    assert svc2.eng.job(a).state.value == "running"
+    for p in old():
+        hv.kubelet.confirm_deletion(hv.ns, p.metadata.name)
     hv.tick_until(svc2, lambda: svc2.eng.job(a).state.value != "running")
     # exit 143 (the member is gone as if killed): the failure rules requeue it as a whole
     states = [h["state"] for h in svc2.get_job(a)["history"]]
     assert states[:3] == ["queued", "placed", "running"] and states[3] == "queued"
-    old = [p for p in hv.pods(a) if p.metadata.annotations[pb.A_ATTEMPT] == "1"]
-    assert len(old) == 3 and all(p.metadata.deletion_timestamp is not None for p in old)
-    assert {p.metadata.deletion_grace_period_seconds for p in old} == {20}
     # the retry is a whole new gang (attempt 2), never the 3 survivors plus one
     hv.tick_until(svc2, lambda: len([p for p in hv.pods(a) if p.metadata.annotations[pb.A_ATTEMPT] == "2"]) == 4)
 

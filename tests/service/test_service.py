@@ -252,3 +252,14 @@ def test_refused_store_leaves_the_data_dir_free(make_service, tmp_path):
     for _ in range(2):     # refused twice the same way: the first attempt left no lock behind
         with pytest.raises(StoreError, match="foreign SQLite database"):
             make_service(d, start=False)
+
+
+def test_k8s_template_is_refused_by_the_local_launcher(make_service):
+    svc = make_service()
+    with pytest.raises(RequestError) as e:
+        svc.submit("alice", {"vc": "vca", "command": "true", "k8s_template": {"image": "x"}})
+    assert e.value.field == "k8s_template" and "Kubernetes only" in e.value.problem
+    with pytest.raises(RequestError) as e:
+        svc.submit("alice", {"vc": "vca", "command": "true", "k8s_template": ["image", "x"]})
+    assert e.value.field == "k8s_template" and "must be an object" in e.value.problem
+    assert svc.list_jobs() == [] and stored_count(svc) == 0

@@ -1,0 +1,79 @@
+"""A job's own Kubernetes template fields through the service: checked when submitted, on the pods
+when launched, kept across a restart of hived."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))   # k8s_helpers (pytest runs with --import-mode=importlib)
+
+import json  # noqa: E402
+
+import pytest  # noqa: E402
+
+from hived.core.engine import RequestError  # noqa: E402
+from hived.k8s import pod_builder as pb  # noqa: E402
+from hived.k8s.launcher import KubernetesLauncher  # noqa: E402
+from hived.k8s.service import KubernetesSchedulerService  # noqa: E402
+from hived.k8s.watch import wait_for  # noqa: E402
+
+from k8s_helpers import spec_for  # noqa: E402
+
+DEFAULT = {"image": "registry.example/train:1", "env": {"DATA": "/data"}}
+
+
+@pytest.fixture
+def make_svc(kube, ns, uid, nodes, tmp_path):
+    for i in range(2):
+        nodes.add(f"{uid}-n{i}")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(json.dumps(spec_for(uid)))
+    made = []
+
+    def make():
+        lau = KubernetesLauncher(kube.kubeconfig, template=DEFAULT, namespace=ns, instance=uid, watch_timeout=1,
+                                 pipeline=True)
+        svc = KubernetesSchedulerService(str(spec), tmp_path / "data", launcher=lau, tick_seconds=0.05)
+        made.append(svc)
+        return svc
+    yield make
+    for svc in made:
+        try:
+            svc.close()
+        except Exception:
+            pass
+
+
+@pytest.mark.parametrize("bad,where", [
+    ({"volumes": [{"name": "d", "hostPth": {"path": "/"}}]}, "k8s_template.volumes[0].hostPth"),
+    ({"resources": {"limits": {"nvidia.com/gpu": "1"}}}, "k8s_template.resources.limits.nvidia.com/gpu"),
+    ({"imagee": "x"}, "k8s_template.imagee"),
+])
+def test_bad_template_fields_are_refused_at_submit_and_nothing_is_queued(make_svc, core, ns, bad, where):
+    svc = make_svc()
+    with pytest.raises(RequestError) as e:
+        svc.submit("alice", {"vc": "vca", "command": "true", "gpus": 2, "k8s_template": bad})
+    assert e.value.field == where
+    assert svc.list_jobs() == [] and svc.store.count_jobs() == 0
+    svc.tick()
+    assert core.list_namespaced_pod(ns).items == []
+
+
+def test_job_template_fields_reach_the_pods_and_survive_a_restart(make_svc, core, ns):
+    svc = make_svc()
+    own = {"image": "nvcr.io/nvidia/pytorch:24.05-py3", "env": {"LR": "0.1"},
+           "resources": {"requests": {"memory": "64Gi"}}}
+    job = svc.submit("alice", {"vc": "vca", "command": "python train.py", "gpus": 2, "job_class": "be",
+                               "k8s_template": own})
+    assert job["k8s_template"] == own
+    assert wait_for(lambda: svc.tick() is not None and len(core.list_namespaced_pod(ns).items) == 1, 10)
+    pod = core.list_namespaced_pod(ns).items[0]
+    c = pod.spec.containers[0]
+    env = {e.name: e.value for e in c.env}
+    assert c.image == own["image"] and env["LR"] == "0.1" and env["DATA"] == "/data"
+    assert c.resources.requests["memory"] == "64Gi"
+    assert json.loads(pod.metadata.annotations[pb.A_REQUEST])["k8s_template"] == own
+    svc.close()
+    svc2 = make_svc()
+    assert svc2.recovered["adopted"] == [job["id"]]
+    assert svc2.eng.job(job["id"]).request.k8s_template == own

@@ -15,10 +15,10 @@ service launches gangs):
   ``create_namespaced_pod`` (what most scripts do), for reference;
 - "hived": N jobs submitted to the engine, scheduled by ``Engine.step`` (buddy
   cell allocation), each START executed by ``KubernetesLauncher.launch`` as the
-  service runs it (``pipeline=True``: template validation and the manifest
-  with labels, gang-binding annotations and HIVED_* env are built on the
-  scheduler's thread, one sender thread makes the create calls one at a time,
-  as the baseline does) while the launcher's pod watch follows every pod,
+  service runs it (``pipeline=True``: the template is validated on the
+  scheduler's thread; one sender thread builds each manifest - labels,
+  gang-binding annotations, HIVED_* env - and makes the create calls one at a
+  time, as the baseline does) while the launcher's pod watch follows every pod,
   until the watch has seen all N pods.
 
 Binding mode (``spec.schedulerName`` + ``pods/binding``: two calls per pod) is
@@ -161,7 +161,7 @@ def hived_run(api, core, ns: str, n: int, nodes: int, bind: bool) -> tuple[float
         assert wait_for(lambda: len(lau.watch.pods) >= n, 60, step=0.001), "watch did not see every pod"
         assert not lau.poll(), "a launch was refused"
         t3 = time.perf_counter()
-        # launch_s: building and queueing on the scheduler's thread; the sender finishes the
+        # launch_s: validating and queueing on the scheduler's thread; the sender finishes the
         # creates in the following "watch" part
         parts.update(engine_s=t1 - t0, launch_s=t2 - t1, watch_lag_s=t3 - t2)
         return t3 - t0, parts
@@ -265,7 +265,7 @@ def main(argv=None) -> int:
         print(f"             overhead vs plain, split: pod content {r['content_cost']:+.1%}, pod watch "
               f"{r['watch_cost']:+.1%}, hived's own work {r['hived_work_cost']:+.1%}")
         print(f"             hived parts: engine (submit+schedule) {r['hived_engine_s']:.3f} s, "
-              f"launch (build+queue) {r['hived_launch_s']:.3f} s, creates finishing + watch {r['hived_watch_lag_s']:.3f} s")
+              f"launch (queue; the sender builds) {r['hived_launch_s']:.3f} s, creates finishing + watch {r['hived_watch_lag_s']:.3f} s")
     if args.json:
         print(json.dumps(results, indent=2))
     return 0 if ok else 1

@@ -140,9 +140,7 @@ class KubernetesLauncher:
         # A failed gang's GPUs are released once its other members are gone, or this long after
         # their grace period when they linger (a dead node never confirms the deletion).
         self.teardown_margin = teardown_margin
-        # Bounded: a scheduler thread far ahead of the sender would hold the GIL while the
-        # sender waits to read its answers; a short queue keeps the two interleaved.
-        self._queue: "queue.Queue" = queue.Queue(maxsize=4)
+        self._queue: "queue.Queue" = queue.Queue()
         self._sender: Optional[threading.Thread] = None
         self.template = JobTemplate.from_dict(template) if template is not None else None
         self.namespace = namespace
@@ -214,17 +212,20 @@ class KubernetesLauncher:
         template = self.validate(request)            # refused here: nothing was created
         ns = self.namespace_of(template)
         priority = self.priority_of(request, placement) if self.priority_of else None
-        pods = pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
-                             instance=self.instance, bind=self.bind, spec_version=self.spec_version,
-                             priority=priority)
-        gang = _Gang(job_id, attempt, ns, [p["metadata"]["name"] for p in pods], request.grace_period,
-                     launching=True)
+
+        def build() -> list[dict]:
+            return pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
+                                 instance=self.instance, bind=self.bind, spec_version=self.spec_version,
+                                 priority=priority)
+        names = [pb.pod_name(job_id, attempt, p.rank) for p in placement.pods]
+        gang = _Gang(job_id, attempt, ns, names, request.grace_period, launching=True)
         with self._lock:
             self._gangs[job_id] = gang
         if self.pipeline:
-            self._submit(self._create_queued, gang, pods)
+            # Built on the sender too: launch stays O(1) for the scheduler, which decides on.
+            self._submit(self._create_queued, gang, build)
         else:
-            self._create_gang(gang, pods)
+            self._create_gang(gang, build())
 
     def _create_gang(self, gang: "_Gang", pods: list[dict]) -> None:
         try:
@@ -257,7 +258,7 @@ class KubernetesLauncher:
             finally:
                 self._queue.task_done()
 
-    def _create_queued(self, gang: "_Gang", pods: list[dict]) -> None:
+    def _create_queued(self, gang: "_Gang", build: Callable[[], list[dict]]) -> None:
         with self._lock:
             if gang.terminating:
                 # Preempted or cancelled before its turn: nothing was created, so it is over now.
@@ -267,12 +268,23 @@ class KubernetesLauncher:
                            "terminated by hived before its pods were created")
                 return
         try:
+            pods = build()
+        except Exception as e:    # a bug, not the job's fault: the job must not hang in "placed"
+            log.exception("job %s: building its pods failed", gang.job_id)
+            with self._lock:
+                self._gangs.pop(gang.job_id, None)
+            self._refused(gang, LaunchError(gang.job_id, None, f"building the pods failed: {e!r}"))
+            return
+        try:
             self._create_gang(gang, pods)
         except LaunchError as e:
-            with self._lock:
-                self._events.append(JobEvent(gang.job_id, "exited", EXIT_LAUNCH_REFUSED,
-                                             f"hived: launch failed: {e}", FAILED, "LaunchRefused", None,
-                                             gang.attempt))
+            self._refused(gang, e)
+
+    def _refused(self, gang: "_Gang", e: LaunchError) -> None:
+        """What ``launch`` raises in sync mode, as the job's exited event (pipeline mode)."""
+        with self._lock:
+            self._events.append(JobEvent(gang.job_id, "exited", EXIT_LAUNCH_REFUSED, f"hived: launch failed: {e}",
+                                         FAILED, "LaunchRefused", None, gang.attempt))
 
     def flush(self, timeout: float = 60.0) -> bool:
         """Wait until every queued API call was made (pipeline mode); True when drained."""

@@ -38,6 +38,7 @@ class SimResult:
     load: float = 0.0
     wall_s: float = 0.0
     quotas: dict = field(default_factory=dict)
+    guaranteed: list = field(default_factory=list)  # (t, share of GPUs held by guaranteed jobs): 001 §5.2's load
 
     def tenant_delays(self) -> dict:
         """tenant -> average queueing delay (s) of its jobs that started."""
@@ -61,6 +62,7 @@ class SimResult:
             "preempted_gpus": pre, "preemptions": sum(r["preemptions"] for r in self.rows),
             "avg_fragmentation": statistics.fmean(f for _, f in self.frag) if self.frag else None,
             "avg_utilization": statistics.fmean(u for _, u in self.util) if self.util else None,
+            "avg_guaranteed_share": statistics.fmean(g for _, g in self.guaranteed) if self.guaranteed else None,
             "quotas_gpus": self.quotas, "wall_s": round(self.wall_s, 3),
             "jobs_per_s": round(len(self.rows) / self.wall_s, 1) if self.wall_s > 0 else None,
         }
@@ -81,8 +83,12 @@ def to_request(j: TraceJob, allow_opportunistic: bool = True) -> JobRequest:
 
 
 def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: Optional[Callable] = None,
-           allow_opportunistic: bool = True) -> tuple:
-    """Run ``jobs`` (sorted by submit) through ``eng``; returns (rows, frag, util, preempted)."""
+           allow_opportunistic: bool = True, guaranteed: Optional[list] = None) -> tuple:
+    """Run ``jobs`` (sorted by submit) through ``eng``; returns (rows, frag, util, preempted).
+
+    ``guaranteed``, when a list, receives (t, share of GPUs held by guaranteed
+    jobs) at every sample: the paper's load ("around 90% of the GPUs are used
+    by high-priority jobs", 001 §5.2)."""
     launcher = SimLauncher()
     frag, util, preempted = [], [], []
     first_nodes: dict = {}
@@ -102,6 +108,8 @@ def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: O
         while next_sample <= now and sample_every > 0:
             frag.append((next_sample, view.fragmentation()))
             util.append((next_sample, 1.0 - sum(max(0, st.gpus_free) for st in view.nodes.values()) / total_gpus))
+            if guaranteed is not None:
+                guaranteed.append((next_sample, sum(st.guaranteed_gpus for st in view.nodes.values()) / total_gpus))
             next_sample += sample_every
         fresh = []
         while i < n and jobs[i].submit <= now:
@@ -176,6 +184,7 @@ def simulate(trace: Trace, scheme: str, *, cells: str = "node", load: float = 0.
     if sizing is None:
         sizing = sizing_from_spec(spec, trace) if spec is not None else size_cluster(trace, load, nodes=nodes)
     t0 = time.perf_counter()
+    gshare: list = []
     if scheme == "private":
         rows, frag, util, pre = [], [], [], []
         by_tenant: dict = {}
@@ -191,6 +200,7 @@ def simulate(trace: Trace, scheme: str, *, cells: str = "node", load: float = 0.
     else:
         eng = build_engine(scheme, spec if spec is not None else shared_spec(sizing, cells), config=config,
                            preemption_policy=preemption_policy)
-        rows, frag, util, pre = replay(eng, trace.jobs, sample_every=sample_every, progress=progress)
+        rows, frag, util, pre = replay(eng, trace.jobs, sample_every=sample_every, progress=progress,
+                                       guaranteed=gshare)
     return SimResult(scheme, cells, rows, frag, util, pre, sizing.nodes, sizing.load,
-                     time.perf_counter() - t0, dict(sizing.quotas))
+                     time.perf_counter() - t0, dict(sizing.quotas), gshare)

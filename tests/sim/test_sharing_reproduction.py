@@ -53,8 +53,9 @@ def all_tenants(philly):
     tr = philly.window(65, 3)
     gs = philly.gpu_seconds()
     sz = size_cluster(tr, 1.2, shares={t: gs[t] for t in tr.tenants})
-    return {f"{s}-{c}": simulate(tr, s, cells=c, sizing=sz).summary()
+    runs = {f"{s}-{c}": simulate(tr, s, cells=c, sizing=sz)
             for s, c in (("hived", "node"), ("hived", "multi"), ("hived-static", "node"))}
+    return {"sizing": sz, "runs": runs, **{k: r.summary() for k, r in runs.items()}}
 
 
 def test_dynamic_binding_preempts_fewer_gpus_than_static(all_tenants):
@@ -64,6 +65,37 @@ def test_dynamic_binding_preempts_fewer_gpus_than_static(all_tenants):
 
 def test_multi_level_cells_fragment_less_than_node_cells(all_tenants):
     assert all_tenants["hived-multi"]["avg_fragmentation"] < all_tenants["hived-node"]["avg_fragmentation"]
+
+
+def _guaranteed_nodes(result) -> dict:
+    """tenant -> nodes its guaranteed (non-opportunistic) placements ever used."""
+    out: dict = {}
+    for r in result.rows:
+        if r["start"] is not None and r["opportunistic"] is False:
+            out.setdefault(r["tenant"], set()).update(r["nodes"].split())
+    return out
+
+
+def test_static_binding_keeps_each_vc_on_fixed_nodes(all_tenants):
+    """Static binding ties each VC node cell to one physical node for the whole
+    run; dynamic binding re-binds, so a VC's guaranteed jobs meet more nodes."""
+    quotas = all_tenants["sizing"].quotas
+    static = _guaranteed_nodes(all_tenants["runs"]["hived-static-node"])
+    dynamic = _guaranteed_nodes(all_tenants["runs"]["hived-node"])
+    assert static and all(len(nodes) <= quotas[t] // 8 for t, nodes in static.items())
+    assert any(len(nodes) > quotas[t] // 8 for t, nodes in dynamic.items())
+    # the VCs' fixed node sets do not overlap
+    seen: set = set()
+    for nodes in static.values():
+        assert not (nodes & seen)
+        seen |= nodes
+
+
+def test_guaranteed_share_is_sampled_for_shared_runs(all_tenants):
+    for run in ("hived-node", "hived-static-node"):
+        share = all_tenants[run]["avg_guaranteed_share"]
+        assert share is not None and 0 < share <= 1
+        assert share <= all_tenants[run]["avg_utilization"] + 1e-9   # guaranteed GPUs are bound GPUs
 
 
 def test_only_keeps_named_tenants_and_rejects_unknown(philly):
@@ -90,3 +122,25 @@ def test_fits_splits_cells_like_the_buddy_allocator():
     assert _fits({4: 1}, per, [3, 2, 1, 1])      # 4 + 2 + 1 + 1
     assert not _fits({1: 3}, per, [2])           # three loose GPUs are no PCIe pair
     assert not _fits({}, per, [1]) and not _fits({4: 1}, per, [None])
+
+
+@pytest.fixture(scope="module")
+def all_tenants_anomaly(philly):
+    """All 11 tenants, days 36-54, on the cluster of docs/reproduction-sharing.md's
+    run 1b (whole trace at --load 0.85: 70 nodes, quotas from whole-trace GPU-hour
+    shares; e13805 holds 5 nodes). The slice holds e13805's day-53 burst of gangs.
+    Sensitive to the slice: days 30-54 or 40-54 show no anomaly (documented)."""
+    tr = philly.window(36, 18)
+    gs = philly.gpu_seconds()
+    sz = size_cluster(tr, nodes=70, shares={t: gs[t] for t in tr.tenants})
+    assert sz.quotas["e13805"] == 40 and len(tr.tenants) == 11
+    return {s: simulate(tr, s, sizing=sz) for s in ("private", "quota", "hived")}
+
+
+def test_all_tenants_anomaly_under_quota_none_under_hived(all_tenants_anomaly):
+    runs = {("hived-node" if k == "hived" else k): v for k, v in all_tenants_anomaly.items()}
+    bad = anomalies(runs)
+    assert list(bad["quota"]) == ["e13805"]
+    assert bad["quota"]["e13805"]["shared_s"] > 60 * max(bad["quota"]["e13805"]["private_s"], 60.0)
+    assert bad["hived-node"] == {}
+    assert not any(r["blocked_with_vc_room"] for r in runs["hived-node"].rows)

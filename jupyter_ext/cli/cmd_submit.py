@@ -40,6 +40,10 @@ def register(subparsers, summary: str) -> None:
     p.add_argument("--allow-opportunistic", action="store_true",
                    help="may run at low priority when the VC is full")
     p.add_argument("--estimate", type=float, default=None, help="expected run time, seconds")
+    p.add_argument("--k8s-template", metavar="FILE", default=None,
+                   help="this job's own Kubernetes job template fields (JSON or YAML: image, resources, "
+                        "volumes, ...; docs/kubernetes.md), merged over the service's default template; "
+                        "only for a service running the Kubernetes launcher")
     p.add_argument("--wait", action="store_true", help="wait for the job to end; exit 1 unless it succeeded")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after '--'")
     cs.add_common(p)
@@ -71,7 +75,23 @@ def payload_of(args) -> dict:
         payload["env"] = env
     if args.allow_opportunistic:
         payload["allow_opportunistic"] = True
+    if args.k8s_template:
+        payload["k8s_template"] = _read_template(args.k8s_template)
     return payload
+
+
+def _read_template(path: str) -> dict:
+    import yaml
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)        # JSON is YAML too
+    except OSError as e:
+        raise ValueError(f"--k8s-template: cannot read {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"--k8s-template: {path} is not JSON or YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--k8s-template: {path} must hold a mapping of template fields, got {type(data).__name__}")
+    return data
 
 
 def run(args, backend) -> int:

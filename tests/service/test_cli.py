@@ -48,7 +48,13 @@ def test_embedded_submit_list_cancel_and_refusals(capsys, tmp_path):
     code, out, err = hived(capsys, "submit", "--data-dir", d, "--spec", SPEC, "--vc", "vca", "--user", "alice",
                            "--be", "--gpus", "2", "--name", "first", "--", "echo", "hi")
     assert code == 0 and "submitted j1 to VC vca as alice: queued" in out
+    tpl, tpl_list = tmp_path / "tpl.yaml", tmp_path / "list.yaml"
+    tpl.write_text("image: nvcr.io/nvidia/pytorch:24.05-py3\n")
+    tpl_list.write_text("- image\n")
     bad = [
+        (["--vc", "vca", "--k8s-template", str(tmp_path / "none.yaml")], 2, "--k8s-template: cannot read"),
+        (["--vc", "vca", "--k8s-template", str(tpl_list)], 2, "must hold a mapping of template fields"),
+        (["--vc", "vca", "--k8s-template", str(tpl)], 2, "job template fields apply on Kubernetes only"),
         (["--vc", "nope"], 4, "vc: unknown VC 'nope'"),
         (["--vc", "vca", "--user", "bob"], 3, "'bob' is not a member of VC 'vca'"),
         (["--vc", "vca", "--gpus", "-3"], 2, "gpus: must be between 1 and"),

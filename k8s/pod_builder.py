@@ -165,7 +165,9 @@ def build_pods(job_id: str, request: JobRequest, placement: Placement, attempt: 
             container["command"] = command
         if args:
             container["args"] = args
-        workdir = request.workdir or template.working_dir
+        # The job's own template says it outright; else the job's workdir (hived submit sends the
+        # current directory: right where home directories are mounted in the pods); else the default.
+        workdir = (request.k8s_template or {}).get("working_dir") or request.workdir or template.working_dir
         if workdir:
             container["workingDir"] = workdir
         if template.image_pull_policy:

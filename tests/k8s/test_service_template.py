@@ -77,3 +77,18 @@ def test_job_template_fields_reach_the_pods_and_survive_a_restart(make_svc, core
     svc2 = make_svc()
     assert svc2.recovered["adopted"] == [job["id"]]
     assert svc2.eng.job(job["id"]).request.k8s_template == own
+
+
+def test_working_directory_order_job_template_then_workdir_then_default():
+    from hived.core.jobs import JobClass, JobRequest, Placement, PodGroup, PodPlacement
+    from hived.k8s.template import JobTemplate
+    placement = Placement("V100", (PodPlacement(0, "n1", (0,), ("c",)),))
+    default = JobTemplate.from_dict({"image": "img", "working_dir": "/default"})
+
+    def workdir(**kw):
+        req = JobRequest(user="alice", vc="vca", command="x", job_class=JobClass.BE, groups=[PodGroup(1, 1)], **kw)
+        tpl = default.merged(req.k8s_template)
+        return pb.build_pods("j1", req, placement, 1, tpl, namespace="ns")[0]["spec"]["containers"][0]["workingDir"]
+    assert workdir() == "/default"
+    assert workdir(workdir="/home/alice/proj") == "/home/alice/proj"
+    assert workdir(workdir="/home/alice/proj", k8s_template={"working_dir": "/workspace"}) == "/workspace"

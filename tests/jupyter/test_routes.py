@@ -140,6 +140,9 @@ BAD_BODIES = [
     ({"vc": "vca", "command": "true", "gpus": 9}, None, None),                        # never fits the VC
     ({"vc": "vca", "command": "true", "workdir": "/no/such/dir"}, "workdir", "does not exist"),
     ({"vc": "vca", "command": "true", "env": {"CUDA_VISIBLE_DEVICES": "0"}}, "env.CUDA_VISIBLE_DEVICES", None),
+    ({"vc": "vca", "command": "true", "k8s_template": ["image"]}, "body.k8s_template", "type object"),
+    # reaches the service, whose local launcher has no use for Kubernetes template fields
+    ({"vc": "vca", "command": "true", "k8s_template": {"image": "x"}}, "k8s_template", "Kubernetes only"),
     ([1, 2], "body", "type object"),
 ]
 

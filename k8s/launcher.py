@@ -29,6 +29,7 @@ import logging
 import queue
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
@@ -47,6 +48,7 @@ from .watch import (DELETED, EXIT_DELETED, FAILED, PENDING, RUNNING, SUCCEEDED, 
 log = logging.getLogger("hived.k8s.launcher")
 
 TEMPLATE_ATTR = "k8s_template"   # a job's own template overrides (dict) on its JobRequest
+RETIRED_KEPT = 10_000            # ended jobs whose pod names are remembered for their logs
 EXIT_LAUNCH_REFUSED = 127        # what a gang the API server refused exits with (as a bad command)
 
 
@@ -159,6 +161,7 @@ class KubernetesLauncher:
         self._gangs: dict[str, _Gang] = {}
         self._events: list[JobEvent] = []
         self._failing: set = set()       # gangs waiting for their other members to be gone
+        self._retired: "OrderedDict[str, tuple[str, list]]" = OrderedDict()   # job -> (namespace, pod names)
         self._lock = threading.RLock()
         self._started = False
 
@@ -399,7 +402,22 @@ class KubernetesLauncher:
             for gang in [g for g in self._failing if now >= g.release_at]:
                 self._evaluate(gang)
             out, self._events = self._events, []
+            for ev in out:
+                if ev.kind == "exited":
+                    self._retire(ev.job_id)
         return out
+
+    def _retire(self, job_id: str) -> None:
+        """An ended gang whose exit was reported keeps only what ``logs`` needs, for the last
+        RETIRED_KEPT jobs: a long-running service must not grow with every job it ever ran (lock held)."""
+        gang = self._gangs.get(job_id)
+        if gang is None or not gang.ended:
+            return
+        del self._gangs[job_id]
+        self._retired[job_id] = (gang.namespace, gang.names)
+        self._retired.move_to_end(job_id)
+        while len(self._retired) > RETIRED_KEPT:
+            self._retired.popitem(last=False)
 
     def adopt(self, job_id: str, placement: Placement) -> bool:
         """After a restart: track the job's pods again. True when its pods exist in the cluster
@@ -439,13 +457,14 @@ class KubernetesLauncher:
     def logs(self, job_id: str, rank: int = 0, offset: int = 0) -> tuple[str, int]:
         with self._lock:
             gang = self._gangs.get(job_id)
-        if gang is None or not 0 <= rank < len(gang.names):
+            ns, names = (gang.namespace, gang.names) if gang else self._retired.get(job_id, (None, []))
+        if not 0 <= rank < len(names):
             return "", offset
         try:
-            text = _send(self.core.read_namespaced_pod_log, gang.names[rank], gang.namespace,
+            text = _send(self.core.read_namespaced_pod_log, names[rank], ns,
                          container=pb.CONTAINER).decode("utf-8", "replace")
         except ApiException as e:
-            return (f"(no logs from pod {gang.names[rank]}: {e.status} {_api_message(e)})\n" if offset == 0 else "",
+            return (f"(no logs from pod {names[rank]}: {e.status} {_api_message(e)})\n" if offset == 0 else "",
                     offset)
         return text[offset:], len(text)
 

@@ -280,3 +280,19 @@ def test_admission_refusing_mid_gang_leaves_no_half_gang(kube, core, uid, bind):
         assert lau.poll() == [] and lau.gang_states("j1") == {}
     finally:
         lau.stop()
+
+
+def test_ended_gangs_are_retired_but_their_logs_still_found(launcher, core, ns, monkeypatch):
+    import hived.k8s.launcher as L
+    monkeypatch.setattr(L, "RETIRED_KEPT", 2)
+    for i in range(3):
+        job = f"j{i}"
+        launcher.launch(job, request(groups=[PodGroup(1, 2)]), Placement("V100", gang_placement("a", "b").pods[:1]),
+                        attempt=1)
+        launcher.terminate(job, 0)
+        wait_events(launcher, lambda es, job=job: any(e.kind == "exited" and e.job_id == job for e in es))
+    assert launcher.gang_states("j2") == {}, "an ended gang is still tracked"
+    # the last RETIRED_KEPT jobs still name their pods for logs (no kubelet here: the server says why)
+    text, _ = launcher.logs("j2", 0)
+    assert pb.pod_name("j2", 1, 0) in text
+    assert launcher.logs("j0", 0) == ("", 0), "the oldest retired job should be forgotten"

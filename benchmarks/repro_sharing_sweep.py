@@ -31,7 +31,6 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-PHILLY = "/work/shared/traces/philly"
 WINDOWS = [(0, None), (0, 60), (25, 60), (49, 60), (0, 30), (20, 30), (40, 30), (60, 30), (79, 30)]
 LOADS = [0.85, 0.9, 0.95]
 QUICK = ([(60, 10)], [0.9])
@@ -43,7 +42,8 @@ def _trace():
     global _TRACE
     if _TRACE is None:
         from hived.core.sim.traces import read_philly
-        _TRACE = read_philly(PHILLY)
+        from hived.jupyter_ext.cli.cmd_simulate import PHILLY_DEFAULT    # what `--trace philly` reads
+        _TRACE = read_philly(PHILLY_DEFAULT)
     return _TRACE
 
 
@@ -58,13 +58,13 @@ def setting(window, load):
 
 def run_one(task):
     """One simulation; returns what the table needs (small: it crosses processes)."""
+    from hived.core.sim.schemes import busy_bounds
     from hived.core.sim.simulate import simulate
     window, load, scheme = task
     tr, sz = setting(window, load)
     r = simulate(tr, scheme, cells="node", sizing=sz)
-    sub = sorted(j.submit for j in tr.jobs)
-    lo, hi = sub[int(0.05 * len(sub))], sub[min(len(sub) - 1, int(0.95 * len(sub)))]
-    g = [s for t, s in r.guaranteed if lo <= t <= hi]   # the busy window, as size_cluster's
+    lo, hi = busy_bounds(tr) or (float("-inf"), float("inf"))   # the window size_cluster sizes for
+    g = [s for t, s in r.guaranteed if lo <= t <= hi]
     return {
         "task": task, "nodes": sz.nodes, "load": sz.load, "jobs": len(tr.jobs), "tenants": len(tr.tenants),
         "delays": r.tenant_delays(), "wall_s": r.wall_s,
@@ -78,14 +78,15 @@ def run_one(task):
 
 def compare(res: dict) -> dict:
     """One table row from the three runs of a setting."""
+    from hived.jupyter_ext.report.sharing import worse_than_private
     priv = res["private"]["delays"]
     row = {"nodes": res["private"]["nodes"], "offered_load": round(res["private"]["load"], 3),
            "jobs": res["private"]["jobs"], "tenants": res["private"]["tenants"]}
     at_once = set(res["private"]["at_once"])
     for s in ("quota", "hived"):
         d = res[s]["delays"]
-        worse = {t: d[t] / max(priv[t], 1.0) for t in d if t in priv and d[t] > priv[t] + 1e-9}
         ratios = {t: d[t] / max(priv[t], 1.0) for t in d if t in priv}
+        worse = {t: ratios[t] for t in worse_than_private(priv, d)}
         worst = max(ratios, key=ratios.get)
         row[f"{s}_worse"] = len(worse)
         row[f"{s}_worse_tenants"] = " ".join(f"{t}:{worse[t]:.2f}" for t in sorted(worse, key=worse.get,

@@ -99,16 +99,24 @@ def gang_cells(trace: Trace) -> dict:
     return dict(out)
 
 
+def busy_bounds(trace: Trace, lo: float = 0.05, hi: float = 0.95) -> Optional[tuple]:
+    """(first, last) submit time of the central 90% of submissions; None for under 20 jobs."""
+    sub = sorted(j.submit for j in trace.jobs)
+    n = len(sub)
+    if n < 20:
+        return None
+    return sub[int(lo * n)], sub[min(n - 1, int(hi * n))]
+
+
 def busy_window(trace: Trace, lo: float = 0.05, hi: float = 0.95) -> tuple:
     """(GPU-seconds submitted, seconds) over the central 90% of submissions.
 
     Real traces start and end thin (Philly: a few jobs in its first two weeks),
     so the load over the whole span understates the load jobs actually meet."""
-    sub = sorted(j.submit for j in trace.jobs)
-    n = len(sub)
-    if n < 20:
+    bounds = busy_bounds(trace, lo, hi)
+    if bounds is None:
         return sum(j.gpu_seconds for j in trace.jobs), max(trace.span, 1.0)
-    a, b = sub[int(lo * n)], sub[min(n - 1, int(hi * n))]
+    a, b = bounds
     if b - a <= 0:
         return sum(j.gpu_seconds for j in trace.jobs), max(trace.span, 1.0)
     return sum(j.gpu_seconds for j in trace.jobs if a <= j.submit <= b), b - a

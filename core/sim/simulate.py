@@ -83,14 +83,14 @@ def to_request(j: TraceJob, allow_opportunistic: bool = True) -> JobRequest:
 
 
 def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: Optional[Callable] = None,
-           allow_opportunistic: bool = True, guaranteed: Optional[list] = None) -> tuple:
-    """Run ``jobs`` (sorted by submit) through ``eng``; returns (rows, frag, util, preempted).
+           allow_opportunistic: bool = True) -> tuple:
+    """Run ``jobs`` (sorted by submit) through ``eng``; returns (rows, frag, util, preempted, guaranteed).
 
-    ``guaranteed``, when a list, receives (t, share of GPUs held by guaranteed
-    jobs) at every sample: the paper's load ("around 90% of the GPUs are used
-    by high-priority jobs", 001 §5.2)."""
+    ``frag``, ``util`` and ``guaranteed`` are sampled every ``sample_every``
+    seconds; ``guaranteed`` is the share of GPUs held by guaranteed jobs, the
+    paper's load ("around 90% of the GPUs are used by high-priority jobs", 001 §5.2)."""
     launcher = SimLauncher()
-    frag, util, preempted = [], [], []
+    frag, util, preempted, guaranteed = [], [], [], []
     first_nodes: dict = {}
     first_opp: dict = {}
     total_gpus = max(1, sum(st.gpus_total for st in eng.view.nodes.values()))
@@ -108,8 +108,7 @@ def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: O
         while next_sample <= now and sample_every > 0:
             frag.append((next_sample, view.fragmentation()))
             util.append((next_sample, 1.0 - sum(max(0, st.gpus_free) for st in view.nodes.values()) / total_gpus))
-            if guaranteed is not None:
-                guaranteed.append((next_sample, sum(st.guaranteed_gpus for st in view.nodes.values()) / total_gpus))
+            guaranteed.append((next_sample, sum(st.guaranteed_gpus for st in view.nodes.values()) / total_gpus))
             next_sample += sample_every
         fresh = []
         while i < n and jobs[i].submit <= now:
@@ -162,7 +161,7 @@ def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: O
                      "start": None, "end": None, "queue_delay": None, "queued_total": 0.0, "preemptions": 0,
                      "gpus_preempted": 0, "opportunistic": None, "state": f"refused: {why}", "nodes": "",
                      "blocked_with_vc_room": False})
-    return rows, frag, util, preempted
+    return rows, frag, util, preempted, guaranteed
 
 
 def simulate(trace: Trace, scheme: str, *, cells: str = "node", load: float = 0.9, nodes: Optional[int] = None,
@@ -184,23 +183,21 @@ def simulate(trace: Trace, scheme: str, *, cells: str = "node", load: float = 0.
     if sizing is None:
         sizing = sizing_from_spec(spec, trace) if spec is not None else size_cluster(trace, load, nodes=nodes)
     t0 = time.perf_counter()
-    gshare: list = []
     if scheme == "private":
-        rows, frag, util, pre = [], [], [], []
+        rows, frag, util, pre, gshare = [], [], [], [], []
         by_tenant: dict = {}
         for j in trace.jobs:
             by_tenant.setdefault(j.tenant, []).append(j)
         for t, spec in private_specs(trace, sizing).items():
             eng = build_engine("private", spec, config=config, preemption_policy=preemption_policy)
-            r, _, _, p = replay(eng, by_tenant.get(t, []), sample_every=0, progress=progress,
-                                allow_opportunistic=False)
+            r, _, _, p, _ = replay(eng, by_tenant.get(t, []), sample_every=0, progress=progress,
+                                   allow_opportunistic=False)
             rows += r
             pre += p
         rows.sort(key=lambda r: (r["submit"], r["job_id"]))
     else:
         eng = build_engine(scheme, spec if spec is not None else shared_spec(sizing, cells), config=config,
                            preemption_policy=preemption_policy)
-        rows, frag, util, pre = replay(eng, trace.jobs, sample_every=sample_every, progress=progress,
-                                       guaranteed=gshare)
+        rows, frag, util, pre, gshare = replay(eng, trace.jobs, sample_every=sample_every, progress=progress)
     return SimResult(scheme, cells, rows, frag, util, pre, sizing.nodes, sizing.load,
                      time.perf_counter() - t0, dict(sizing.quotas), gshare)

@@ -64,6 +64,11 @@ def moving_average(points: list, window: float = WINDOW) -> tuple:
     return xs, ys
 
 
+def worse_than_private(private: dict, shared: dict) -> list:
+    """Tenants whose average queueing delay (tenant -> s) in the shared run exceeds the private one."""
+    return [t for t in sorted(shared) if t in private and shared[t] > private[t] + 1e-9]
+
+
 def anomalies(results: dict) -> dict:
     """Per shared run: tenants whose average queueing delay exceeds the private one."""
     priv = results.get("private")
@@ -77,7 +82,7 @@ def anomalies(results: dict) -> dict:
         d = r.tenant_delays()
         out[name] = {t: {"private_s": round(base[t], 1), "shared_s": round(d[t], 1),
                          "ratio": round(d[t] / base[t], 3) if base[t] > 0 else None}
-                     for t in sorted(d) if t in base and d[t] > base[t] + 1e-9}
+                     for t in worse_than_private(base, d)}
     return out
 
 

@@ -143,17 +143,10 @@ class Cluster:
         try:
             yield client.CoreV1Api(client.ApiClient(cfg))
         finally:
-            proc.terminate()
-            proc.wait(10)
+            _end(proc)
 
     def stop_apiserver(self) -> None:
-        if self.apiserver and self.apiserver.poll() is None:
-            self.apiserver.terminate()
-            try:
-                self.apiserver.wait(10)
-            except subprocess.TimeoutExpired:
-                self.apiserver.kill()
-                self.apiserver.wait()
+        _end(self.apiserver)
 
     def restart_apiserver(self) -> None:
         """A new API server on the same etcd: its watch cache starts at etcd's current revision,
@@ -174,12 +167,7 @@ class Cluster:
 
     def stop(self) -> None:
         self.stop_apiserver()
-        if self.etcd and self.etcd.poll() is None:
-            self.etcd.terminate()
-            try:
-                self.etcd.wait(10)
-            except subprocess.TimeoutExpired:
-                self.etcd.kill()
+        _end(self.etcd)
         shutil.rmtree(self.state, ignore_errors=True)
 
     @staticmethod
@@ -199,3 +187,15 @@ class Cluster:
     def api_client(self):
         from hived.k8s.launcher import make_api_client
         return make_api_client(self.kubeconfig)
+
+
+def _end(proc) -> None:
+    """SIGTERM a child we started, SIGKILL it if it has not gone 10 s later."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

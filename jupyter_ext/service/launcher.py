@@ -4,6 +4,11 @@ The service executes the engine's decisions through a launcher and feeds
 what the launcher sees back to the engine. ``local_launcher.LocalLauncher``
 runs pods as processes on this machine; ``hived.k8s.launcher`` runs them as
 Kubernetes pods; the simulator has its own.
+
+A launcher may also offer ``validate(request)``, raising ``ValueError`` (with
+``where``/``problem``) for what its ``launch`` would refuse: the service calls
+it at submission for requests carrying launcher-specific fields
+(``k8s_template``), so such a job is refused before it is queued.
 """
 from __future__ import annotations
 

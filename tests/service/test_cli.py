@@ -110,14 +110,9 @@ def test_embedded_submit_list_cancel_and_refusals(capsys, tmp_path):
 
 
 def test_foreign_or_newer_database_is_refused_untouched(capsys, tmp_path):
-    import sqlite3
     from hived.jupyter_ext.service.store import SCHEMA_VERSION, SqliteStore
-    foreign = tmp_path / "foreign"
-    foreign.mkdir()
-    con = sqlite3.connect(foreign / "hived.db")
-    con.execute("CREATE TABLE invoices (id INTEGER)")
-    con.commit()
-    con.close()
+    from service_helpers import foreign_database
+    foreign = foreign_database(tmp_path / "foreign")
     newer = tmp_path / "newer"
     s = SqliteStore(newer)
     s._db.execute("INSERT INTO schema_version VALUES (?, 'future', 0)", (SCHEMA_VERSION + 1,))

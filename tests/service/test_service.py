@@ -3,7 +3,6 @@ input changes nothing, authorization, restart adopts and keeps the queue."""
 import json
 import os
 import signal
-import sqlite3
 import sys
 import time
 
@@ -11,7 +10,7 @@ import pytest
 
 from hived.core.engine import RequestError
 from hived.jupyter_ext.service.service import DataDirBusy, NotAuthorized, NotFound
-from service_helpers import wait_until
+from service_helpers import foreign_database, wait_until
 
 PY = sys.executable
 # a BE program that checkpoints its step on SIGTERM and resumes from it
@@ -243,12 +242,7 @@ def test_bad_log_settings_are_refused(make_service, monkeypatch, name, value, wo
 
 def test_refused_store_leaves_the_data_dir_free(make_service, tmp_path):
     from hived.jupyter_ext.service.store import StoreError
-    d = tmp_path / "foreign"
-    d.mkdir()
-    con = sqlite3.connect(d / "hived.db")
-    con.execute("CREATE TABLE invoices (id INTEGER)")
-    con.commit()
-    con.close()
+    d = foreign_database(tmp_path / "foreign")
     for _ in range(2):     # refused twice the same way: the first attempt left no lock behind
         with pytest.raises(StoreError, match="foreign SQLite database"):
             make_service(d, start=False)

@@ -326,13 +326,7 @@ class KubernetesLauncher:
 
     def delete_gang(self, job_id: str, ns: str, names: list[str], grace_period: float) -> None:
         """Delete pods hived no longer tracks (recovery: leftovers of a job that ended)."""
-        grace = max(0, int(round(grace_period)))
-        for name in names:
-            try:
-                _send(self.core.delete_namespaced_pod, name, ns, grace_period_seconds=grace)
-            except ApiException as e:
-                if e.status != 404:
-                    log.error("delete %s: %s/%s: %s", job_id, ns, name, _api_message(e))
+        self._delete_pods(ns, names, grace_period, f"delete {job_id}")
 
     def relabel_opportunistic(self, job_id: str) -> None:
         """A tracked gang was downgraded (spec reload): relabel its pods."""
@@ -358,12 +352,21 @@ class KubernetesLauncher:
 
     def _rollback(self, ns: str, names: list[str]) -> None:
         """Delete the pods of a gang that could not be created whole (grace 0: they never ran)."""
+        self._delete_pods(ns, names, 0, "rollback")
+
+    def _delete_pods(self, ns: str, names: list[str], grace_period: float, what: str,
+                     on_deleted: Optional[Callable[[str, int], None]] = None) -> None:
+        """Delete ``names`` with the grace period (whole seconds); one already gone is fine."""
+        grace = max(0, int(round(grace_period)))
         for name in names:
             try:
-                self.raw.delete_pod(ns, name, 0)
+                self.raw.delete_pod(ns, name, grace)
             except ApiException as e:
                 if e.status != 404:
-                    log.error("rollback: could not delete pod %s/%s: %s", ns, name, _api_message(e))
+                    log.error("%s: could not delete pod %s/%s: %s", what, ns, name, _api_message(e))
+                continue
+            if on_deleted is not None:
+                on_deleted(name, grace)
 
     def terminate(self, job_id: str, grace_period: float) -> None:
         self.start()
@@ -382,16 +385,11 @@ class KubernetesLauncher:
             if gang.skipped:
                 return
             names, ns = list(gang.names), gang.namespace
-        grace = max(0, int(round(grace_period)))
-        for name in names:
-            try:
-                self.raw.delete_pod(ns, name, grace)
-                self._event(ns, name, "Preempting" if grace else "Killing",
-                            f"hived deletes the gang of job {gang.job_id} (grace period {grace}s)")
-            except ApiException as e:
-                if e.status != 404:
-                    log.error("terminate %s: could not delete %s/%s: %s", gang.job_id, ns, name,
-                              _api_message(e))
+
+        def record(name: str, grace: int) -> None:
+            self._event(ns, name, "Preempting" if grace else "Killing",
+                        f"hived deletes the gang of job {gang.job_id} (grace period {grace}s)")
+        self._delete_pods(ns, names, grace_period, f"terminate {gang.job_id}", record)
         with self._lock:
             self._evaluate(gang)
 
@@ -551,18 +549,9 @@ class KubernetesLauncher:
                  if not (gang.states.get(r) and gang.states[r].terminal)]
         if not names:
             return
-        grace = max(0, int(round(gang.grace)))
-        ns = gang.namespace
-
-        def run():
-            for name in names:
-                try:
-                    _send(self.core.delete_namespaced_pod, name, ns, grace_period_seconds=grace)
-                except ApiException as e:
-                    if e.status != 404:
-                        log.error("teardown %s: %s/%s: %s", gang.job_id, ns, name, _api_message(e))
         # Not on the watch thread's lock: API calls there would stall every other event.
-        threading.Thread(target=run, name="hived-teardown", daemon=True).start()
+        threading.Thread(target=self._delete_pods, name="hived-teardown", daemon=True,
+                         args=(gang.namespace, names, gang.grace, f"teardown {gang.job_id}")).start()
 
     def _event(self, ns: str, pod: str, reason: str, message: str) -> None:
         """A Kubernetes Event on the pod (best effort; turned off if the server has no Events)."""

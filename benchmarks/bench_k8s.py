@@ -265,7 +265,8 @@ def main(argv=None) -> int:
         print(f"             overhead vs plain, split: pod content {r['content_cost']:+.1%}, pod watch "
               f"{r['watch_cost']:+.1%}, hived's own work {r['hived_work_cost']:+.1%}")
         print(f"             hived parts: engine (submit+schedule) {r['hived_engine_s']:.3f} s, "
-              f"launch (queue; the sender builds) {r['hived_launch_s']:.3f} s, creates finishing + watch {r['hived_watch_lag_s']:.3f} s")
+              f"launch (queue; the sender builds) {r['hived_launch_s']:.3f} s, "
+              f"creates finishing + watch {r['hived_watch_lag_s']:.3f} s")
     if args.json:
         print(json.dumps(results, indent=2))
     return 0 if ok else 1

@@ -291,10 +291,9 @@ class KubernetesLauncher:
 
     def flush(self, timeout: float = 60.0) -> bool:
         """Wait until every queued API call was made (pipeline mode); True when drained."""
-        end = time.monotonic() + timeout
-        while self._queue.unfinished_tasks and time.monotonic() < end:
-            time.sleep(0.002)
-        return not self._queue.unfinished_tasks
+        q = self._queue
+        with q.all_tasks_done:      # Queue.join() with a timeout
+            return q.all_tasks_done.wait_for(lambda: not q.unfinished_tasks, timeout)
 
     def _create_all(self, job_id: str, ns: str, pods: list[dict]) -> None:
         """Create (and in binding mode bind) ``pods``; on any refusal delete the ones created."""

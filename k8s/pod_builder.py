@@ -26,6 +26,7 @@ Either way the pod carries, as hivedscheduler's pods do:
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -92,11 +93,18 @@ def gang_binding(placement: Placement, priority: Optional[int] = None) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def _request_defaults() -> dict:
+    """A request's fields at their defaults (user and VC are always kept): built once, read per pod."""
+    from hived.core.engine_records import request_to_dict
+    return request_to_dict(JobRequest(user="", vc=""))
+
+
 def request_summary(request: JobRequest) -> dict:
     """The request as stored on the pods: request_to_dict without empty fields (request_from_dict
     fills the defaults back in). Every byte is paid on each pod create and watch event."""
     from hived.core.engine_records import request_to_dict
-    defaults = request_to_dict(JobRequest(user=request.user, vc=request.vc))
+    defaults = _request_defaults()
     d = {k: v for k, v in request_to_dict(request).items()
          if k in ("user", "vc", "groups") or (v not in (None, {}, [], "") and v != defaults.get(k))}
     d["groups"] = [{k: v for k, v in g.items() if v is not None} for g in d.get("groups", [])]

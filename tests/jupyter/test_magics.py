@@ -98,16 +98,33 @@ def test_status_logs_jobs_cancel(ip, live_server, capsys):
 
 def test_interrupt_detaches_and_the_job_keeps_running(ip, live_server, capsys):
     """Ctrl-C (SIGINT to this process) while following: the magic returns, the job runs on."""
-    timer = threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
+    client = live_server.client("alice")
+    before = {j["id"] for j in client.jobs()}
+
+    def ctrl_c_once_following():
+        # Once the new job runs, the magic is in its follow loop: press Ctrl-C then (a fixed
+        # delay raced the submission on a slow machine).
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if any(j["id"] not in before and j["state"] == "running" for j in client.jobs()):
+                time.sleep(0.3)
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.05)
+
+    # Ctrl-C raises KeyboardInterrupt in the main thread, whatever handler a library loaded by an
+    # earlier test left installed in this process.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    presser = threading.Thread(target=ctrl_c_once_following, daemon=True)
+    presser.start()
     try:
         ip.run_line_magic("gpu_submit", "sleep 60")
     finally:
-        timer.cancel()
+        presser.join(5)
+        signal.signal(signal.SIGINT, previous)
     out = capsys.readouterr().out
     job_id = ip.user_ns["_gpu_job"]["id"]
     assert f"detached from {job_id} (it keeps running)" in out
-    client = live_server.client("alice")
     assert client.job(job_id)["state"] in ("queued", "placed", "running")
     client.cancel(job_id)
 

@@ -41,7 +41,7 @@ from hived.core.jobs import JobRequest, Placement
 from . import pod_builder as pb
 from .nodes import NodeHealth
 from .rest_raw import RawApi
-from .template import JobTemplate, TemplateError
+from .template import JobTemplate, TemplateError, check_for_vc
 from .watch import (DELETED, EXIT_DELETED, FAILED, PENDING, RUNNING, SUCCEEDED, PodState, pod_state,
                     pod_watch)
 
@@ -132,7 +132,7 @@ class KubernetesLauncher:
                  nodes: Optional[Iterable[str]] = None, emit_events: bool = True,
                  priority_of: Optional[Callable[[JobRequest, Placement], Optional[int]]] = None,
                  watch_timeout: int = 5, watch_namespace: Optional[str] = None, pipeline: bool = False,
-                 teardown_margin: float = 30.0):
+                 teardown_margin: float = 30.0, policy: Any = None):
         if bind not in pb.BIND_MODES:
             raise ValueError(f"bind: {bind!r} is not one of {pb.BIND_MODES}")
         self.api = api_client or make_api_client(kubeconfig, context)
@@ -145,6 +145,7 @@ class KubernetesLauncher:
         self._queue: "queue.Queue" = queue.Queue()
         self._sender: Optional[threading.Thread] = None
         self.template = JobTemplate.from_dict(template) if template is not None else None
+        self.policy = policy         # policy.AdminPolicy: what each VC's templates may ask for
         self.namespace = namespace
         self.instance = instance
         self.bind = bind
@@ -200,6 +201,7 @@ class KubernetesLauncher:
         t = self.template_for(request)
         if not request.user or not request.vc:
             raise TemplateError("request", "user and vc are required")
+        check_for_vc(t, request.vc, self.policy)
         ns = self.namespace_of(t)
         if self.watch_namespace != "*" and ns != self.watch_namespace:
             raise TemplateError("template.namespace", f"hived watches pods in namespace {self.watch_namespace!r} "

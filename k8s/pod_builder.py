@@ -22,7 +22,20 @@ Either way the pod carries, as hivedscheduler's pods do:
 - annotations with the job id, the request, the spec version and the attempt
   (kept small: each byte is paid on every create and every watch event; user,
   VC and class are in the request);
-- labels for selection: managed-by, instance, job, VC, user, priority class.
+- labels for selection: managed-by, instance, job, attempt, VC, user, priority class;
+- CPU and memory requests and limits from the job's ``cpus``/``memory_gb`` (or
+  the node-share ``demands`` the engine resolved): what hived accounted for on
+  the node, so a template's own values apply only where the job says nothing;
+- a container security context that the ``restricted`` Pod Security profile
+  accepts (``RuntimeDefault`` seccomp, no privilege escalation, every
+  capability dropped, non-root), which a template may relax only as far as
+  its VC's policy allows (k8s/policy.py checks the result), and no API token
+  unless the template names a service account;
+- the gang's rendezvous in torchrun's names: ``MASTER_ADDR`` (rank 0's DNS
+  name), ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``, plus ``HIVED_PEERS`` (every
+  member's DNS name, by rank). The names resolve through the headless Service
+  of a multi-pod gang (``service_manifest``; the launcher creates it with the
+  pods) and each pod's ``hostname``/``subdomain``.
 """
 from __future__ import annotations
 
@@ -52,6 +65,12 @@ L_VC = PREFIX + "vc"
 L_USER = PREFIX + "user"
 L_PRIORITY = PREFIX + "priority-class"
 L_RANK = PREFIX + "rank"
+L_ATTEMPT = PREFIX + "attempt"
+
+MASTER_PORT = 29500           # torchrun's default rendezvous port
+# What the restricted Pod Security profile asks of every pod and container.
+POD_SECURITY_DEFAULTS = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY_DEFAULTS = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 BIND_MODES = ("node_name", "binding")
 CONTAINER = "main"
@@ -81,6 +100,72 @@ def label_value(text: str) -> str:
 
 def pod_name(job_id: str, attempt: int, rank: int) -> str:
     return f"hived-{slug(job_id)}-a{attempt}-r{rank}"
+
+
+def service_name(job_id: str) -> str:
+    """The headless Service of a multi-pod gang (a DNS-1035 label: it starts with a letter)."""
+    return f"hived-{slug(job_id)}"
+
+
+def pod_dns(job_id: str, attempt: int, rank: int, namespace: str, cluster_domain: str = "") -> str:
+    """A gang member's DNS name through its gang's headless Service. Without ``cluster_domain``
+    the name ends in ``.svc`` and the pod's DNS search path completes it (any cluster domain)."""
+    name = f"{pod_name(job_id, attempt, rank)}.{service_name(job_id)}.{namespace}.svc"
+    return f"{name}.{cluster_domain}" if cluster_domain else name
+
+
+def service_manifest(job_id: str, namespace: str, *, instance: str = "hived", vc: str = "",
+                     port: int = MASTER_PORT) -> dict:
+    """The headless Service that gives a multi-pod gang's pods their DNS names (create it with the
+    pods, delete it with the job). ``publishNotReadyAddresses``: peers must resolve before any
+    member is ready, or the rendezvous waits for ever."""
+    labels = {L_MANAGED: "hived", L_INSTANCE: label_value(instance), L_JOB: label_value(job_id)}
+    if vc:
+        labels[L_VC] = label_value(vc)
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": service_name(job_id), "namespace": namespace, "labels": labels,
+                         "annotations": {A_JOB: job_id}},
+            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "type": "ClusterIP",
+                     "selector": {L_MANAGED: "hived", L_INSTANCE: label_value(instance),
+                                  L_JOB: label_value(job_id)},
+                     "ports": [{"name": "rendezvous", "port": port, "targetPort": port, "protocol": "TCP"}]}}
+
+
+def _overlay(defaults: dict, own: dict) -> dict:
+    """``own`` on top of ``defaults``, one level into nested mappings (capabilities, seccompProfile)."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in defaults.items()}
+    for k, v in own.items():
+        out[k] = {**out[k], **v} if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def pod_security_context(template: JobTemplate) -> dict:
+    """The pod's securityContext: restricted defaults with the template's settings on top."""
+    return _overlay(POD_SECURITY_DEFAULTS, template.pod_security_context)
+
+
+def container_security_context(template: JobTemplate) -> dict:
+    """The container's securityContext: restricted defaults with the template's on top. A template
+    that asks for privileges (privileged, CAP_SYS_ADMIN) and says nothing of privilege escalation
+    gets none of the default: the API refuses that pair."""
+    sc = _overlay(CONTAINER_SECURITY_DEFAULTS, template.security_context)
+    own = template.security_context
+    adds = {str(c).upper().removeprefix("CAP_") for c in (own.get("capabilities") or {}).get("add") or []}
+    if "allowPrivilegeEscalation" not in own and (own.get("privileged") or "SYS_ADMIN" in adds):
+        del sc["allowPrivilegeEscalation"]
+    return sc
+
+
+def resources_of(template: JobTemplate, cpus: Optional[float], memory_gb: Optional[float]) -> dict:
+    """Requests and limits: the job's CPU and memory (requests = limits: the share hived accounted
+    for, no more) over the template's, which only adds other resources or fills what the job leaves."""
+    resources = {k: dict(v) for k, v in template.resources.items()}
+    for key, amount in (("cpu", None if cpus is None else _fmt_quantity(cpus)),
+                        ("memory", None if memory_gb is None else f"{int(round(memory_gb * 1024))}Mi")):
+        if amount is not None:
+            resources.setdefault("requests", {})[key] = amount
+            resources.setdefault("limits", {})[key] = amount
+    return {k: v for k, v in resources.items() if v}
 
 
 def gang_binding(placement: Placement, priority: Optional[int] = None) -> dict:
@@ -137,14 +222,23 @@ def _fmt_quantity(x: float) -> str:
 def build_pods(job_id: str, request: JobRequest, placement: Placement, attempt: int,
                template: JobTemplate, *, namespace: str, instance: str = "hived",
                bind: str = "node_name", spec_version: str = "", priority: Optional[int] = None,
-               scheduler_name: str = SCHEDULER_NAME) -> list[dict]:
-    """One manifest (a plain dict, camelCase as the API takes it) per pod of the gang."""
+               scheduler_name: str = SCHEDULER_NAME, demands: Optional[list] = None,
+               master_port: int = MASTER_PORT, cluster_domain: str = "") -> list[dict]:
+    """One manifest (a plain dict, camelCase as the API takes it) per pod of the gang.
+
+    ``demands``: (cpus, memory_gb) per rank as the engine resolved them (node-share defaults
+    filled in); without it a group's own ``cpus``/``memory_gb`` are used where set."""
     if bind not in BIND_MODES:
         raise ValueError(f"bind: {bind!r} is not one of {BIND_MODES}")
     binding_json = json.dumps(gang_binding(placement, priority), separators=(",", ":"), sort_keys=True)
     request_json = json.dumps(request_summary(request), separators=(",", ":"), sort_keys=True)
     command, args = command_of(request, template)
     size = len(placement.pods)
+    gang = size > 1
+    peers = [pod_dns(job_id, attempt, p.rank, namespace, cluster_domain) if gang else "localhost"
+             for p in sorted(placement.pods, key=lambda p: p.rank)]
+    pod_sc = pod_security_context(template)
+    container_sc = container_security_context(template)
     pods = []
     for pp in placement.pods:
         gpus = ",".join(str(g) for g in pp.gpus)
@@ -152,7 +246,7 @@ def build_pods(job_id: str, request: JobRequest, placement: Placement, attempt: 
                   L_MANAGED: "hived", L_INSTANCE: label_value(instance), L_JOB: label_value(job_id),
                   L_VC: label_value(request.vc), L_USER: label_value(request.user),
                   L_PRIORITY: "opportunistic" if placement.opportunistic else request.job_class.value,
-                  L_RANK: str(pp.rank)}
+                  L_RANK: str(pp.rank), L_ATTEMPT: str(attempt)}
         annotations = {**template.annotations,
                        A_JOB: job_id, A_RANK: str(pp.rank),
                        A_ATTEMPT: str(attempt), A_GPUS: gpus if gpus else "none",
@@ -164,11 +258,14 @@ def build_pods(job_id: str, request: JobRequest, placement: Placement, attempt: 
                                            "fieldPath": f"metadata.annotations['{A_GPUS}']"}}}]
         hived_env = {"HIVED_JOB_ID": job_id, "HIVED_RANK": str(pp.rank), "HIVED_WORLD_SIZE": str(size),
                      "HIVED_ATTEMPT": str(attempt), "HIVED_NODE": pp.node, "HIVED_GPUS": gpus,
-                     "HIVED_VC": request.vc, "HIVED_USER": request.user}
+                     "HIVED_VC": request.vc, "HIVED_USER": request.user, "HIVED_PEERS": ",".join(peers),
+                     "MASTER_ADDR": peers[0], "MASTER_PORT": str(master_port), "WORLD_SIZE": str(size),
+                     "RANK": str(pp.rank)}
         # Template env first, then the job's own, then hived's (which nothing overrides).
         merged = {**template.env, **{k: str(v) for k, v in request.env.items()}, **hived_env}
         env += [{"name": k, "value": v} for k, v in merged.items() if k != "NVIDIA_VISIBLE_DEVICES"]
-        container: dict[str, Any] = {"name": CONTAINER, "image": template.image, "env": env}
+        container: dict[str, Any] = {"name": CONTAINER, "image": template.image, "env": env,
+                                     "securityContext": container_sc}
         if command:
             container["command"] = command
         if args:
@@ -182,14 +279,14 @@ def build_pods(job_id: str, request: JobRequest, placement: Placement, attempt: 
             container["imagePullPolicy"] = template.image_pull_policy
         if template.volume_mounts:
             container["volumeMounts"] = [dict(v) for v in template.volume_mounts]
-        resources = {k: dict(v) for k, v in template.resources.items()}
-        group = _group_of(request, pp.rank)
-        req = resources.setdefault("requests", {})
-        if group is not None and group.cpus is not None:
-            req.setdefault("cpu", _fmt_quantity(group.cpus))
-        if group is not None and group.memory_gb is not None:
-            req.setdefault("memory", f"{int(round(group.memory_gb * 1024))}Mi")
-        resources = {k: v for k, v in resources.items() if v}
+        if template.ports:
+            container["ports"] = [dict(p) for p in template.ports]
+        if demands is not None:
+            cpus, memory_gb = demands[pp.rank]
+        else:
+            group = _group_of(request, pp.rank)
+            cpus, memory_gb = (group.cpus, group.memory_gb) if group is not None else (None, None)
+        resources = resources_of(template, cpus, memory_gb)
         if resources:
             container["resources"] = resources
         spec: dict[str, Any] = {
@@ -197,7 +294,18 @@ def build_pods(job_id: str, request: JobRequest, placement: Placement, attempt: 
             # Set explicitly: no server-side defaulting may be assumed.
             "restartPolicy": template.restart_policy,
             "terminationGracePeriodSeconds": int(round(request.grace_period)),
+            "securityContext": pod_sc,
+            # A job gets an API token only through a service account its template names
+            # (and its VC's policy allows): the namespace's "default" one is not handed out.
+            "automountServiceAccountToken": template.service_account is not None,
+            "enableServiceLinks": False,      # no env per Service in the namespace: peers are named above
         }
+        if gang:
+            spec["hostname"] = pod_name(job_id, attempt, pp.rank)
+            spec["subdomain"] = service_name(job_id)
+        for name, key in (("host_network", "hostNetwork"), ("host_pid", "hostPID"), ("host_ipc", "hostIPC")):
+            if getattr(template, name):
+                spec[key] = True
         if bind == "node_name":
             spec["nodeName"] = pp.node
         else:

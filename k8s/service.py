@@ -26,6 +26,7 @@ from hived.jupyter_ext.service.service import SchedulerService
 
 from .launcher import KubernetesLauncher
 from .nodes import NodeHealth
+from .policy import load_policy
 from .recovery import reconcile
 
 log = logging.getLogger("hived.k8s.service")
@@ -38,6 +39,7 @@ ENV = {
     "HIVED_K8S_KUBECONFIG": "kubeconfig path (default: in-cluster config, else $KUBECONFIG)",
     "HIVED_K8S_WATCH_NAMESPACE": "namespace whose pods hived watches (default: HIVED_K8S_NAMESPACE; '*' = all)",
     "HIVED_SPEC_VERSION": "spec version written on pods (default: a hash of the spec)",
+    "HIVED_K8S_POLICY": "pod policy file (YAML, k8s/policy.py; default: restricted, no service account)",
 }
 
 
@@ -71,6 +73,7 @@ def launcher_from_env(nodes=None, **kw) -> KubernetesLauncher:
         bind=env.get("HIVED_K8S_BIND") or "node_name",
         spec_version=env.get("HIVED_SPEC_VERSION", ""),
         watch_namespace=env.get("HIVED_K8S_WATCH_NAMESPACE") or None,
+        policy=load_policy(env.get("HIVED_K8S_POLICY") or None),
         nodes=nodes, **{"pipeline": True, **kw})
 
 

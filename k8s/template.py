@@ -1,8 +1,9 @@
 """The job template: what a pod of a hived job looks like besides its GPUs.
 
-A template holds the container image, command, environment, CPU/memory
-resources, volumes, service account, image pull secrets, node selector and
-tolerations. hived validates it completely *before* any pod is created, so a
+A template holds the container image, command, environment, extra resources,
+volumes, service account, image pull secrets, node selector, tolerations and
+security settings (``security_context``, ``pod_security_context``, host
+namespaces, ports). hived validates it completely *before* any pod is created, so a
 bad field is refused with its path (``template.volumes[0].hostPath``) and the
 cluster never sees a half-built gang.
 
@@ -11,9 +12,16 @@ them to the container through ``NVIDIA_VISIBLE_DEVICES`` (see pod_builder).
 Asking for ``nvidia.com/gpu`` here would make the device plugin pick GPUs too,
 and the two choices would disagree, so such a template is refused.
 
-The pass-through pieces (volumes, tolerations, ...) are checked against the
-official client's typed models (pydantic, extra fields forbidden), so a
-misspelled key fails here rather than being silently dropped.
+CPU and memory come from the job's ``cpus``/``memory_gb`` (what hived accounts
+for on the node); a template's own ``cpu``/``memory`` apply only where the
+job says nothing (pod_builder), so a template adds resources, never overrides.
+
+The pass-through pieces (volumes, tolerations, security contexts ...) are
+checked against the official client's typed models (pydantic, extra fields
+forbidden), so a misspelled key fails here rather than being silently dropped.
+What a template may *ask for* (host paths, privileges, images, service
+accounts) is the admin's policy: ``policy.check_template`` (k8s/policy.py),
+run by ``check_for_vc`` below before anything is created.
 """
 from __future__ import annotations
 
@@ -36,13 +44,15 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu")
 # Environment names hived sets itself; a template may not override them.
-RESERVED_ENV = ("NVIDIA_VISIBLE_DEVICES",)
+# MASTER_*/WORLD_SIZE/RANK: the gang's rendezvous (torchrun's names), from the placement.
+RESERVED_ENV = ("NVIDIA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
 RESERVED_ENV_PREFIX = "HIVED_"
 
 FIELDS = ("image", "command", "args", "env", "resources", "volumes", "volume_mounts",
           "service_account", "image_pull_secrets", "node_selector", "tolerations",
           "namespace", "image_pull_policy", "working_dir", "labels", "annotations",
-          "restart_policy")
+          "restart_policy", "security_context", "pod_security_context", "host_network", "host_pid",
+          "host_ipc", "ports")
 
 
 class TemplateError(ValueError):
@@ -76,6 +86,12 @@ class JobTemplate:
     labels: dict = field(default_factory=dict)         # extra pod labels
     annotations: dict = field(default_factory=dict)    # extra pod annotations
     restart_policy: str = "Never"                      # a gang member is not restarted in place
+    security_context: dict = field(default_factory=dict)      # core/v1 SecurityContext (the container's)
+    pod_security_context: dict = field(default_factory=dict)  # core/v1 PodSecurityContext
+    host_network: bool = False
+    host_pid: bool = False
+    host_ipc: bool = False
+    ports: tuple[dict, ...] = ()                       # core/v1 ContainerPort
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "template") -> "JobTemplate":
@@ -150,6 +166,17 @@ class JobTemplate:
                 raise TemplateError(f"{where}.restart_policy",
                                     "must be Never or OnFailure (Always would restart a finished gang member)")
             kw["restart_policy"] = d["restart_policy"]
+        for name, model in (("security_context", m.V1SecurityContext),
+                            ("pod_security_context", m.V1PodSecurityContext)):
+            if d.get(name) is not None:
+                kw[name] = _typed(d[name], model, f"{where}.{name}")
+        for name in ("host_network", "host_pid", "host_ipc"):
+            if d.get(name) is not None:
+                if not isinstance(d[name], bool):
+                    raise TemplateError(f"{where}.{name}", f"must be true or false, got {d[name]!r}")
+                kw[name] = d[name]
+        if d.get("ports") is not None:
+            kw["ports"] = _typed_list(d["ports"], m.V1ContainerPort, f"{where}.ports")
         return cls(**kw)
 
     def merged(self, overrides: Optional[dict]) -> "JobTemplate":
@@ -160,7 +187,8 @@ class JobTemplate:
             raise TemplateError("template", f"must be a mapping, got {type(overrides).__name__}")
         base = self.to_dict()
         for key, value in overrides.items():
-            if key in ("env", "node_selector", "labels", "annotations") and isinstance(value, dict) \
+            if key in ("env", "node_selector", "labels", "annotations", "security_context",
+                       "pod_security_context") and isinstance(value, dict) \
                     and isinstance(base.get(key), dict):
                 base[key] = {**base[key], **value}
             else:
@@ -173,6 +201,15 @@ class JobTemplate:
             v = getattr(self, name)
             out[name] = list(v) if isinstance(v, tuple) else (dict(v) if isinstance(v, dict) else v)
         return out
+
+
+def check_for_vc(template: JobTemplate, vc: str, policy) -> JobTemplate:
+    """``template`` if the admin ``policy`` (policy.AdminPolicy) lets VC ``vc`` run it; else
+    PolicyError (a TemplateError) naming the field and the rule. ``policy`` None: no policy."""
+    if policy is not None:
+        from .policy import check_template
+        check_template(template, policy.for_vc(vc))
+    return template
 
 
 def _str_list(v: Any, where: str) -> tuple[str, ...]:
@@ -242,16 +279,17 @@ def _typed_list(v: Any, model: type, where: str) -> tuple[dict, ...]:
     """Check each item against the official client's model; return camelCase dicts."""
     if not isinstance(v, (list, tuple)):
         raise TemplateError(where, "must be a list")
-    out = []
-    for i, item in enumerate(v):
-        if not isinstance(item, dict):
-            raise TemplateError(f"{where}[{i}]", "must be a mapping")
-        try:
-            obj = model.model_validate(item)
-        except ValidationError as e:
-            err = e.errors()[0]
-            loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
-            raise TemplateError(f"{where}[{i}]{loc}", err["msg"]) from None
-        # Re-dump by alias: snake_case input becomes the camelCase the server reads.
-        out.append(obj.model_dump(by_alias=True, exclude_none=True, mode="json"))
-    return tuple(out)
+    return tuple(_typed(item, model, f"{where}[{i}]") for i, item in enumerate(v))
+
+
+def _typed(item: Any, model: type, where: str) -> dict:
+    if not isinstance(item, dict):
+        raise TemplateError(where, "must be a mapping")
+    try:
+        obj = model.model_validate(item)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+        raise TemplateError(f"{where}{loc}", err["msg"]) from None
+    # Re-dump by alias: snake_case input becomes the camelCase the server reads.
+    return obj.model_dump(by_alias=True, exclude_none=True, mode="json")

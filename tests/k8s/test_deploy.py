@@ -1,5 +1,6 @@
-"""k8s/deploy: typed validation, server-side dry run on the real API server, and RBAC that
-allows exactly the API calls hived makes."""
+"""k8s/deploy: typed validation, server-side dry run on the real API server, RBAC that allows
+exactly the API calls hived makes (and only where it needs them), the security settings the
+restricted Pod Security profile asks for, the overlay, and the Dockerfile read statically."""
 from __future__ import annotations
 
 import sys
@@ -8,50 +9,119 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))   # k8s_helpers (pytest runs with --import-mode=importlib)
 
 import copy  # noqa: E402
+import json  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
 from urllib.parse import parse_qs, urlparse  # noqa: E402
 
+import jsonpatch  # noqa: E402
 import pytest  # noqa: E402
-import yaml  # noqa: E402
 import requests  # noqa: E402
-from kubernetes import utils  # noqa: E402
+import yaml  # noqa: E402
+from kubernetes import client, utils  # noqa: E402
 from kubernetes.client import models as m  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
 from hived.core.spec import load_spec  # noqa: E402
 from hived.k8s.launcher import KubernetesLauncher  # noqa: E402
+from hived.k8s.policy import load_policy, vc_manifests  # noqa: E402
 from hived.k8s.template import JobTemplate  # noqa: E402
 
 from k8s_helpers import gang_placement, request  # noqa: E402
 
 DEPLOY = Path(__file__).resolve().parents[2] / "k8s" / "deploy"
+BASE = DEPLOY / "base"
+OVERLAY = DEPLOY / "overlays" / "example"
 MODELS = {"Namespace": m.V1Namespace, "ServiceAccount": m.V1ServiceAccount, "Role": m.V1Role,
           "RoleBinding": m.V1RoleBinding, "ClusterRole": m.V1ClusterRole,
           "ClusterRoleBinding": m.V1ClusterRoleBinding, "ConfigMap": m.V1ConfigMap, "Service": m.V1Service,
           "StatefulSet": m.V1StatefulSet}
+HIVED_NS = "hived"
 
 
-def manifests() -> list[dict]:
-    kust = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
-    docs = []
-    for name in kust["resources"]:
-        docs += [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
+def render(folder: Path) -> list[dict]:
+    """The kustomization in ``folder`` as `kubectl kustomize` renders it, for the features these
+    manifests use: resources (files and kustomizations), images, JSON 6902 patches."""
+    kust = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    assert set(kust) <= {"apiVersion", "kind", "resources", "images", "patches"}, sorted(kust)
+    docs: list[dict] = []
+    for name in kust.get("resources", []):
+        path = (folder / name).resolve()
+        docs += render(path) if path.is_dir() else [d for d in yaml.safe_load_all(path.read_text()) if d]
+    for img in kust.get("images", []):
+        for d in docs:
+            for c in _containers(d):
+                if c["image"].split(":")[0].split("@")[0] == img["name"]:
+                    c["image"] = f"{img.get('newName', img['name'])}:{img['newTag']}"
+    for p in kust.get("patches", []):
+        target = p["target"]
+        hits = [i for i, d in enumerate(docs) if d["kind"] == target["kind"]
+                and d["metadata"]["name"] == target["name"]]
+        assert len(hits) == 1, p
+        docs[hits[0]] = jsonpatch.apply_patch(docs[hits[0]], yaml.safe_load(p["patch"]))
     return docs
 
 
-def by_kind(kind: str) -> list[dict]:
-    return [d for d in manifests() if d["kind"] == kind]
+def _containers(doc: dict) -> list[dict]:
+    spec = (doc.get("spec") or {}).get("template", {}).get("spec") or {}
+    return spec.get("containers", [])
+
+
+def manifests() -> list[dict]:
+    return render(BASE)
+
+
+def by_kind(kind: str, docs=None) -> list[dict]:
+    return [d for d in (docs or manifests()) if d["kind"] == kind]
 
 
 def test_kustomization_lists_every_manifest():
-    kust = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
-    files = sorted(p.name for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml")
+    kust = yaml.safe_load((BASE / "kustomization.yaml").read_text())
+    files = sorted(p.name for p in BASE.glob("*.yaml") if p.name != "kustomization.yaml")
     assert sorted(kust["resources"]) == files
 
 
-@pytest.mark.parametrize("doc", manifests(), ids=lambda d: f"{d['kind']}-{d['metadata']['name']}")
+@pytest.mark.parametrize("doc", manifests() + render(OVERLAY),
+                         ids=lambda d: f"{d['kind']}-{d['metadata'].get('namespace', '')}-{d['metadata']['name']}")
 def test_manifest_matches_the_typed_api_model(doc):
     """Every field known to the official client's model of its kind (a typo fails here)."""
     MODELS[doc["kind"]].model_validate(doc)
+
+
+def test_the_overlay_turns_the_usual_knobs():
+    base, over = manifests(), render(OVERLAY)
+    (sts,) = by_kind("StatefulSet", over)
+    c = sts["spec"]["template"]["spec"]["containers"][0]
+    assert c["image"] == "registry.example/hived:0.1.0"
+    assert c["resources"]["limits"]["memory"] == "4Gi"
+    assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"] == "standard"
+    assert len(over) > len(base) and by_kind("StatefulSet", base)[0] != sts
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed: compared with the "
+                    "renderer above only where it is")
+def test_the_renderer_agrees_with_kubectl_kustomize():
+    for folder in (BASE, OVERLAY):
+        out = subprocess.run(["kubectl", "kustomize", str(folder)], capture_output=True, text=True, check=True)
+        key = lambda d: (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])  # noqa: E731
+        assert sorted(map(key, yaml.safe_load_all(out.stdout))) == sorted(map(key, render(folder)))
+        theirs = {key(d): d for d in yaml.safe_load_all(out.stdout)}
+        for d in render(folder):
+            assert theirs[key(d)] == d, key(d)
+
+
+def test_the_vc_namespaces_match_the_shipped_spec_and_policy():
+    """vc-namespaces.yaml is what `python -m hived.k8s.policy` makes of the ConfigMap's spec and
+    policy: one namespace per VC, at its Pod Security level, with hived's RoleBinding."""
+    (cm,) = by_kind("ConfigMap")
+    spec = load_spec(cm["data"]["spec.yaml"])
+    want = vc_manifests(spec.vcs, load_policy(cm["data"]["policy.yaml"]))
+    got = [d for d in yaml.safe_load_all((OVERLAY / "vc-namespaces.yaml").read_text()) if d]
+    assert got == want
+    levels = {d["metadata"]["name"]: d["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+              for d in got if d["kind"] == "Namespace"}
+    assert levels == {"hived-research": "baseline", "hived-product": "restricted"}
 
 
 def test_what_the_deploy_runs():
@@ -59,19 +129,68 @@ def test_what_the_deploy_runs():
     assert sts["spec"]["replicas"] == 1                     # one scheduler, as HiveD
     pod = sts["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "hived"
-    mounts = {v["name"]: v["mountPath"] for v in pod["containers"][0]["volumeMounts"]}
-    assert mounts["data"] == "/var/lib/hived" and [c["metadata"]["name"] for c in
+    c = pod["containers"][0]
+    mounts = {v["name"]: v["mountPath"] for v in c["volumeMounts"]}
+    assert mounts["data"] == "/var/lib/hived" and [t["metadata"]["name"] for t in
                                                    sts["spec"]["volumeClaimTemplates"]] == ["data"]
-    args = pod["containers"][0]["args"]
+    args = c["args"]
     assert args[args.index("--data-dir") + 1] == mounts["data"]
     assert args[args.index("--launcher") + 1] == "kubernetes"
     (cm,) = by_kind("ConfigMap")
-    spec = load_spec(cm["data"]["spec.yaml"])                # the shipped spec and template are valid
+    spec = load_spec(cm["data"]["spec.yaml"])                # the shipped spec, template and policy are valid
     assert spec.vcs and spec.chains
-    JobTemplate.from_dict(yaml.safe_load(cm["data"]["template.yaml"]))
+    template = JobTemplate.from_dict(yaml.safe_load(cm["data"]["template.yaml"]))
+    policy = load_policy(cm["data"]["policy.yaml"])
+    from hived.k8s.policy import check_template
+    for vc in spec.vcs:                                      # and the default template runs in every VC
+        check_template(template, policy.for_vc(vc))
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["HIVED_K8S_POLICY"].startswith(mounts["config"] + "/")
     assert "KubernetesSchedulerService" in cm["data"]["jupyter_server_config.json"]
     svc = [s for s in by_kind("Service") if s["spec"].get("clusterIP") != "None"][0]
     assert svc["spec"]["selector"].items() <= sts["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_per_user_identity_comes_from_a_mounted_tokens_file():
+    """Each user is known by their own token (the spec's VC members), read from a Secret mounted as
+    a file: no shared token that acts as a user in no VC, and no token on the command line."""
+    (sts,) = by_kind("StatefulSet")
+    pod = sts["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    args = c["args"]
+    tokens_file = args[args.index("--user-tokens") + 1]
+    mount = next(v for v in c["volumeMounts"] if tokens_file.startswith(v["mountPath"] + "/"))
+    vol = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert vol["secret"]["secretName"] == "hived-tokens" and mount.get("readOnly") is True
+    assert vol["secret"]["defaultMode"] & 0o007 == 0                     # not world-readable
+    assert not any(e["name"] == "HIVED_TOKEN" for e in c.get("env", []))
+    assert not any(re.fullmatch(r"[0-9a-f]{32,}", a) for a in args)
+    # every other mount leaves room for it (no mount nested inside a read-only ConfigMap volume)
+    others = [v["mountPath"] for v in c["volumeMounts"] if v is not mount]
+    assert not any(mount["mountPath"].startswith(o + "/") for o in others)
+
+
+def test_the_scheduler_pod_passes_the_restricted_profile_and_probes_health():
+    (sts,) = by_kind("StatefulSet")
+    pod = sts["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    psc, csc = pod["securityContext"], c["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["runAsUser"] != 0
+    assert psc["seccompProfile"]["type"] == "RuntimeDefault"
+    assert csc["allowPrivilegeEscalation"] is False and csc["capabilities"]["drop"] == ["ALL"]
+    assert csc["readOnlyRootFilesystem"] is True
+    writable = {v["mountPath"] for v in c["volumeMounts"] if not v.get("readOnly")}
+    assert writable == {"/var/lib/hived", "/tmp"}                  # the journal and scratch only
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["HOME"] in writable and env["MPLCONFIGDIR"].startswith("/tmp/")
+    for kind in ("hostPath", "hostNetwork", "hostPID", "hostIPC"):
+        assert kind not in json.dumps(pod)
+    assert c["livenessProbe"]["httpGet"]["path"] == "/hived/api/healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/hived/api/readyz"
+    assert c["startupProbe"]["httpGet"]["path"] == "/hived/api/healthz"
+    assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"]
+    (ns,) = [d for d in by_kind("Namespace") if d["metadata"]["name"] == HIVED_NS]
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
 def _served(kube) -> set:
@@ -81,27 +200,37 @@ def _served(kube) -> set:
 
     def get(path):
         r = requests.get(f"{kube.server}{path}", headers={"Authorization": f"Bearer {token}"},
-                         verify=str(kube.state / "certs" / "minikas.crt"),
-                         timeout=5)
+                         verify=str(kube.state / "certs" / "minikas.crt"), timeout=5)
         return r.json() if r.ok else {}
     out = {("v1", r["kind"]) for r in get("/api/v1")["resources"] if "/" not in r["name"]}
-    for g in get("/apis").get("groups") or []:      # minikas: the core group only
+    for g in get("/apis").get("groups") or []:
         for v in g["versions"]:
             out |= {(v["groupVersion"], r["kind"]) for r in get(f"/apis/{v['groupVersion']}")["resources"]
                     if "/" not in r["name"]}
     return out
 
 
+def _into(doc: dict, ns: str) -> dict:
+    """``doc`` moved into the test's namespace (the dry run must name one that exists), and a
+    Namespace renamed so that it cannot clash with the session's others."""
+    doc = copy.deepcopy(doc)
+    if doc["kind"] == "Namespace":
+        doc["metadata"]["name"] = f"{ns}-{doc['metadata']['name']}"
+    elif "namespace" in doc["metadata"]:
+        doc["metadata"]["namespace"] = ns
+    return doc
+
+
 def test_manifests_dry_run_on_the_api_server(kube, core, ns):
-    """Server-side dry run (nothing stored) of every manifest whose kind the server serves; the
-    StatefulSet's pod template also as a Pod. minikas serves only Namespaces, Nodes and Pods, so
-    the other kinds are checked by the typed models above (a real cluster dry-runs them all)."""
+    """Server-side dry run (nothing stored) of every manifest whose kind the server serves, in a
+    namespace that exists; the StatefulSet's pod template also as a Pod. The kinds the test server
+    does not serve (RBAC, StatefulSet) are checked by the typed models above."""
     api = kube.api_client()
     served = _served(kube)
     checked, skipped = [], []
-    for doc in manifests():
+    for doc in manifests() + render(OVERLAY):
         if (doc["apiVersion"], doc["kind"]) in served:
-            utils.create_from_dict(api, copy.deepcopy(doc), namespace=ns, dry_run="All")
+            utils.create_from_dict(api, _into(doc, ns), namespace=ns, dry_run="All")
             checked.append(doc["kind"])
         else:
             skipped.append(doc["kind"])
@@ -112,9 +241,11 @@ def test_manifests_dry_run_on_the_api_server(kube, core, ns):
     pod["spec"]["volumes"].append({"name": "data", "emptyDir": {}})     # what the claim template adds
     core.create_namespaced_pod(ns, pod, dry_run="All")
     checked.append("StatefulSet pod template")
-    assert "Namespace" in checked, (checked, skipped)
+    assert {"Namespace", "ServiceAccount", "ConfigMap", "Service"} <= set(checked), (checked, skipped)
+    assert set(skipped) <= {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "StatefulSet"}, skipped
     assert core.list_namespaced_pod(ns).items == []                      # dry run stored nothing
-    assert "hived" not in [n.metadata.name for n in core.list_namespace().items]
+    assert core.list_namespaced_config_map(ns).items == []
+    assert not any(n.metadata.name.startswith(f"{ns}-") for n in core.list_namespace().items)
     # and the dry run does validate: the same pod without an image is refused
     del pod["spec"]["containers"][0]["image"]
     with pytest.raises(ApiException) as e:
@@ -124,37 +255,70 @@ def test_manifests_dry_run_on_the_api_server(kube, core, ns):
 
 # ---------------------------------------------------------------- RBAC
 
-def _rules():
-    role = [r for d in by_kind("Role") for r in d["rules"]]
-    cluster = [r for d in by_kind("ClusterRole") for r in d["rules"]]
-    return role, cluster
-
-
-def _request_to_rbac(method: str, url: str) -> tuple[str, str, bool]:
-    """(verb, resource[/subresource], namespaced) of one core/v1 API call, as RBAC names them."""
+def _request_to_rbac(method: str, url: str) -> tuple[str, str, str, str]:
+    """(verb, apiGroup, resource[/subresource], namespace or "") of one API call, as RBAC names them."""
     u = urlparse(url)
-    parts = u.path.split("/")[3:]               # after /api/v1
-    namespaced = len(parts) >= 2 and parts[0] == "namespaces" and len(parts) > 2
-    if namespaced:
-        parts = parts[2:]
+    parts = u.path.strip("/").split("/")
+    if parts[0] == "api":
+        group, parts = "", parts[2:]                 # /api/v1/...
+    else:
+        group, parts = parts[1], parts[3:]           # /apis/GROUP/VERSION/...
+    namespace = ""
+    if len(parts) > 2 and parts[0] == "namespaces":
+        namespace, parts = parts[1], parts[2:]
     resource = parts[0] + (f"/{parts[2]}" if len(parts) > 2 else "")
     named = len(parts) > 1
     q = parse_qs(u.query)
     verb = {"GET": "get" if named else ("watch" if q.get("watch") == ["true"] else "list"),
             "POST": "create", "DELETE": "delete", "PATCH": "patch", "PUT": "update"}[method]
-    return verb, resource, namespaced
+    return verb, group, resource, namespace
 
 
-def _allowed(rules, verb, resource) -> bool:
-    return any("" in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules)
+def _allows(rules, verb, group, resource) -> bool:
+    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules)
+
+
+def _grants():
+    """Rules by where they apply: hived's namespace (its Role), a VC namespace (the ClusterRole that
+    the VCs' RoleBindings bind), cluster-wide (ClusterRoleBindings)."""
+    docs = manifests()
+    roles = {d["metadata"]["name"]: d["rules"] for d in by_kind("Role", docs)}
+    croles = {d["metadata"]["name"]: d["rules"] for d in by_kind("ClusterRole", docs)}
+    own = [r for b in by_kind("RoleBinding", docs) if b["metadata"]["namespace"] == HIVED_NS
+           for r in roles[b["roleRef"]["name"]]]
+    cluster = [r for b in by_kind("ClusterRoleBinding", docs) for r in croles[b["roleRef"]["name"]]]
+    vc_bindings = [d for d in yaml.safe_load_all((OVERLAY / "vc-namespaces.yaml").read_text())
+                   if d and d["kind"] == "RoleBinding"]
+    assert vc_bindings and {b["roleRef"]["name"] for b in vc_bindings} == {"hived-jobs"}
+    for b in vc_bindings:
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": "hived", "namespace": HIVED_NS}]
+    vc = croles["hived-jobs"]
+    assert not any(b["roleRef"]["name"] == "hived-jobs" for b in by_kind("ClusterRoleBinding", docs)), \
+        "hived-jobs must be bound per VC namespace, never cluster-wide"
+    return own, vc, cluster
+
+
+# Granted for what the merged launcher makes but the calls recorded below do not reach:
+# 'get nodes' for operators' tools (kubectl describe); the headless Service of a multi-pod gang
+# (pod_builder.service_manifest), created and deleted by the launcher with the gang's pods.
+NOT_RECORDED = {("get", "", "nodes", "cluster"), ("create", "", "services", "vc"), ("delete", "", "services", "vc")}
 
 
 def test_rbac_allows_every_call_hived_makes_and_nothing_unused(kube, core, ns, uid, nodes, kubelet):
+    """Every API call of the launcher (pods and events in a VC namespace, nodes cluster-wide) and
+    of the official leader election (the Lease in hived's namespace) is allowed exactly where it is
+    made; every granted rule is used. ``ns`` plays a VC namespace, ``lease_ns`` hived's."""
+    from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
+    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
     n1, n2 = f"{uid}-n1", f"{uid}-n2"
     nodes.add(n1), nodes.add(n2)
+    lease_ns = f"{ns}-hived"
+    core.create_namespace({"metadata": {"name": lease_ns}})
     calls = []
     lau = KubernetesLauncher(kube.kubeconfig, template={"image": "img"}, namespace=ns, instance=uid,
                              bind="binding", nodes=[n1, n2], watch_timeout=1)
+    lock = LeaseLock("hived-scheduler", lease_ns, "me")
+    lock.api_instance = client.CoordinationV1Api(lau.api)           # the same recorded pool
     # Every call, generated or raw (k8s/rest_raw.py), goes through the client's urllib3 pool.
     pool = lau.api.rest_client.pool_manager
     real = pool.request
@@ -177,17 +341,90 @@ def test_rbac_allows_every_call_hived_makes_and_nothing_unused(kube, core, ns, u
         lau.terminate("j1", 30)                                        # delete with grace + events
         lau.delete_gang("j1", ns, names, 0)
         lau.health_changes()
+        # leader election: read (none yet), create, read, renew
+        assert lock.get("hived-scheduler", lease_ns)[0] is False
+        rec = LeaderElectionRecord("me", "15", "2026-01-01 00:00:00.123456", "2026-01-01 00:00:00.123456")
+        assert lock.create("hived-scheduler", lease_ns, rec)
+        assert lock.get("hived-scheduler", lease_ns)[0] is True
+        assert lock.update("hived-scheduler", lease_ns, rec)
     finally:
         lau.stop()
-    used = {_request_to_rbac(meth, url) for meth, url in calls}
-    role, cluster = _rules()
-    for verb, resource, namespaced in sorted(used):
-        rules = role if namespaced else cluster
-        assert _allowed(rules, verb, resource), \
-            f"hived calls {verb} {resource} ({'namespaced' if namespaced else 'cluster-wide'}); not in k8s/deploy/rbac.yaml"
-    granted = {(v, res, True) for r in role for res in r["resources"] for v in r["verbs"]} | \
-              {(v, res, False) for r in cluster for res in r["resources"] for v in r["verbs"]}
-    # 'get nodes' is granted for operators' tools (kubectl describe) but hived itself lists/watches
-    unused = granted - used - {("get", "nodes", False)}
+        core.delete_namespace(lease_ns)
+    where = {ns: "vc", lease_ns: "own", "": "cluster"}
+    used = {(verb, group, res, where[nsp]) for verb, group, res, nsp in map(lambda c: _request_to_rbac(*c), calls)}
+    own, vc, cluster = _grants()
+    rules = {"own": own, "vc": vc, "cluster": cluster}
+    for verb, group, res, scope in sorted(used):
+        assert _allows(rules[scope], verb, group, res), \
+            f"hived calls {verb} {group or 'core'}/{res} in the {scope} scope; k8s/deploy/base/rbac.yaml does not allow it"
+    granted = {(v, g, res, scope) for scope, rs in rules.items() for r in rs for g in r["apiGroups"]
+               for res in r["resources"] for v in r["verbs"]}
+    unused = granted - used - NOT_RECORDED
     assert not unused, f"rbac.yaml grants what hived never uses: {sorted(unused)}"
-    assert not any(res == "pods" and not ns_ for _, res, ns_ in used), "pods are read in one namespace only"
+    assert not any(res.startswith("pods") and scope != "vc" for _, _, res, scope in used), \
+        "pods are touched in VC namespaces only"
+    assert not any(g == "coordination.k8s.io" and scope != "own" for _, g, _, scope in used)
+
+
+# ---------------------------------------------------------------- the image
+
+def dockerfile() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of k8s/deploy/Dockerfile: comments dropped, continuations joined."""
+    out, buf = [], ""
+    for line in (DEPLOY / "Dockerfile").read_text().splitlines():
+        if not buf and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        buf += line.rstrip()
+        if buf.endswith("\\"):
+            buf = buf[:-1] + " "
+            continue
+        word, _, rest = buf.strip().partition(" ")
+        out.append((word.upper(), rest.strip()))
+        buf = ""
+    assert not buf, "a continuation runs off the end of the Dockerfile"
+    return out
+
+
+def stages() -> list[list[tuple[str, str]]]:
+    out: list = []
+    for ins, args in dockerfile():
+        if ins == "FROM":
+            out.append([])
+        out[-1].append((ins, args))
+    return out
+
+
+def test_the_image_is_a_pinned_slim_base_running_as_a_user_without_privileges():
+    st = stages()
+    assert len(st) >= 2, "build tools stay in a build stage"
+    for s in st:
+        base = s[0][1].split()[0]
+        name, _, tag = base.partition(":")
+        assert name == "python" and re.fullmatch(r"\d+\.\d+\.\d+-slim-\w+(@sha256:[0-9a-f]{64})?", tag), base
+    final = st[-1]
+    users = [a for i, a in final if i == "USER"]
+    assert users, "the final stage names its user"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit() and int(uid) != 0, "numeric and not root: runAsNonRoot can verify it"
+    (sts,) = by_kind("StatefulSet")
+    assert str(sts["spec"]["template"]["spec"]["securityContext"]["runAsUser"]) == uid
+    run = " ".join(a for i, a in final if i == "RUN")
+    assert "pip uninstall -y pip setuptools wheel" in run                   # no installer left
+    assert not re.search(r"apt-get install|gcc|build-essential", run)
+    assert "--no-index" in run                                              # offline, from the build stage
+    assert not any(i == "ADD" for s in st for i, _ in s)                    # nothing fetched at build time
+    entry = json.loads(next(a for i, a in final if i == "ENTRYPOINT"))
+    cmd = json.loads(next(a for i, a in final if i == "CMD"))
+    assert entry == ["hived"] and cmd[:1] == ["serve"]
+    expose = [a for i, a in final if i == "EXPOSE"]
+    ports = {p["containerPort"] for p in sts["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert {int(p) for e in expose for p in e.split()} == ports
+
+
+def test_the_build_context_holds_only_what_the_image_installs():
+    ignore = (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+    rules = [r.strip() for r in ignore if r.strip() and not r.startswith("#")]
+    assert rules[0] == "*"                                      # everything out, then only the sources in
+    copied = {src for s in stages() for i, a in s if i == "COPY" and "--from" not in a for src in a.split()[:-1]}
+    kept = {r[1:].rstrip("/") for r in rules if r.startswith("!")}
+    assert copied <= kept, copied - kept

@@ -145,7 +145,9 @@ class KubernetesLauncher:
         self._queue: "queue.Queue" = queue.Queue()
         self._sender: Optional[threading.Thread] = None
         self.template = JobTemplate.from_dict(template) if template is not None else None
-        self.policy = policy         # policy.AdminPolicy: what each VC's templates may ask for
+        # policy.AdminPolicy: what each VC's templates may ask for (None: the default policy, on
+        # the fields a job sets itself; template.check_for_vc)
+        self.policy = policy
         self.namespace = namespace
         self.instance = instance
         self.bind = bind
@@ -201,7 +203,7 @@ class KubernetesLauncher:
         t = self.template_for(request)
         if not request.user or not request.vc:
             raise TemplateError("request", "user and vc are required")
-        check_for_vc(t, request.vc, self.policy)
+        check_for_vc(t, request.vc, self.policy, getattr(request, TEMPLATE_ATTR, None))
         ns = self.namespace_of(t)
         if self.watch_namespace != "*" and ns != self.watch_namespace:
             raise TemplateError("template.namespace", f"hived watches pods in namespace {self.watch_namespace!r} "

@@ -32,7 +32,7 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import jsonschema
 import yaml
@@ -186,32 +186,35 @@ def load_policy(source: Any = None) -> AdminPolicy:
     return pol
 
 
-def check_template(template: JobTemplate, vc_policy: VCPolicy) -> None:
-    """Refuse (PolicyError) the first thing in ``template`` that VC ``vc_policy`` does not allow."""
-    vp = vc_policy
+def check_template(template: JobTemplate, vc_policy: VCPolicy, only: Optional[set] = None) -> None:
+    """Refuse (PolicyError) the first thing in ``template`` that VC ``vc_policy`` does not allow;
+    ``only``: template fields (``volumes``, ``security_context`` ...) to check, the rest trusted."""
+    for where, problem in refusals(template, vc_policy):
+        if only is None or re.split(r"[.\[]", where)[1] in only:
+            raise PolicyError(where, problem)
+
+
+def refusals(template: JobTemplate, vp: VCPolicy) -> Iterator[tuple[str, str]]:
+    """Every (field, rule) of ``template`` that VC ``vp`` does not allow, profile rules first."""
     for where, rule, what in violations(template, vp.pod_security):
-        raise PolicyError(where, f"{what} is refused by the Pod Security rule '{rule}' "
-                                 f"(VC {vp.vc!r} enforces {vp.pod_security!r})")
+        yield where, f"{what} is refused by the Pod Security rule '{rule}' (VC {vp.vc!r} enforces {vp.pod_security!r})"
     if not vp.image_allowed(template.image):
-        raise PolicyError("template.image", f"image {template.image!r} is not allowed for VC {vp.vc!r} "
-                                            f"(allowed: {', '.join(vp.images) or 'none'})")
+        yield "template.image", (f"image {template.image!r} is not allowed for VC {vp.vc!r} "
+                                 f"(allowed: {', '.join(vp.images) or 'none'})")
     sa = template.service_account
-    if sa is not None:
-        if sa == vp.scheduler_service_account:
-            raise PolicyError("template.service_account", f"{sa!r} is the scheduler's own service account; "
-                                                          "no job may use it")
-        if sa not in vp.service_accounts:
-            raise PolicyError("template.service_account",
-                              f"service account {sa!r} is not allowed for VC {vp.vc!r} (allowed: "
-                              f"{', '.join(vp.service_accounts) or 'none; a job gets no API token'})")
+    if sa is not None and sa == vp.scheduler_service_account:
+        yield "template.service_account", f"{sa!r} is the scheduler's own service account; no job may use it"
+    elif sa is not None and sa not in vp.service_accounts:
+        yield "template.service_account", (f"service account {sa!r} is not allowed for VC {vp.vc!r} (allowed: "
+                                           f"{', '.join(vp.service_accounts) or 'none; a job gets no API token'})")
     for i, v in enumerate(template.volumes):
         kind = volume_type(v)
         if kind not in vp.volume_types:
-            raise PolicyError(f"template.volumes[{i}].{kind}", f"volume type {kind!r} is not allowed for VC "
-                                                               f"{vp.vc!r} (allowed: {', '.join(vp.volume_types)})")
+            yield f"template.volumes[{i}].{kind}", (f"volume type {kind!r} is not allowed for VC {vp.vc!r} "
+                                                     f"(allowed: {', '.join(vp.volume_types)})")
     if template.namespace is not None and template.namespace != vp.namespace:
-        raise PolicyError("template.namespace", f"VC {vp.vc!r} runs its jobs in namespace {vp.namespace!r} "
-                                                f"only, not {template.namespace!r}")
+        yield "template.namespace", (f"VC {vp.vc!r} runs its jobs in namespace {vp.namespace!r} only, "
+                                     f"not {template.namespace!r}")
 
 
 def namespace_manifest(vc: str, policy: Optional[AdminPolicy] = None) -> dict:

@@ -39,7 +39,8 @@ ENV = {
     "HIVED_K8S_KUBECONFIG": "kubeconfig path (default: in-cluster config, else $KUBECONFIG)",
     "HIVED_K8S_WATCH_NAMESPACE": "namespace whose pods hived watches (default: HIVED_K8S_NAMESPACE; '*' = all)",
     "HIVED_SPEC_VERSION": "spec version written on pods (default: a hash of the spec)",
-    "HIVED_K8S_POLICY": "pod policy file (YAML, k8s/policy.py; default: restricted, no service account)",
+    "HIVED_K8S_POLICY": "pod policy file (YAML, k8s/policy.py; default: a job's own template fields must "
+                        "meet the restricted profile and name no service account)",
 }
 
 
@@ -73,7 +74,7 @@ def launcher_from_env(nodes=None, **kw) -> KubernetesLauncher:
         bind=env.get("HIVED_K8S_BIND") or "node_name",
         spec_version=env.get("HIVED_SPEC_VERSION", ""),
         watch_namespace=env.get("HIVED_K8S_WATCH_NAMESPACE") or None,
-        policy=load_policy(env.get("HIVED_K8S_POLICY") or None),
+        policy=load_policy(env["HIVED_K8S_POLICY"]) if env.get("HIVED_K8S_POLICY") else None,
         nodes=nodes, **{"pipeline": True, **kw})
 
 

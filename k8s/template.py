@@ -203,12 +203,17 @@ class JobTemplate:
         return out
 
 
-def check_for_vc(template: JobTemplate, vc: str, policy) -> JobTemplate:
-    """``template`` if the admin ``policy`` (policy.AdminPolicy) lets VC ``vc`` run it; else
-    PolicyError (a TemplateError) naming the field and the rule. ``policy`` None: no policy."""
+def check_for_vc(template: JobTemplate, vc: str, policy, own: Optional[dict] = None) -> JobTemplate:
+    """``template`` (the default with the job's ``own`` fields on top) if the admin's ``policy``
+    (policy.AdminPolicy) lets VC ``vc`` run it; else PolicyError (a TemplateError) naming the
+    field and the rule. Without a policy of the admin's, the default one (restricted, no
+    service account) still applies to what the job asks for itself: the default template is
+    the admin's own word, a job's fields are not."""
+    from .policy import AdminPolicy, check_template
     if policy is not None:
-        from .policy import check_template
         check_template(template, policy.for_vc(vc))
+    elif own:
+        check_template(template, AdminPolicy().for_vc(vc), only=set(own))
     return template
 
 

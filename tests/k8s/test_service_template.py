@@ -92,3 +92,36 @@ def test_working_directory_order_job_template_then_workdir_then_default():
     assert workdir() == "/default"
     assert workdir(workdir="/home/alice/proj") == "/home/alice/proj"
     assert workdir(workdir="/home/alice/proj", k8s_template={"working_dir": "/workspace"}) == "/workspace"
+
+
+@pytest.mark.parametrize("bad,where", [
+    ({"volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+      "volume_mounts": [{"name": "root", "mountPath": "/host"}]}, "k8s_template.volumes[0].hostPath"),
+    ({"service_account": "hived"}, "k8s_template.service_account"),
+    ({"service_account": "default"}, "k8s_template.service_account"),
+    ({"security_context": {"privileged": True}}, "k8s_template.security_context.privileged"),
+    ({"host_network": True}, "k8s_template.host_network"),
+])
+def test_without_an_admin_policy_a_jobs_own_fields_meet_the_restricted_default(make_svc, core, ns, bad, where):
+    """A launcher given no policy still holds a job to the default one (restricted, no service
+    account) for what the job asks for itself; nothing is queued or created."""
+    svc = make_svc()
+    assert svc.launcher.policy is None
+    with pytest.raises(RequestError) as e:
+        svc.submit("alice", {"vc": "vca", "command": "true", "gpus": 2, "k8s_template": bad})
+    assert e.value.field == where
+    assert svc.store.count_jobs() == 0 and core.list_namespaced_pod(ns).items == []
+
+
+def test_without_an_admin_policy_the_default_template_is_the_admins_word(kube, ns, uid):
+    """The default template (the admin's) may mount what the default policy would refuse a job."""
+    from hived.core.jobs import JobRequest, PodGroup
+    lau = KubernetesLauncher(kube.kubeconfig, namespace=ns, instance=uid, watch_timeout=1,
+                             template={"image": "img", "volumes": [{"name": "d", "hostPath": {"path": "/data"}}],
+                                       "service_account": "trainer"})
+    req = JobRequest(user="alice", vc="vca", command="x", groups=[PodGroup(1, 1)], k8s_template={"env": {"A": "1"}})
+    assert lau.validate(req).volumes[0]["hostPath"] == {"path": "/data"}
+    req.k8s_template = {"service_account": "other"}
+    with pytest.raises(ValueError) as e:
+        lau.validate(req)
+    assert e.value.where == "template.service_account"

@@ -120,3 +120,23 @@ def test_gang_pods_and_their_service_are_accepted_by_the_api_server(core, ns):
         assert p.spec.containers[0].security_context.capabilities.drop == ["ALL"]
         assert p.spec.containers[0].resources.limits["cpu"] == "4"
     assert ranks == {"0", "1", "2"}
+
+
+def test_a_three_pod_gang_launched_through_the_launcher(kube, core, ns, uid, nodes):
+    from hived.k8s.launcher import KubernetesLauncher
+    for r in range(3):
+        nodes.add(f"{uid}-n{r}")
+    req, _ = three_pods(cpus=2, memory_gb=4)
+    placement = Placement("V100", tuple(PodPlacement(r, f"{uid}-n{r}", (0, 1), (f"c{r}",)) for r in range(3)))
+    lau = KubernetesLauncher(kube.kubeconfig, template={"image": "registry.example/train:1"}, namespace=ns,
+                             instance=uid, watch_timeout=1)
+    try:
+        lau.launch("j3", req, placement, attempt=1)
+    finally:
+        lau.stop()
+    pods = sorted(core.list_namespaced_pod(ns).items, key=lambda p: p.metadata.name)
+    envs = [{e.name: e.value for e in p.spec.containers[0].env} for p in pods]
+    assert [e["RANK"] for e in envs] == ["0", "1", "2"] and {e["WORLD_SIZE"] for e in envs} == {"3"}
+    assert {e["MASTER_ADDR"] for e in envs} == {f"{pods[0].metadata.name}.{pb.service_name('j3')}.{ns}.svc"}
+    assert [p.spec.node_name for p in pods] == [f"{uid}-n{r}" for r in range(3)]
+    assert {p.spec.containers[0].resources.requests["cpu"] for p in pods} == {"2"}

@@ -285,3 +285,18 @@ def test_an_allowed_image_and_service_account_run(make_svc, core, ns):
     assert pod.spec.service_account_name == "trainer" and pod.spec.automount_service_account_token is True
     assert pod.spec.containers[0].image == own["image"]
     assert pod.spec.security_context.seccomp_profile.type == "RuntimeDefault"
+
+
+def test_the_service_reads_the_policy_file_named_by_the_environment(kube, ns, tmp_path, monkeypatch):
+    from hived.k8s.service import launcher_from_env
+    path = tmp_path / "policy.yaml"
+    path.write_text(POLICY)
+    monkeypatch.setenv("HIVED_K8S_KUBECONFIG", kube.kubeconfig)
+    monkeypatch.setenv("HIVED_K8S_NAMESPACE", ns)
+    monkeypatch.setenv("HIVED_K8S_POLICY", str(path))
+    lau = launcher_from_env()
+    assert lau.policy.for_vc("lab").pod_security == "baseline"
+    path.write_text("defaults: {podSecurity: lax}\n")
+    with pytest.raises(PolicyFileError) as e:
+        launcher_from_env()
+    assert str(path) in str(e.value) and "defaults.podSecurity" in str(e.value)

@@ -428,3 +428,89 @@ def test_the_build_context_holds_only_what_the_image_installs():
     copied = {src for s in stages() for i, a in s if i == "COPY" and "--from" not in a for src in a.split()[:-1]}
     kept = {r[1:].rstrip("/") for r in rules if r.startswith("!")}
     assert copied <= kept, copied - kept
+
+
+# ---------------------------------------------------------------- the deployment, run
+
+def test_the_shipped_deployment_runs_with_per_user_identity(kube, core, ns, uid, nodes, tmp_path):
+    """The StatefulSet's command and environment, run as a process against the test API server
+    with the ConfigMap's files and a tokens file where the pod mounts them: each user is known by
+    their own token (sees their VC, may submit to it; no 403), the shipped template and policy
+    launch a pod, and a template with hostPath / is refused naming the field."""
+    import os
+    import socket
+    import time
+    (sts,) = by_kind("StatefulSet")
+    (cm,) = by_kind("ConfigMap")
+    c = sts["spec"]["template"]["spec"]["containers"][0]
+    mounts = {v["name"]: v["mountPath"] for v in c["volumeMounts"]}
+    # the pod's paths, moved under tmp_path
+    remap = {mounts["config"]: tmp_path / "config", mounts["tokens"]: tmp_path / "tokens",
+             mounts["data"]: tmp_path / "data", mounts["tmp"]: tmp_path / "tmp"}
+
+    def local(path: str) -> str:
+        for mp, here in remap.items():
+            if path == mp or path.startswith(mp + "/"):
+                return str(here) + path[len(mp):]
+        return path
+    for d in remap.values():
+        d.mkdir()
+    for key, text in cm["data"].items():
+        if key == "spec.yaml":      # node names are cluster-wide: this test's own
+            text = text.replace("cellAddress: gpu-node-", f"cellAddress: {uid}-gpu-node-")
+        (remap[mounts["config"]] / key).write_text(text)
+    for i in range(2):
+        nodes.add(f"{uid}-gpu-node-{i}")
+    tokens = {"tok-alice-0123456789": "alice", "tok-bob-0123456789": "bob"}
+    args = [local(a) for a in c["args"]]
+    (Path(args[args.index("--user-tokens") + 1])).write_text(json.dumps(tokens))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args[args.index("--ip") + 1], args[args.index("--port") + 1] = "127.0.0.1", str(port)
+    env = {**os.environ, **{e["name"]: local(e["value"]) for e in c["env"] if "value" in e},
+           "HIVED_K8S_KUBECONFIG": kube.kubeconfig, "HIVED_K8S_NAMESPACE": ns, "HIVED_K8S_INSTANCE": uid}
+    env.pop("HIVED_TOKEN", None)
+    exe = Path(sys.executable).with_name("hived")
+    proc = subprocess.Popen([str(exe), *c["command"][1:], *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}/hived/api"
+    try:
+        def call(method, path, token, body=None):
+            return requests.request(method, f"{base}/{path}", json=body, timeout=10,
+                                    headers={"Authorization": f"token {token}"})
+        end = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stdout.read()
+            try:
+                r = call("GET", "status", "tok-alice-0123456789")
+                if r.ok and r.json().get("ok"):
+                    break
+            except requests.ConnectionError:
+                pass
+            assert time.monotonic() < end, "hived serve did not come up"
+            time.sleep(0.3)
+        assert r.json()["user"] == "alice" and r.json()["vcs"] == ["research"]
+        assert call("GET", "status", "tok-bob-0123456789").json()["vcs"] == ["product"]
+        assert call("GET", "status", "not-a-token").status_code in (401, 403)
+        ok = call("POST", "jobs", "tok-alice-0123456789",
+                  {"vc": "research", "command": "nvidia-smi -L", "gpus": 2, "job_class": "be"})
+        assert ok.status_code == 201, ok.text
+        bad = call("POST", "jobs", "tok-alice-0123456789",
+                   {"vc": "research", "command": "x", "gpus": 2,
+                    "k8s_template": {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}})
+        assert bad.status_code == 400 and "k8s_template.volumes[0].hostPath" in bad.text, bad.text
+        end = time.monotonic() + 30
+        while not core.list_namespaced_pod(ns).items:
+            assert time.monotonic() < end, "the job's pod was not created"
+            time.sleep(0.2)
+        pod = core.list_namespaced_pod(ns).items[0]
+        assert pod.spec.containers[0].image.startswith("nvcr.io/nvidia/")
+        assert pod.spec.containers[0].security_context.run_as_user == 1000
+        assert pod.metadata.labels["hived.io/user"] == "alice"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()

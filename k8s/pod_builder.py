@@ -226,7 +226,7 @@ def build_pods(job_id: str, request: JobRequest, placement: Placement, attempt: 
                master_port: int = MASTER_PORT, cluster_domain: str = "") -> list[dict]:
     """One manifest (a plain dict, camelCase as the API takes it) per pod of the gang.
 
-    ``demands``: (cpus, memory_gb) per rank as the engine resolved them (node-share defaults
+    ``demands``: (cpus, memory_gb[, gpus]) per rank as the engine resolved them (node-share defaults
     filled in); without it a group's own ``cpus``/``memory_gb`` are used where set."""
     if bind not in BIND_MODES:
         raise ValueError(f"bind: {bind!r} is not one of {BIND_MODES}")
@@ -282,7 +282,7 @@ def build_pods(job_id: str, request: JobRequest, placement: Placement, attempt: 
         if template.ports:
             container["ports"] = [dict(p) for p in template.ports]
         if demands is not None:
-            cpus, memory_gb = demands[pp.rank]
+            cpus, memory_gb = demands[pp.rank][:2]     # JobRecord.pod_demands: (cpus, memory_gb, gpus)
         else:
             group = _group_of(request, pp.rank)
             cpus, memory_gb = (group.cpus, group.memory_gb) if group is not None else (None, None)

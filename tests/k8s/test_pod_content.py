@@ -72,7 +72,7 @@ def test_the_jobs_cpu_and_memory_win_over_the_template_which_only_adds():
     assert c["resources"]["limits"] == {"cpu": "12", "memory": "98304Mi", "example.com/rdma": "1"}
     # the node share the engine resolved, when the job named none
     req, placement = three_pods()
-    pods = pb.build_pods("j1", req, placement, 1, TPL, namespace="ns", demands=[(16.0, 128.0)] * 3)
+    pods = pb.build_pods("j1", req, placement, 1, TPL, namespace="ns", demands=[(16.0, 128.0, 2.0)] * 3)
     assert pods[2]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "16"
     assert pods[2]["spec"]["containers"][0]["resources"]["limits"]["memory"] == "131072Mi"
     # fractional CPUs in millicores

@@ -102,6 +102,7 @@ class Allocator(OpportunisticMixin, AdminMixin):
         self.binding = binding
         self.tree = CellTree(spec)
         self._grants: dict[str, GangGrant] = {}
+        self._fresh: list[Cell] = []   # cells bound since the current placement began (undone if it fails)
         self.opp_demand: dict[str, int] = {}
         top = {c: ch.top_level for c, ch in spec.chains.items()}
         self.pfree = {c: [None] + [Buckets(True, f"{c}/L{k}") for k in range(1, top[c] + 1)] for c in spec.chains}
@@ -205,6 +206,7 @@ class Allocator(OpportunisticMixin, AdminMixin):
         if not pinned:
             self.bound[vc].setdefault((cell.chain, cell.level), {})[cell] = None
             self.a[cell.chain][cell.level] += 1
+            self._fresh.append(cell)
 
     def _unbind(self, cell: Cell) -> None:
         vc = cell.bound_vc
@@ -226,7 +228,9 @@ class Allocator(OpportunisticMixin, AdminMixin):
                 return True
             if c.node is not None:
                 return bool(node_ok(c.node, gpus))
-            return any(self._usable(ch, level, node_ok, gpus, healthy) for ch in c.children)
+            # above the nodes: some node inside must be allowed (the children are below ``level``
+            # when ``level`` is c's own, e.g. a rack for a gang kept within one rack)
+            return any(self._usable(ch, min(level, ch.level), node_ok, gpus, healthy) for ch in c.children)
         if c.level == level or c.bad == c.gpus:
             return False
         return any(self._usable(ch, level, node_ok, gpus, healthy) for ch in c.children)
@@ -266,8 +270,12 @@ class Allocator(OpportunisticMixin, AdminMixin):
             c = p
         lists[c.level].add(c, self._key(c))
 
-    def _vc_free(self, vc: str, c: Cell) -> None:
-        """Release inside the VC's view; merge up to the bound cell, then unbind it (dynamic mode)."""
+    def _vc_free(self, vc: str, c: Cell, unbind: bool = True) -> None:
+        """Release inside the VC's view; merge up to the bound cell, then unbind it (dynamic mode).
+
+        ``unbind=False`` (rolling back a failed placement) keeps the bound
+        cell listed in the VC's view; ``_drop_fresh`` decides what to unbind.
+        """
         lists = self.vfree[vc][c.chain]
         while c.bound_vc != vc and c.parent.vfc == len(c.parent.children) - 1:
             p = c.parent
@@ -275,10 +283,25 @@ class Allocator(OpportunisticMixin, AdminMixin):
                 if s is not c:
                     lists[s.level].remove(s)
             c = p
-        if c.bound_vc == vc and self.binding == "dynamic" and c.pinned_id is None:
+        if unbind and c.bound_vc == vc and self.binding == "dynamic" and c.pinned_id is None:
             self._unbind(c)
         else:
             lists[c.level].add(c, self._key(c))
+
+    def _drop_fresh(self, mark: int) -> None:
+        """Undo the bindings made since ``mark`` by a placement that failed.
+
+        Their cells hold no pod any more, so each is one listed cell of its
+        VC's view. Cells bound to bad hardware stay bound as doomed (001 §4),
+        as they do after any refusal: the VC's view shows the hardware it
+        lacks, and the repair unbinds them.
+        """
+        for cell in reversed(self._fresh[mark:]):
+            if cell.doomed or self.binding != "dynamic":
+                continue
+            cell.flist.remove(cell)
+            self._unbind(cell)
+        del self._fresh[mark:]
 
     def _split_safe(self, chain: str, k: int, j: int) -> bool:
         """Would splitting a free level-j cell down to a bound level-k cell keep invariant (2)?"""
@@ -411,15 +434,19 @@ class Allocator(OpportunisticMixin, AdminMixin):
             raise ValueError(f"pod_gpus must be a non-empty list of positive integers, got {pod_gpus!r}")
         if node_ok is not None:
             node_ok = _memo(node_ok)
-        for cname in self._chains_for(vc, chain, opportunistic):
-            if opportunistic:
-                grant = self._place_opportunistic(owner, vc, cname, pod_gpus, priority, within_level, node_ok)
-            else:
-                grant = self._place_guaranteed(owner, vc, cname, pod_gpus, priority, within_level, node_ok)
-            if grant is not None:
-                self._grants[owner] = grant
-                return grant
-        return None
+        self._fresh.clear()
+        try:
+            for cname in self._chains_for(vc, chain, opportunistic):
+                if opportunistic:
+                    grant = self._place_opportunistic(owner, vc, cname, pod_gpus, priority, within_level, node_ok)
+                else:
+                    grant = self._place_guaranteed(owner, vc, cname, pod_gpus, priority, within_level, node_ok)
+                if grant is not None:
+                    self._grants[owner] = grant
+                    return grant
+            return None
+        finally:
+            self._fresh.clear()
 
     def _chains_for(self, vc: str, chain: Optional[str], opportunistic: bool) -> list[str]:
         if chain is not None:
@@ -459,13 +486,16 @@ class Allocator(OpportunisticMixin, AdminMixin):
                          self.tree, victims)
 
     def _take_pods(self, vc, chain, levels, pod_gpus, order, node_ok, within) -> Optional[list[Cell]]:
+        """One cell per pod, all or nothing: a failure leaves the free lists and bindings as they were."""
+        mark = len(self._fresh)
         cells: list[Optional[Cell]] = [None] * len(levels)
         for i in order:
             c = self._vc_take(vc, chain, levels[i], node_ok, pod_gpus[i], within)
             if c is None:
                 for j in order:  # roll back, buddies merge again
                     if cells[j] is not None:
-                        self._vc_free(vc, cells[j])
+                        self._vc_free(vc, cells[j], unbind=False)
+                self._drop_fresh(mark)
                 return None
             cells[i] = c
         return cells
@@ -500,6 +530,7 @@ class Allocator(OpportunisticMixin, AdminMixin):
                     self._uncarve(vc, x)
         for k in range(w, ch.top_level + 1):  # bind a new preassigned cell
             if self._unbound(vc, chain, k) > 0:
+                mark = len(self._fresh)
                 cell = self._phys_take(chain, k, w, node_ok, max(pod_gpus))
                 if cell is None:
                     continue
@@ -510,6 +541,7 @@ class Allocator(OpportunisticMixin, AdminMixin):
                 if got is not None:
                     return got
                 self._uncarve(vc, x)
+                self._drop_fresh(mark)
                 return None
         return None
 
@@ -525,19 +557,25 @@ class Allocator(OpportunisticMixin, AdminMixin):
         return x
 
     def _uncarve(self, vc: str, x: Cell) -> None:
-        """Undo ``_carve`` after a failed try: merge the listed buddies back (and unbind if all free)."""
-        if x.flist is not None:
+        """Undo ``_carve`` after a failed try: merge the listed buddies back.
+
+        When pods were placed and rolled back, their release already merged
+        ``x`` into the cell it was carved from; then there is nothing left to do.
+        """
+        if x.flist is self.vfree[vc][x.chain][x.level]:
             x.flist.remove(x)
-            self._vc_free(vc, x)
+            self._vc_free(vc, x, unbind=False)
 
     def allocate(self, owner: str, vc: str, level: int, chain: Optional[str] = None) -> Optional[GangGrant]:
         """Admin API: one whole guaranteed cell of ``level`` (any level, e.g. a rack) for the VC."""
         if owner in self._grants:
             raise ValueError(f"owner {owner!r} already holds cells; release it first")
+        self._fresh.clear()
         for cname in self._chains_for(vc, chain, False):
             if not 1 <= level <= self._chain(cname).top_level:
                 continue
             c = self._vc_take(vc, cname, level, None, 0)
+            self._fresh.clear()
             if c is not None:
                 victims = self._victims(c)
                 self._set_pod(c, owner, False)

@@ -40,7 +40,7 @@ class GangGrant:
     """The cells bound to one owner (a job), all pods in one chain."""
 
     __slots__ = ("owner", "vc", "chain", "opportunistic", "priority", "victims", "_pods", "_cells",
-                 "_tree", "downgraded")
+                 "_tree", "downgraded", "_bound")
 
     def __init__(self, owner, vc, chain, opportunistic, priority, pod_cells, tree, victims=None):
         self.owner = owner
@@ -53,6 +53,9 @@ class GangGrant:
         self._tree = tree
         self._pods = None
         self.downgraded = False
+        # per pod: (id, level) of the VC cell it was bound in, so that a restore can bind exactly that cell
+        # again (taken now: a released grant's cells are unbound)
+        self._bound = None if opportunistic else [_bound_root(c) for c, _ in pod_cells]
 
     @property
     def cells(self) -> list[str]:
@@ -82,6 +85,7 @@ class GangGrant:
     def to_dict(self) -> dict:
         return {"owner": self.owner, "vc": self.vc, "chain": self.chain, "opportunistic": self.opportunistic,
                 "priority": self.priority, "cells": self.cells, "gpus": [g for _, g in self._cells],
+                "bound": [list(b) if b else None for b in self._bound] if self._bound else None,
                 "pods": [{"rank": p.rank, "node": p.node, "gpus": list(p.gpus), "cells": list(p.cells)}
                          for p in self.pods]}
 
@@ -112,6 +116,7 @@ class Allocator(OpportunisticMixin, AdminMixin):
         self.bound: dict[str, dict[tuple[str, int], dict]] = {}
         self.lent: dict[str, dict[tuple[str, int], int]] = {}
         self.borrowed: dict[str, dict[tuple[str, int], int]] = {}
+        self.loans: dict[tuple[str, str, tuple[str, int]], int] = {}  # (lender, borrower, (chain, level)) -> cells
         self.vfree: dict[str, dict[str, list]] = {}
         for vc, vs in spec.vcs.items():
             self.quota[vc] = dict(vs.cells)
@@ -288,7 +293,7 @@ class Allocator(OpportunisticMixin, AdminMixin):
         else:
             lists[c.level].add(c, self._key(c))
 
-    def _drop_fresh(self, mark: int) -> None:
+    def _drop_fresh(self, mark: int, keep_doomed: bool = True) -> None:
         """Undo the bindings made since ``mark`` by a placement that failed.
 
         Their cells hold no pod any more, so each is one listed cell of its
@@ -297,7 +302,7 @@ class Allocator(OpportunisticMixin, AdminMixin):
         lacks, and the repair unbinds them.
         """
         for cell in reversed(self._fresh[mark:]):
-            if cell.doomed or self.binding != "dynamic":
+            if (cell.doomed and keep_doomed) or cell.pinned_id is not None:
                 continue
             cell.flist.remove(cell)
             self._unbind(cell)
@@ -601,6 +606,15 @@ class Allocator(OpportunisticMixin, AdminMixin):
 
     def grants(self) -> dict[str, GangGrant]:
         return dict(self._grants)
+
+
+def _bound_root(c: Cell) -> Optional[tuple[str, int]]:
+    x = c
+    while x is not None:
+        if x.bound_vc is not None:
+            return x.id, x.level
+        x = x.parent
+    return None
 
 
 def _cells_at(root: Cell, level: int):

@@ -93,3 +93,35 @@ def test_rack_gang_with_a_bad_node_and_a_cordoned_node_is_refused_then_placed():
     g = a.place("big", "A", [8, 8, 8, 8], within_level=5, node_ok=ok)
     assert g is not None and sorted(g.cells) == ["n4", "n5", "n6", "n7"]
     a.check_invariants()
+
+
+def test_both_racks_unhealthy_gang_refused_then_placed_once_one_heals():
+    a = _racks_of_four()
+    a.set_health("n1", None, False)                       # NotReady in rack0
+    a.set_health("n5", None, False)                       # cordoned in rack1 (a bad node to the allocator)
+    before_free = [len(b) for b in a.pfree["RACK"][1:]]
+    # neither rack has four healthy nodes: rack0 is bound doomed, the gang refused, nothing else moves
+    assert a.place("big", "A", [8, 8, 8, 8], within_level=5) is None
+    a.check_invariants()
+    assert {c.id for c in a.bound["A"][("RACK", 5)]} == {"rack0"} and a.tree.cell("rack0").doomed
+    assert [len(b) for b in a.pfree["RACK"][1:]] == [0, 0, 0, 0, before_free[4] - 1]
+    a.set_health("n5", None, True)                        # uncordoned: rack1 is idle and whole
+    g = a.place("big", "A", [8, 8, 8, 8], within_level=5)
+    assert g is not None and sorted(g.cells) == ["n4", "n5", "n6", "n7"]
+    a.check_invariants()
+
+
+def test_engine_step_with_a_bad_node_in_each_rack_keeps_going():
+    from hived.core.engine import Engine
+    from hived.core.jobs import JobRequest, JobState, PodGroup
+    a = _racks_of_four()
+    eng = Engine(a, preemption_policy="none")
+    eng.set_health("n1", None, False, 0.0)
+    eng.set_health("n5", None, False, 0.0)
+    jid = eng.submit(JobRequest(user="u", vc="A", groups=[PodGroup(4, 8)]), 0.0)
+    assert eng.step(1.0) == []                            # used to raise AttributeError ... 'vfc'
+    assert eng.job(jid).state is JobState.QUEUED
+    eng.set_health("n5", None, True, 2.0)
+    starts = [d.job_id for d in eng.step(3.0) if d.kind.value == "start"]
+    assert starts == [jid]
+    assert sorted(p.node for p in eng.job(jid).placement.pods) == ["n4", "n5", "n6", "n7"]

@@ -597,6 +597,9 @@ class Allocator(OpportunisticMixin, AdminMixin):
         for c, _ in grant._cells:
             if grant.opportunistic:
                 self._set_pod(c, None, True)
+                for g in self._guaranteed_over(c):  # a victim that left no longer holds anyone up
+                    held = self._grants[g]
+                    held.victims = held.victims - {owner}  # a new set: callers may be iterating the old one
             else:
                 self._set_pod(c, None, False)
                 self._vc_free(grant.vc, c)

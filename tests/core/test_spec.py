@@ -236,3 +236,19 @@ def test_spec_import_does_not_load_jsonschema():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jsonschema', 'rfc3987_syntax', 'lark')))")
     out = subprocess.run([sys.executable, "-c", code, str(EXAMPLE)], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_cli_check_shows_preemption_cap_and_accounts(tmp_path, capsys):
+    doc = rack_doc(1, {"A": {"NODE": 1}, "B": {"NODE": 1}})
+    doc["virtualClusters"]["A"].update(maxPreemptions=2, account="svc-a")
+    doc["accounts"] = {"alice": "1001:1001"}
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    assert hived_main(["spec", "check", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "VC A: 8 GPUs, weight 8: RACK.NODE x1; at most 2 preemptions per job; runs as svc-a" in out
+    assert "  Unix accounts: alice -> 1001:1001" in out
+    assert hived_main(["spec", "check", "--json", str(f)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["vcs"]["A"]["max_preemptions"] == 2 and data["vcs"]["B"]["max_preemptions"] is None
+    assert data["vcs"]["A"]["account"] == "svc-a" and data["accounts"] == {"alice": "1001:1001"}

@@ -1,12 +1,14 @@
 """The cluster spec: cell types, physical cells and virtual clusters (VCs).
 
 The YAML follows hivedscheduler's shape (``physicalCluster.cellTypes``,
-``physicalCluster.physicalCells``, ``virtualClusters``) with three
-extensions: per-VC ``users``/``admins``/``weight`` and cluster ``admins``.
-See docs/spec.md for the format.
+``physicalCluster.physicalCells``, ``virtualClusters``) with extensions:
+per-VC ``users``/``admins``/``weight``/``maxPreemptions``/``account``, and
+cluster ``admins`` and ``accounts``. See docs/spec.md for the format.
 
-Loading happens in two passes. A JSON schema (spec_schema.json) checks the
-shape, then the semantic checks below check what a schema cannot say: cycles,
+Loading happens in three passes. A walk over the plain YAML values refuses
+what JSON Schema cannot see (non-text keys, NaN, 2.0 for an integer, deep
+nesting); a JSON schema (spec_schema.json) checks the shape; then the
+semantic checks below check what a schema cannot say: cycles, chain depth,
 one node level per chain, uniform children, unique addresses and pinned ids,
 cell types that belong to their chain, and feasibility of the VC assignment
 (eq. (1)/(2) of the HiveD paper at time 0). Every refusal is a ``SpecError``

@@ -141,6 +141,13 @@ def _check_refusal_changed_nothing(alloc, before):
         assert after == before, "a refused gang changed the free lists"
 
 
+def _reload_same_spec(alloc, doc):
+    """Reloading the same spec is the identity for every grant (no downgrade, same cells, same victims)."""
+    before = {o: (g.cells, g.opportunistic, sorted(g.victims)) for o, g in alloc.grants().items()}
+    assert alloc.reconfigure(load_spec(doc)) == []
+    assert {o: (g.cells, g.opportunistic, sorted(g.victims)) for o, g in alloc.grants().items()} == before
+
+
 @SETTINGS
 @given(doc=feasible_specs(), data=st.data(), binding=st.sampled_from(["dynamic", "dynamic", "static"]))
 def test_random_sequences_keep_sharing_safety(doc, data, binding):
@@ -154,7 +161,7 @@ def test_random_sequences_keep_sharing_safety(doc, data, binding):
     n = 0
     for _ in range(data.draw(st.integers(5, 40), label="steps")):
         op = data.draw(st.sampled_from(["guaranteed", "guaranteed", "opportunistic", "release", "health",
-                                        "gang", "roundtrip"]))
+                                        "gang", "roundtrip", "reload"]))
         if op == "guaranteed":
             vc = data.draw(st.sampled_from(vcs))
             chain = data.draw(st.sampled_from(sorted(spec.chains)))
@@ -202,6 +209,8 @@ def test_random_sequences_keep_sharing_safety(doc, data, binding):
                 alloc.release(owner)
                 alloc.restore(data_)
                 assert (alloc.grant_of(owner).cells, alloc.grant_of(owner).opportunistic) == was
+        elif op == "reload":  # the same spec again, mid-run: the steps after it still check Theorem 1
+            _reload_same_spec(alloc, doc)
         elif op == "opportunistic":
             vc = data.draw(st.sampled_from(vcs))
             gpus = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=3))
@@ -219,10 +228,7 @@ def test_random_sequences_keep_sharing_safety(doc, data, binding):
         n += 1
         alloc.check_invariants()
         _check_no_double_binding(alloc)
-    # reloading the same spec is the identity for every grant (no downgrade, same cells, same victims)
-    before = {o: (g.cells, g.opportunistic, sorted(g.victims)) for o, g in alloc.grants().items()}
-    assert alloc.reconfigure(load_spec(doc)) == []
-    assert {o: (g.cells, g.opportunistic, sorted(g.victims)) for o, g in alloc.grants().items()} == before
+    _reload_same_spec(alloc, doc)
     alloc.check_invariants()
     _check_no_double_binding(alloc)
     for owner in list(alloc.grants()):

@@ -135,6 +135,7 @@ class Allocator(OpportunisticMixin, AdminMixin):
                 self.vfree[vc][cell.chain][cell.level].add(cell, self._key(cell))
         if binding == "static":
             self._bind_all_static()
+        self._fresh.clear()   # bindings made while building are not a placement's to undo
 
     # ------------------------------------------------------------ set-up
     def _init_free(self) -> None:

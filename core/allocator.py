@@ -40,7 +40,7 @@ class GangGrant:
     """The cells bound to one owner (a job), all pods in one chain."""
 
     __slots__ = ("owner", "vc", "chain", "opportunistic", "priority", "victims", "_pods", "_cells",
-                 "_tree", "downgraded")
+                 "_tree", "downgraded", "_bound")
 
     def __init__(self, owner, vc, chain, opportunistic, priority, pod_cells, tree, victims=None):
         self.owner = owner
@@ -53,6 +53,9 @@ class GangGrant:
         self._tree = tree
         self._pods = None
         self.downgraded = False
+        # per pod: (id, level) of the VC cell it was bound in, so that a restore can bind exactly that cell
+        # again (taken now: a released grant's cells are unbound)
+        self._bound = None if opportunistic else [_bound_root(c) for c, _ in pod_cells]
 
     @property
     def cells(self) -> list[str]:
@@ -82,6 +85,7 @@ class GangGrant:
     def to_dict(self) -> dict:
         return {"owner": self.owner, "vc": self.vc, "chain": self.chain, "opportunistic": self.opportunistic,
                 "priority": self.priority, "cells": self.cells, "gpus": [g for _, g in self._cells],
+                "bound": [list(b) if b else None for b in self._bound] if self._bound else None,
                 "pods": [{"rank": p.rank, "node": p.node, "gpus": list(p.gpus), "cells": list(p.cells)}
                          for p in self.pods]}
 
@@ -102,6 +106,7 @@ class Allocator(OpportunisticMixin, AdminMixin):
         self.binding = binding
         self.tree = CellTree(spec)
         self._grants: dict[str, GangGrant] = {}
+        self._fresh: list[Cell] = []   # cells bound since the current placement began (undone if it fails)
         self.opp_demand: dict[str, int] = {}
         top = {c: ch.top_level for c, ch in spec.chains.items()}
         self.pfree = {c: [None] + [Buckets(True, f"{c}/L{k}") for k in range(1, top[c] + 1)] for c in spec.chains}
@@ -111,6 +116,7 @@ class Allocator(OpportunisticMixin, AdminMixin):
         self.bound: dict[str, dict[tuple[str, int], dict]] = {}
         self.lent: dict[str, dict[tuple[str, int], int]] = {}
         self.borrowed: dict[str, dict[tuple[str, int], int]] = {}
+        self.loans: dict[tuple[str, str, tuple[str, int]], int] = {}  # (lender, borrower, (chain, level)) -> cells
         self.vfree: dict[str, dict[str, list]] = {}
         for vc, vs in spec.vcs.items():
             self.quota[vc] = dict(vs.cells)
@@ -129,6 +135,7 @@ class Allocator(OpportunisticMixin, AdminMixin):
                 self.vfree[vc][cell.chain][cell.level].add(cell, self._key(cell))
         if binding == "static":
             self._bind_all_static()
+        self._fresh.clear()   # bindings made while building are not a placement's to undo
 
     # ------------------------------------------------------------ set-up
     def _init_free(self) -> None:
@@ -205,6 +212,7 @@ class Allocator(OpportunisticMixin, AdminMixin):
         if not pinned:
             self.bound[vc].setdefault((cell.chain, cell.level), {})[cell] = None
             self.a[cell.chain][cell.level] += 1
+            self._fresh.append(cell)
 
     def _unbind(self, cell: Cell) -> None:
         vc = cell.bound_vc
@@ -226,7 +234,9 @@ class Allocator(OpportunisticMixin, AdminMixin):
                 return True
             if c.node is not None:
                 return bool(node_ok(c.node, gpus))
-            return any(self._usable(ch, level, node_ok, gpus, healthy) for ch in c.children)
+            # above the nodes: some node inside must be allowed (the children are below ``level``
+            # when ``level`` is c's own, e.g. a rack for a gang kept within one rack)
+            return any(self._usable(ch, min(level, ch.level), node_ok, gpus, healthy) for ch in c.children)
         if c.level == level or c.bad == c.gpus:
             return False
         return any(self._usable(ch, level, node_ok, gpus, healthy) for ch in c.children)
@@ -266,8 +276,12 @@ class Allocator(OpportunisticMixin, AdminMixin):
             c = p
         lists[c.level].add(c, self._key(c))
 
-    def _vc_free(self, vc: str, c: Cell) -> None:
-        """Release inside the VC's view; merge up to the bound cell, then unbind it (dynamic mode)."""
+    def _vc_free(self, vc: str, c: Cell, unbind: bool = True) -> None:
+        """Release inside the VC's view; merge up to the bound cell, then unbind it (dynamic mode).
+
+        ``unbind=False`` (rolling back a failed placement) keeps the bound
+        cell listed in the VC's view; ``_drop_fresh`` decides what to unbind.
+        """
         lists = self.vfree[vc][c.chain]
         while c.bound_vc != vc and c.parent.vfc == len(c.parent.children) - 1:
             p = c.parent
@@ -275,10 +289,25 @@ class Allocator(OpportunisticMixin, AdminMixin):
                 if s is not c:
                     lists[s.level].remove(s)
             c = p
-        if c.bound_vc == vc and self.binding == "dynamic" and c.pinned_id is None:
+        if unbind and c.bound_vc == vc and self.binding == "dynamic" and c.pinned_id is None:
             self._unbind(c)
         else:
             lists[c.level].add(c, self._key(c))
+
+    def _drop_fresh(self, mark: int, keep_doomed: bool = True) -> None:
+        """Undo the bindings made since ``mark`` by a placement that failed.
+
+        Their cells hold no pod any more, so each is one listed cell of its
+        VC's view. Cells bound to bad hardware stay bound as doomed (001 §4),
+        as they do after any refusal: the VC's view shows the hardware it
+        lacks, and the repair unbinds them.
+        """
+        for cell in reversed(self._fresh[mark:]):
+            if (cell.doomed and keep_doomed) or cell.pinned_id is not None:
+                continue
+            cell.flist.remove(cell)
+            self._unbind(cell)
+        del self._fresh[mark:]
 
     def _split_safe(self, chain: str, k: int, j: int) -> bool:
         """Would splitting a free level-j cell down to a bound level-k cell keep invariant (2)?"""
@@ -411,15 +440,19 @@ class Allocator(OpportunisticMixin, AdminMixin):
             raise ValueError(f"pod_gpus must be a non-empty list of positive integers, got {pod_gpus!r}")
         if node_ok is not None:
             node_ok = _memo(node_ok)
-        for cname in self._chains_for(vc, chain, opportunistic):
-            if opportunistic:
-                grant = self._place_opportunistic(owner, vc, cname, pod_gpus, priority, within_level, node_ok)
-            else:
-                grant = self._place_guaranteed(owner, vc, cname, pod_gpus, priority, within_level, node_ok)
-            if grant is not None:
-                self._grants[owner] = grant
-                return grant
-        return None
+        self._fresh.clear()
+        try:
+            for cname in self._chains_for(vc, chain, opportunistic):
+                if opportunistic:
+                    grant = self._place_opportunistic(owner, vc, cname, pod_gpus, priority, within_level, node_ok)
+                else:
+                    grant = self._place_guaranteed(owner, vc, cname, pod_gpus, priority, within_level, node_ok)
+                if grant is not None:
+                    self._grants[owner] = grant
+                    return grant
+            return None
+        finally:
+            self._fresh.clear()
 
     def _chains_for(self, vc: str, chain: Optional[str], opportunistic: bool) -> list[str]:
         if chain is not None:
@@ -459,13 +492,16 @@ class Allocator(OpportunisticMixin, AdminMixin):
                          self.tree, victims)
 
     def _take_pods(self, vc, chain, levels, pod_gpus, order, node_ok, within) -> Optional[list[Cell]]:
+        """One cell per pod, all or nothing: a failure leaves the free lists and bindings as they were."""
+        mark = len(self._fresh)
         cells: list[Optional[Cell]] = [None] * len(levels)
         for i in order:
             c = self._vc_take(vc, chain, levels[i], node_ok, pod_gpus[i], within)
             if c is None:
                 for j in order:  # roll back, buddies merge again
                     if cells[j] is not None:
-                        self._vc_free(vc, cells[j])
+                        self._vc_free(vc, cells[j], unbind=False)
+                self._drop_fresh(mark)
                 return None
             cells[i] = c
         return cells
@@ -500,6 +536,7 @@ class Allocator(OpportunisticMixin, AdminMixin):
                     self._uncarve(vc, x)
         for k in range(w, ch.top_level + 1):  # bind a new preassigned cell
             if self._unbound(vc, chain, k) > 0:
+                mark = len(self._fresh)
                 cell = self._phys_take(chain, k, w, node_ok, max(pod_gpus))
                 if cell is None:
                     continue
@@ -510,6 +547,7 @@ class Allocator(OpportunisticMixin, AdminMixin):
                 if got is not None:
                     return got
                 self._uncarve(vc, x)
+                self._drop_fresh(mark)
                 return None
         return None
 
@@ -525,19 +563,25 @@ class Allocator(OpportunisticMixin, AdminMixin):
         return x
 
     def _uncarve(self, vc: str, x: Cell) -> None:
-        """Undo ``_carve`` after a failed try: merge the listed buddies back (and unbind if all free)."""
-        if x.flist is not None:
+        """Undo ``_carve`` after a failed try: merge the listed buddies back.
+
+        When pods were placed and rolled back, their release already merged
+        ``x`` into the cell it was carved from; then there is nothing left to do.
+        """
+        if x.flist is self.vfree[vc][x.chain][x.level]:
             x.flist.remove(x)
-            self._vc_free(vc, x)
+            self._vc_free(vc, x, unbind=False)
 
     def allocate(self, owner: str, vc: str, level: int, chain: Optional[str] = None) -> Optional[GangGrant]:
         """Admin API: one whole guaranteed cell of ``level`` (any level, e.g. a rack) for the VC."""
         if owner in self._grants:
             raise ValueError(f"owner {owner!r} already holds cells; release it first")
+        self._fresh.clear()
         for cname in self._chains_for(vc, chain, False):
             if not 1 <= level <= self._chain(cname).top_level:
                 continue
             c = self._vc_take(vc, cname, level, None, 0)
+            self._fresh.clear()
             if c is not None:
                 victims = self._victims(c)
                 self._set_pod(c, owner, False)
@@ -554,6 +598,9 @@ class Allocator(OpportunisticMixin, AdminMixin):
         for c, _ in grant._cells:
             if grant.opportunistic:
                 self._set_pod(c, None, True)
+                for g in self._guaranteed_over(c):  # a victim that left no longer holds anyone up
+                    held = self._grants[g]
+                    held.victims = held.victims - {owner}  # a new set: callers may be iterating the old one
             else:
                 self._set_pod(c, None, False)
                 self._vc_free(grant.vc, c)
@@ -563,6 +610,15 @@ class Allocator(OpportunisticMixin, AdminMixin):
 
     def grants(self) -> dict[str, GangGrant]:
         return dict(self._grants)
+
+
+def _bound_root(c: Cell) -> Optional[tuple[str, int]]:
+    x = c
+    while x is not None:
+        if x.bound_vc is not None:
+            return x.id, x.level
+        x = x.parent
+    return None
 
 
 def _cells_at(root: Cell, level: int):

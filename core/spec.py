@@ -1,12 +1,14 @@
 """The cluster spec: cell types, physical cells and virtual clusters (VCs).
 
 The YAML follows hivedscheduler's shape (``physicalCluster.cellTypes``,
-``physicalCluster.physicalCells``, ``virtualClusters``) with three
-extensions: per-VC ``users``/``admins``/``weight`` and cluster ``admins``.
-See docs/spec.md for the format.
+``physicalCluster.physicalCells``, ``virtualClusters``) with extensions:
+per-VC ``users``/``admins``/``weight``/``maxPreemptions``/``account``, and
+cluster ``admins`` and ``accounts``. See docs/spec.md for the format.
 
-Loading happens in two passes. A JSON schema (spec_schema.json) checks the
-shape, then the semantic checks below check what a schema cannot say: cycles,
+Loading happens in three passes. A walk over the plain YAML values refuses
+what JSON Schema cannot see (non-text keys, NaN, 2.0 for an integer, deep
+nesting); a JSON schema (spec_schema.json) checks the shape; then the
+semantic checks below check what a schema cannot say: cycles, chain depth,
 one node level per chain, uniform children, unique addresses and pinned ids,
 cell types that belong to their chain, and feasibility of the VC assignment
 (eq. (1)/(2) of the HiveD paper at time 0). Every refusal is a ``SpecError``
@@ -15,20 +17,58 @@ naming the YAML path and the problem.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
-import jsonschema
 import yaml
 
 MAX_GPUS = 2_000_000  # guard against a typo building a billion cells
+MAX_LEVELS = 32       # cell types in one chain, GPU included; real hierarchies have fewer than 10
+MAX_NESTING = 2 * MAX_LEVELS + 8  # mappings and lists inside each other (cellChildren nest two per level)
 DEFAULT_CPUS_PER_GPU = 8
 DEFAULT_MEMORY_GB_PER_GPU = 64
 
-_SCHEMA = json.loads((Path(__file__).with_name("spec_schema.json")).read_text())
-_VALIDATOR = jsonschema.Draft202012Validator(_SCHEMA)
+_SCHEMA_PATH = Path(__file__).with_name("spec_schema.json")
+_VALIDATOR: Optional[tuple] = None  # (compiled schema, integer field names), built on first use
+
+
+def _validator() -> tuple:
+    """The schema compiled to Python by fastjsonschema, once per process.
+
+    jsonschema itself is not used here: importing it compiles grammars for
+    its format checkers (about a second), which every CLI command would pay.
+    """
+    global _VALIDATOR
+    if _VALIDATOR is None:
+        import fastjsonschema
+
+        schema = json.loads(_SCHEMA_PATH.read_text())
+        _VALIDATOR = (fastjsonschema.compile(schema), frozenset(_integer_fields(schema)))
+    return _VALIDATOR
+
+
+def _integer_fields(schema: Any) -> set:
+    """Property names the schema types as integers (JSON Schema also accepts 2.0 there; we do not)."""
+    out: set = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for name, sub in node.get("properties", {}).items():
+                if isinstance(sub, dict) and str(sub.get("$ref", "")).startswith("#/$defs/"):
+                    sub = schema["$defs"][sub["$ref"][len("#/$defs/"):]]
+                t = sub.get("type") if isinstance(sub, dict) else None
+                t = t if isinstance(t, list) else [t]
+                if "integer" in t and "number" not in t:
+                    out.add(name)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return out
 
 
 class SpecError(ValueError):
@@ -106,6 +146,8 @@ class VCSpec:
     admins: list[str] = field(default_factory=list)
     weight: float = 0.0          # default: the VC's GPU count
     weight_given: bool = False
+    max_preemptions: Optional[int] = None  # times one job may be preempted; None: the service default
+    account: Optional[str] = None          # Unix account its jobs run as in local mode (a name, uid or uid:gid)
 
 
 @dataclass
@@ -116,6 +158,14 @@ class ClusterSpec:
     pinned: dict[str, tuple[str, int]]  # pinnedCellId -> (chain, level)
     source: str = "<spec>"
     raw: dict = field(default_factory=dict)
+    accounts: dict[str, str] = field(default_factory=dict)  # hived user -> Unix account (local mode)
+
+    def unix_account(self, user: str, vc: str) -> Optional[str]:
+        """The Unix account a job of ``user`` in ``vc`` runs as: the user's mapping, else the VC's, else None."""
+        if user in self.accounts:
+            return self.accounts[user]
+        spec = self.vcs.get(vc)
+        return spec.account if spec is not None else None
 
     def level_of(self, chain: str, cell_type_name: str) -> int:
         if chain not in self.chains:
@@ -153,6 +203,15 @@ def _construct_mapping(loader, node, deep=False):
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
+# YAML 1.1 reads 1000:50 as the base-60 integer 60050; a "uid:gid" account must stay text (YAML 1.2 agrees)
+_INT = "tag:yaml.org,2002:int"
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in rules if tag != _INT]
+    for first, rules in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_UniqueKeyLoader.add_implicit_resolver(
+    _INT, re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"))
+
 
 def _read(source: Union[str, os.PathLike, dict]) -> tuple[Any, str]:
     if isinstance(source, dict):
@@ -178,6 +237,8 @@ def _read(source: Union[str, os.PathLike, dict]) -> tuple[Any, str]:
         raise SpecError("(yaml)", f"{where}{exc.problem}") from None
     except yaml.YAMLError as exc:  # pragma: no cover - other YAML errors
         raise SpecError("(yaml)", str(exc)) from None
+    except RecursionError:
+        raise SpecError("(yaml)", f"nested too deeply (a spec nests at most {MAX_NESTING} levels)") from None
 
 
 def _fmt_path(parts) -> str:
@@ -192,33 +253,74 @@ def _fmt_path(parts) -> str:
 
 _TYPE_WORDS = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
                "number": "a number", "boolean": "true or false"}
+_PATTERN_WORDS = {
+    "^[A-Za-z0-9][A-Za-z0-9_.@-]*$": "is not a valid name (letters, digits and _ . @ -, starting with a letter "
+                                     "or digit)",
+    "^([A-Za-z_][A-Za-z0-9_.-]*|[0-9]+(:[0-9]+)?)$": "is not a Unix account (a user name, a uid or uid:gid)",
+}
 
 
-def _schema_problem(err: jsonschema.ValidationError) -> tuple[str, str]:
-    path = list(err.absolute_path)
-    v, inst = err.validator, err.instance
-    if v == "required":
-        missing = [k for k in err.validator_value if not isinstance(inst, dict) or k not in inst]
-        return _fmt_path(path), f"missing required field {missing[0]!r}"
-    if v == "additionalProperties":
-        allowed = set(err.schema.get("properties", {}))
+def _plain_problem(doc: Any, integer_fields: frozenset) -> Optional[tuple[str, str]]:
+    """What a JSON schema cannot see in YAML: keys that are not text, NaN and infinities,
+    2.0 where an integer belongs, and nesting deep enough to exhaust the stack later."""
+    stack = [(doc, [], 0, None)]
+    while stack:
+        node, path, depth, key = stack.pop()
+        if depth > MAX_NESTING:
+            return _fmt_path(path), f"nested more than {MAX_NESTING} levels deep"
+        if isinstance(node, dict):
+            for k in node:
+                if not isinstance(k, str):
+                    hint = f" (write '{k}')" if isinstance(k, (int, float)) and not isinstance(k, bool) else ""
+                    return _fmt_path(path), f"key {k!r} must be text{hint}"
+            stack.extend((v, path + [k], depth + 1, k) for k, v in reversed(list(node.items())))
+        elif isinstance(node, list):
+            stack.extend((v, path + [i], depth + 1, None) for i, v in reversed(list(enumerate(node))))
+        elif isinstance(node, float):
+            if not math.isfinite(node):
+                return _fmt_path(path), f"must be a finite number, got {node!r}"
+            if key in integer_fields:
+                return _fmt_path(path), f"must be an integer, got {node!r}"
+    return None
+
+
+def _schema_problem(err) -> tuple[str, str]:
+    """A fastjsonschema refusal as (YAML path, problem)."""
+    name = err.name[len("data"):] if err.name.startswith("data") else err.name
+    path = name.lstrip(".") or "(root)"
+    rule, inst, definition = err.rule, err.value, err.definition or {}
+    if rule == "required":
+        missing = [k for k in definition.get("required", []) if not isinstance(inst, dict) or k not in inst]
+        return path, f"missing required field {missing[0]!r}"
+    if rule == "additionalProperties":
+        allowed = set(definition.get("properties", {}))
         extra = sorted(str(k) for k in inst if k not in allowed)
         hint = f" (allowed: {', '.join(sorted(allowed))})" if allowed else ""
-        return _fmt_path(path), f"unknown field {extra[0]!r}{hint}"
-    if v == "type":
-        want = err.validator_value
+        return path, f"unknown field {extra[0]!r}{hint}"
+    if rule == "propertyNames":
+        names = definition["propertyNames"]
+        rx, longest = re.compile(names.get("pattern", "")), names.get("maxLength", math.inf)
+        bad = next(k for k in inst if not rx.search(k) or len(k) > longest)
+        if len(bad) > longest:
+            return path, f"name {bad[:20]!r}... is longer than {longest} characters"
+        return path, f"{bad!r} {_PATTERN_WORDS.get(names.get('pattern'), 'is not a valid name')}"
+    if rule == "type":
+        want = definition["type"]
         words = " or ".join(_TYPE_WORDS[w] for w in (want if isinstance(want, list) else [want]))
-        return _fmt_path(path), f"must be {words}, got {inst!r}"
-    if v == "minimum":
-        return _fmt_path(path), f"must be a positive integer, got {inst!r}"
-    if v == "exclusiveMinimum":
-        return _fmt_path(path), f"must be positive, got {inst!r}"
-    if v in ("minItems", "minProperties", "minLength"):
-        return _fmt_path(path), "must not be empty"
-    if v == "pattern":
-        return _fmt_path(path), (f"{inst!r} is not a valid name (letters, digits and _ . @ -, "
-                                 "starting with a letter or digit)")
-    return _fmt_path(path), err.message  # pragma: no cover - schema has no other keywords
+        return path, f"must be {words}, got {inst!r}"
+    if rule == "minimum":
+        limit = definition["minimum"]
+        return path, ("must be a positive integer" if limit == 1 else f"must be an integer >= {limit}") + \
+            f", got {inst!r}"
+    if rule == "exclusiveMinimum":
+        return path, f"must be positive, got {inst!r}"
+    if rule in ("minItems", "minProperties", "minLength"):
+        return path, "must not be empty"
+    if rule == "maxLength":
+        return path, f"must be at most {definition['maxLength']} characters long, got {len(inst)}"
+    if rule == "pattern":
+        return path, f"{inst!r} {_PATTERN_WORDS.get(definition.get('pattern'), 'does not have the expected form')}"
+    return path, err.message  # pragma: no cover - schema has no other keywords
 
 
 def load_spec(source: Union[str, os.PathLike, dict]) -> ClusterSpec:
@@ -226,11 +328,16 @@ def load_spec(source: Union[str, os.PathLike, dict]) -> ClusterSpec:
     doc, name = _read(source)
     if not isinstance(doc, dict):
         raise SpecError("(root)", f"must be a mapping with physicalCluster and virtualClusters, got {type(doc).__name__}")
-    errors = list(_VALIDATOR.iter_errors(doc))
-    if errors:
-        # the earliest error in document order reads best; ties by keyword for determinism
-        err = min(errors, key=lambda e: ([str(p) for p in e.absolute_path], e.validator))
-        raise SpecError(*_schema_problem(err))
+    validate, integer_fields = _validator()
+    problem = _plain_problem(doc, integer_fields)
+    if problem:
+        raise SpecError(*problem)
+    import fastjsonschema
+
+    try:
+        validate(doc)
+    except fastjsonschema.JsonSchemaValueException as err:
+        raise SpecError(*_schema_problem(err)) from None
     return _Builder(doc, name).build()
 
 
@@ -258,7 +365,8 @@ class _Builder:
         admins = list(self.doc.get("admins", []))
         spec = ClusterSpec(chains=chains, vcs=vcs, admins=admins,
                            pinned={k: (v[0], v[1]) for k, v in self.pinned.items()},
-                           source=self.name, raw=self.doc)
+                           source=self.name, raw=self.doc,
+                           accounts={u: str(a) for u, a in self.doc.get("accounts", {}).items()})
         for vc in vcs.values():
             if not vc.weight_given:
                 vc.weight = float(spec.vc_gpus(vc.name))
@@ -267,16 +375,21 @@ class _Builder:
 
     # -- cell types and chains
     def _walk_types(self, top: str, path: str) -> list[str]:
-        """Cell types from ``top`` down to the leaf; refuses unknown tops and cycles."""
+        """Cell types from ``top`` down to the leaf; refuses unknown tops, cycles and overlong chains."""
         if top not in self.types:
             raise SpecError(path, f"unknown cell type {top!r} (defined: {', '.join(sorted(self.types))})")
         seen = [top]
+        at = {top: 0}
         t = top
         while t in self.types:
             child = self.types[t]["childCellType"]
-            if child in seen:
-                cycle = " -> ".join(seen[seen.index(child):] + [child])
+            if child in at:
+                cycle = " -> ".join(seen[at[child]:] + [child])
                 raise SpecError(f"physicalCluster.cellTypes.{t}.childCellType", f"cell type cycle: {cycle}")
+            if len(seen) >= MAX_LEVELS:
+                raise SpecError(f"physicalCluster.cellTypes.{t}.childCellType",
+                                f"chain {top} has more than {MAX_LEVELS} levels (the most a chain may have)")
+            at[child] = len(seen)
             seen.append(child)
             t = child
         return seen
@@ -329,9 +442,11 @@ class _Builder:
         return f"{ctype.lower()}-{n}"
 
     def _cell(self, chain: Chain, level: int, raw: dict, path: str, node: Optional[str],
-              index: int, leaf_counter: list) -> CellSpec:
+              index: int, leaf_counter: list, pinned_above: Optional[tuple[str, str]] = None) -> CellSpec:
         ctype = chain.levels[level - 1]
         given = raw.get("cellAddress")
+        if given is not None and level > 1:
+            _check_address(given, level >= chain.node_level, f"{path}.cellAddress")
         if level >= chain.node_level:
             if level == chain.node_level:
                 addr = str(given) if given is not None else self._fill("node")
@@ -350,7 +465,12 @@ class _Builder:
             if cell.pinned_id in self.pinned:
                 raise SpecError(f"{path}.pinnedCellId",
                                 f"duplicate pinnedCellId {cell.pinned_id!r} (also at {self.pinned[cell.pinned_id][2]})")
+            if pinned_above is not None:
+                raise SpecError(f"{path}.pinnedCellId",
+                                f"pinned cell {cell.pinned_id!r} lies inside pinned cell {pinned_above[0]!r} "
+                                f"(at {pinned_above[1]}); pinned cells may not nest")
             self.pinned[cell.pinned_id] = (chain.name, level, path)
+            pinned_above = (cell.pinned_id, path)
         kids = raw.get("cellChildren")
         if level == 1:
             if kids:
@@ -378,7 +498,7 @@ class _Builder:
         for j in range(h):
             child_raw = kids[j] if kids is not None else {}
             cpath = f"{path}.cellChildren[{j}]"
-            child = self._cell(chain, level - 1, child_raw, cpath, node, j, leaf_counter)
+            child = self._cell(chain, level - 1, child_raw, cpath, node, j, leaf_counter, pinned_above)
             if level - 1 < chain.node_level and level - 1 > 1:
                 if child.address in seen:
                     raise SpecError(f"{cpath}.cellAddress",
@@ -396,6 +516,9 @@ class _Builder:
             vc = VCSpec(name=name, users=list(raw.get("users", [])), admins=list(raw.get("admins", [])))
             if "weight" in raw:
                 vc.weight, vc.weight_given = float(raw["weight"]), True
+            vc.max_preemptions = raw.get("maxPreemptions")
+            if "account" in raw:
+                vc.account = str(raw["account"])
             for i, vcell in enumerate(raw.get("virtualCells", [])):
                 path = f"{base}.virtualCells[{i}].cellType"
                 chain, level = _resolve_type(chains, vcell["cellType"], path)
@@ -439,6 +562,25 @@ class _Builder:
                                 f"infeasible VC assignment: chain {chain.name} level {k} ({tname}): VCs reserve "
                                 f"{need} {tname} cell{'s' if need != 1 else ''} ({who}), the chain can supply "
                                 f"{supply} once higher-level reservations and pinned cells are counted")
+
+
+_NODE_ADDRESS = re.compile(r"[^/\s]+")      # node and higher: any text without "/" or blanks (host names)
+_SUB_ADDRESS = re.compile(r"[A-Za-z0-9_@-]+")  # below the node: it becomes part of "<node>/<a>.<b>"
+_GPU_ID = re.compile(r"gpu[0-9]+")             # "<node>/gpuN" names GPU N
+
+
+def _check_address(given: Any, node_or_above: bool, path: str) -> None:
+    """Addresses become cell ids (see cells.py); refuse those that could make two cells share one."""
+    text = str(given)
+    if node_or_above:
+        if not _NODE_ADDRESS.fullmatch(text):
+            raise SpecError(path, f"{text!r} is not a valid node or rack address (no '/' or blanks, not empty)")
+        return
+    if not _SUB_ADDRESS.fullmatch(text):
+        raise SpecError(path, f"{text!r} is not a valid address below a node (letters, digits and _ @ -; "
+                              f"no '.' or '/', which separate the parts of a cell id)")
+    if _GPU_ID.fullmatch(text):
+        raise SpecError(path, f"{text!r} is reserved: the id <node>/{text} names a GPU")
 
 
 def _resolve_type(chains: dict[str, Chain], text: str, path: str) -> tuple[str, int]:

@@ -75,9 +75,10 @@ def summary(spec) -> dict:
         cells = {f"{c}.{spec.chains[c].levels[k - 1]}": n for (c, k), n in sorted(vc.cells.items(),
                                                                                    key=lambda x: (x[0][0], -x[0][1]))}
         vcs[name] = {"cells": cells, "pinned": list(vc.pinned), "gpus": spec.vc_gpus(name), "weight": vc.weight,
-                     "users": list(vc.users), "admins": list(vc.admins)}
+                     "users": list(vc.users), "admins": list(vc.admins), "max_preemptions": vc.max_preemptions,
+                     "account": vc.account}
     return {"ok": True, "source": spec.source, "gpus": spec.total_gpus, "chains": chains, "vcs": vcs,
-            "admins": list(spec.admins)}
+            "admins": list(spec.admins), "accounts": dict(spec.accounts)}
 
 
 def _check(spec, args) -> int:
@@ -99,9 +100,13 @@ def _check(spec, args) -> int:
             cells += (", " if cells else "") + "pinned " + ", ".join(vc["pinned"])
         who = f"; users {', '.join(vc['users'])}" if vc["users"] else ""
         who += f"; admins {', '.join(vc['admins'])}" if vc["admins"] else ""
+        who += f"; at most {vc['max_preemptions']} preemptions per job" if vc["max_preemptions"] is not None else ""
+        who += f"; runs as {vc['account']}" if vc["account"] else ""
         print(f"  VC {name}: {vc['gpus']} GPUs, weight {vc['weight']:g}: {cells}{who}")
     if data["admins"]:
         print(f"  cluster admins: {', '.join(data['admins'])}")
+    if data["accounts"]:
+        print(f"  Unix accounts: {', '.join(f'{u} -> {a}' for u, a in sorted(data['accounts'].items()))}")
     return OK
 
 

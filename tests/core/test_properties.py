@@ -5,16 +5,20 @@ Checked after every step: invariant (2) and the allocator's own bookkeeping
 opportunistic pods, and Theorem 1 (sharing safety): a guaranteed request
 whose VC view has a free cell of a high enough level always succeeds, whatever
 the other VCs and the opportunistic load do (while the chain is healthy).
-Releasing everything restores the initial free lists.
+A refused gang (any shape, ``within_level``, node vetoes, bad hardware)
+leaves everything as it found it, apart from cells bound doomed to bad
+hardware. Releasing everything restores the initial free lists. A grant
+released and restored from its ``to_dict()`` comes back on the same cells;
+reloading the same spec changes no grant; nested pinned cells are refused.
 """
 import os
 
-from hypothesis import HealthCheck, given, note, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, note, settings, strategies as st
 
 import pytest
 
 from hived.core.allocator import Allocator, BindingConflict
-from hived.core.spec import load_spec
+from hived.core.spec import SpecError, load_spec
 
 # CI keeps runs short; HIVED_HYPOTHESIS_EXAMPLES=2000 for a deeper search
 EXAMPLES = int(os.environ.get("HIVED_HYPOTHESIS_EXAMPLES", "60"))
@@ -22,14 +26,18 @@ SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=
 
 
 @st.composite
-def feasible_specs(draw):
-    """A spec whose VC cells are a partition of (part of) the physical cells, so it is feasible."""
+def feasible_specs(draw, nest: bool = False):
+    """A spec whose VC cells are a partition of (part of) the physical cells, so it is feasible.
+
+    ``nest=True``: one pinned cell of level > 1 also holds a pinned child (given to another VC).
+    """
     nchains = draw(st.integers(1, 2))
     nvcs = draw(st.integers(1, 3))
     vcs = [f"vc{i}" for i in range(nvcs)]
     types, cells = {}, []
     assign: dict[str, dict[str, int]] = {v: {} for v in vcs}
     pinned: dict[str, str] = {}
+    nested: list[str] = []
     for c in range(nchains):
         depth = draw(st.integers(1, 3))                    # levels above the GPU
         kids = [draw(st.integers(1, 3)) for _ in range(depth)]
@@ -47,10 +55,16 @@ def feasible_specs(draw):
             choice = draw(st.sampled_from(["vc", "free", "split"] if level > 1 else ["vc", "free"]))
             if choice == "vc":
                 vc = draw(st.sampled_from(vcs))
-                if draw(st.integers(0, 9)) == 0:            # now and then a pinned cell
+                if draw(st.integers(0, 9)) == 0 or (nest and level > 1 and not nested):  # now and then pinned
                     pid = f"pin{len(pinned)}"
                     raw["pinnedCellId"] = pid
                     pinned[pid] = vc
+                    if nest and level > 1 and not nested:
+                        inner = f"pin{len(pinned)}"
+                        raw["cellChildren"] = [{} for _ in range(kids[level - 2])]
+                        raw["cellChildren"][draw(st.integers(0, kids[level - 2] - 1))]["pinnedCellId"] = inner
+                        pinned[inner] = draw(st.sampled_from(vcs))
+                        nested.append(inner)
                 else:
                     key = f"{top}.{names[level - 1]}"
                     assign[vc][key] = assign[vc].get(key, 0) + 1
@@ -91,9 +105,11 @@ def _check_no_double_binding(alloc):
                 key = (pod.node, gpu)
                 assert key not in held[g.opportunistic], f"GPU {key} held by {held[g.opportunistic][key]} and {owner}"
                 held[g.opportunistic][key] = owner
-    # victims are released as soon as they are named, so nothing is shared between the two views either
-    both = set(held[False]) & set(held[True])
-    assert not both, f"GPUs {sorted(both)[:3]} held by guaranteed and opportunistic pods"
+    # a GPU under both kinds: the opportunistic job must be a named victim of the guaranteed one (leaving)
+    grants = alloc.grants()
+    for key in set(held[False]) & set(held[True]):
+        g, o = held[False][key], held[True][key]
+        assert o in grants[g].victims, f"GPU {key} held by {g} and {o}, which is not its victim"
 
 
 def _legal(alloc, vc, chain, level):
@@ -103,6 +119,33 @@ def _legal(alloc, vc, chain, level):
 
 def _chain_healthy(alloc, chain):
     return all(r.bad == 0 for r in alloc.tree.roots[chain])
+
+
+def _state(alloc):
+    """Free lists (physical and per VC), bindings and grants: what a refused gang must not change."""
+    vlists = {(vc, c): [sorted(x.id for x in b.cells()) for b in per[1:]]
+              for vc, chains in alloc.vfree.items() for c, per in chains.items()}
+    bound = {(vc, k, x.id) for vc, per in alloc.bound.items() for k, d in per.items() for x in d}
+    grants = {o: (g.cells, g.opportunistic, sorted(g.victims)) for o, g in alloc.grants().items()}
+    return _snapshot(alloc), vlists, bound, grants
+
+
+def _check_refusal_changed_nothing(alloc, before):
+    after = _state(alloc)
+    assert after[3] == before[3], "a refused gang changed the grants"
+    new = after[2] - before[2]
+    assert before[2] <= after[2], f"a refused gang dropped bindings {sorted(before[2] - after[2])}"
+    for vc, key, cid in new:  # only bad hardware may stay bound (doomed), as the VC must see it
+        assert alloc.tree.cell(cid).doomed, f"a refused gang left {cid} bound to {vc}"
+    if not new:
+        assert after == before, "a refused gang changed the free lists"
+
+
+def _reload_same_spec(alloc, doc):
+    """Reloading the same spec is the identity for every grant (no downgrade, same cells, same victims)."""
+    before = {o: (g.cells, g.opportunistic, sorted(g.victims)) for o, g in alloc.grants().items()}
+    assert alloc.reconfigure(load_spec(doc)) == []
+    assert {o: (g.cells, g.opportunistic, sorted(g.victims)) for o, g in alloc.grants().items()} == before
 
 
 @SETTINGS
@@ -117,7 +160,8 @@ def test_random_sequences_keep_sharing_safety(doc, data, binding):
     nodes = sorted(alloc.tree.nodes)
     n = 0
     for _ in range(data.draw(st.integers(5, 40), label="steps")):
-        op = data.draw(st.sampled_from(["guaranteed", "guaranteed", "opportunistic", "release", "health"]))
+        op = data.draw(st.sampled_from(["guaranteed", "guaranteed", "opportunistic", "release", "health",
+                                        "gang", "roundtrip", "reload"]))
         if op == "guaranteed":
             vc = data.draw(st.sampled_from(vcs))
             chain = data.draw(st.sampled_from(sorted(spec.chains)))
@@ -135,10 +179,38 @@ def test_random_sequences_keep_sharing_safety(doc, data, binding):
                 assert g is not None, f"legal request of {vc} for {chain} level {level} refused"
             if not legal:
                 assert g is None, f"{vc} got {chain} level {level} beyond its cells"
-            if g is not None:
+            if g is not None and data.draw(st.booleans(), label="preempt victims now"):
                 for v in g.victims:  # the scheduler preempts the opportunistic victims
                     assert alloc.grant_of(v).opportunistic
                     alloc.release(v)
+        elif op == "gang":  # several pods, maybe kept within one cell, maybe some nodes vetoed
+            vc = data.draw(st.sampled_from(vcs))
+            chain = data.draw(st.sampled_from(sorted(spec.chains)))
+            ch = spec.chains[chain]
+            pods = data.draw(st.lists(st.integers(1, ch.node_gpus), min_size=1, max_size=4), label="pods")
+            within = data.draw(st.one_of(st.none(), st.integers(1, ch.top_level)), label="within")
+            vetoed = set(data.draw(st.lists(st.sampled_from(nodes), max_size=2), label="vetoed"))
+            opp = data.draw(st.booleans(), label="opportunistic")
+            before = _state(alloc)
+            g = alloc.place(f"g{n}", vc, pods, chain=chain, within_level=within, opportunistic=opp,
+                            node_ok=(lambda node, gpus: node not in vetoed) if vetoed else None)
+            if g is None:
+                _check_refusal_changed_nothing(alloc, before)
+            else:
+                assert sorted(g2 for _, g2 in g._cells) == sorted(pods) and g.gpus == sum(pods)
+                assert not vetoed & {p.node for p in g.pods}
+        elif op == "roundtrip":  # a grant released and restored from its dict is the same grant
+            owners = sorted(alloc.grants())
+            if owners:
+                owner = data.draw(st.sampled_from(owners))
+                g = alloc.grant_of(owner)
+                data_ = g.to_dict()
+                was = (g.cells, g.opportunistic)
+                alloc.release(owner)
+                alloc.restore(data_)
+                assert (alloc.grant_of(owner).cells, alloc.grant_of(owner).opportunistic) == was
+        elif op == "reload":  # the same spec again, mid-run: the steps after it still check Theorem 1
+            _reload_same_spec(alloc, doc)
         elif op == "opportunistic":
             vc = data.draw(st.sampled_from(vcs))
             gpus = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=3))
@@ -156,6 +228,9 @@ def test_random_sequences_keep_sharing_safety(doc, data, binding):
         n += 1
         alloc.check_invariants()
         _check_no_double_binding(alloc)
+    _reload_same_spec(alloc, doc)
+    alloc.check_invariants()
+    _check_no_double_binding(alloc)
     for owner in list(alloc.grants()):
         alloc.release(owner)
     for node in nodes:
@@ -165,6 +240,23 @@ def test_random_sequences_keep_sharing_safety(doc, data, binding):
     if binding == "dynamic":
         assert _snapshot(alloc) == initial
         assert all(not d for per in alloc.bound.values() for d in per.values())
+
+
+def _nested_pin(doc) -> bool:
+    def walk(raw, inside):
+        here = inside or "pinnedCellId" in raw
+        return any((inside and "pinnedCellId" in raw) or walk(ch, here) for ch in raw.get("cellChildren", [])) \
+            or (inside and "pinnedCellId" in raw)
+    return any(walk(top, False) for top in doc["physicalCluster"]["physicalCells"])
+
+
+@settings(max_examples=max(10, EXAMPLES // 2), deadline=None)
+@given(doc=feasible_specs(nest=True))
+def test_nested_pinned_cells_are_refused(doc):
+    assume(_nested_pin(doc))
+    with pytest.raises(SpecError, match=r"\.pinnedCellId: pinned cell 'pin\d+' lies inside pinned cell 'pin\d+' "
+                                        r"\(at physicalCluster\.physicalCells\[\d+\].*\); pinned cells may not nest$"):
+        load_spec(doc)
 
 
 @settings(max_examples=max(10, EXAMPLES * 2 // 3), deadline=None)

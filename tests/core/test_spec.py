@@ -18,7 +18,7 @@ EXAMPLE = HERE.parents[1] / "examples" / "cluster.yaml"
 
 def test_corpus_is_complete():
     files = sorted(p.name for p in BROKEN.glob("*.yaml") if p.name != "expected.yaml")
-    assert len(files) >= 30
+    assert len(files) >= 55
     assert files == sorted(EXPECTED)
 
 
@@ -135,3 +135,120 @@ def test_unreadable_file_and_missing_action(tmp_path, capsys):
     assert hived_main(["spec", "check", str(tmp_path / "no-extension")]) == 4   # a path, never YAML text
     assert hived_main(["spec"]) == 2
     assert "usage: hived spec" in capsys.readouterr().err
+
+
+def _chain_doc(depth: int) -> dict:
+    """A chain of ``depth`` cell types above the GPU, each with one child; the node is the top."""
+    types = {f"L{k}": {"childCellType": f"L{k - 1}" if k > 1 else "GPU", "childCellNumber": 1}
+             for k in range(1, depth + 1)}
+    types[f"L{depth}"]["isNodeLevel"] = True
+    return {"physicalCluster": {"cellTypes": types, "physicalCells": [{"cellType": f"L{depth}"}]},
+            "virtualClusters": {"a": {"virtualCells": [{"cellType": f"L{depth}.L{depth}", "cellNumber": 1}]}}}
+
+
+@pytest.mark.parametrize("depth", [900, 30_000])
+def test_overlong_chain_refused_fast_with_the_limit(depth):
+    import time
+    t0 = time.perf_counter()
+    with pytest.raises(SpecError) as exc:
+        load_spec(_chain_doc(depth))
+    assert time.perf_counter() - t0 < 2.0      # linear: about 0.2 s for 30,000 types (it took 86 s)
+    assert str(exc.value) == (f"physicalCluster.cellTypes.L{depth - 31}.childCellType: chain L{depth} has more "
+                              f"than 32 levels (the most a chain may have)")
+
+
+def test_longest_chain_allowed():
+    spec = load_spec(_chain_doc(31))                      # 31 types above the GPU: 32 levels
+    assert spec.chains["L31"].top_level == 32 and spec.total_gpus == 1
+
+
+def test_deep_nesting_refused_before_it_exhausts_the_stack():
+    doc = rack_doc(1, {"A": {"NODE": 1}})
+    inner: dict = {}
+    top = inner
+    for _ in range(5000):
+        nxt: dict = {}
+        inner["cellChildren"] = [nxt]
+        inner = nxt
+    doc["physicalCluster"]["physicalCells"][0]["cellChildren"][0] = top
+    with pytest.raises(SpecError, match=r"^physicalCluster\.physicalCells\[0\]\.cellChildren\[0\](\.cellChildren\[0\])+"
+                                        r": nested more than 72 levels deep$"):
+        load_spec(doc)
+    text = "a: " + "[" * 20_000 + "]" * 20_000           # the YAML parser recurses too
+    with pytest.raises(SpecError, match=r"^\(yaml\): nested too deeply \(a spec nests at most 72 levels\)$"):
+        load_spec(text)
+
+
+def test_names_have_a_length_limit():
+    doc = rack_doc(1, {"v" * 64: {"NODE": 1}})
+    with pytest.raises(SpecError, match=r"^virtualClusters: name 'vvvvvvvvvvvvvvvvvvvv'\.\.\. is longer than 63"):
+        load_spec(doc)
+    load_spec(rack_doc(1, {"v" * 63: {"NODE": 1}}))
+
+
+def test_max_preemptions_per_vc():
+    doc = rack_doc(1, {"A": {"NODE": 1}, "B": {"NODE": 1}})
+    doc["virtualClusters"]["A"]["maxPreemptions"] = 3
+    doc["virtualClusters"]["B"]["maxPreemptions"] = 0
+    spec = load_spec(doc)
+    assert spec.vcs["A"].max_preemptions == 3 and spec.vcs["B"].max_preemptions == 0
+    assert load_spec(rack_doc(1, {"A": {"NODE": 1}})).vcs["A"].max_preemptions is None
+    for bad, problem in ((-1, "must be an integer >= 0, got -1"), (1.0, "must be an integer, got 1.0"),
+                         ("2", "must be an integer, got '2'"), (True, "must be an integer, got True")):
+        doc["virtualClusters"]["A"]["maxPreemptions"] = bad
+        with pytest.raises(SpecError) as exc:
+            load_spec(doc)
+        assert str(exc.value) == f"virtualClusters.A.maxPreemptions: {problem}"
+
+
+def test_unix_accounts_user_mapping_wins_then_vc():
+    text = """
+physicalCluster:
+  cellTypes: {NODE: {childCellType: GPU, childCellNumber: 4, isNodeLevel: true}}
+  physicalCells: [{cellType: NODE}, {cellType: NODE}]
+virtualClusters:
+  vision: {virtualCells: [{cellType: NODE.NODE, cellNumber: 1}], account: svc-vision}
+  nlp: {virtualCells: [{cellType: NODE.NODE, cellNumber: 1}]}
+accounts: {alice: alice, bob: 1001, carol: 1002:1002, dan: 1000:50}
+"""
+    spec = load_spec(text)
+    assert spec.unix_account("alice", "nlp") == "alice"           # the user's mapping wins
+    assert spec.unix_account("bob", "vision") == "1001"           # a bare uid
+    assert spec.unix_account("carol", "nlp") == "1002:1002"
+    assert spec.unix_account("dan", "nlp") == "1000:50"          # not YAML 1.1's base-60 integer 60050
+    assert spec.unix_account("erin", "vision") == "svc-vision"    # else the VC's account
+    assert spec.unix_account("erin", "nlp") is None               # else none: the service's own account
+    assert spec.unix_account("erin", "no-such-vc") is None
+    for bad, where, problem in (
+            ("accounts: {alice: 'root; rm'}", "accounts.alice", "'root; rm' is not a Unix account"),
+            ("accounts: {alice: -1}", "accounts.alice", "must be an integer >= 0, got -1"),
+            ("accounts: {'bob smith': bob}", "accounts", "'bob smith' is not a valid name"),
+            ("accounts: {alice: 1.5}", "accounts.alice", "must be a string or an integer, got 1.5")):
+        with pytest.raises(SpecError) as exc:
+            load_spec(text.replace("accounts: {alice: alice, bob: 1001, carol: 1002:1002, dan: 1000:50}", bad))
+        assert exc.value.path == where and exc.value.problem.startswith(problem)
+
+
+def test_spec_import_does_not_load_jsonschema():
+    import subprocess
+    import sys
+    code = ("import sys, hived.core.spec as s; s.load_spec(sys.argv[1]); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jsonschema', 'rfc3987_syntax', 'lark')))")
+    out = subprocess.run([sys.executable, "-c", code, str(EXAMPLE)], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_cli_check_shows_preemption_cap_and_accounts(tmp_path, capsys):
+    doc = rack_doc(1, {"A": {"NODE": 1}, "B": {"NODE": 1}})
+    doc["virtualClusters"]["A"].update(maxPreemptions=2, account="svc-a")
+    doc["accounts"] = {"alice": "1001:1001"}
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    assert hived_main(["spec", "check", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "VC A: 8 GPUs, weight 8: RACK.NODE x1; at most 2 preemptions per job; runs as svc-a" in out
+    assert "  Unix accounts: alice -> 1001:1001" in out
+    assert hived_main(["spec", "check", "--json", str(f)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["vcs"]["A"]["max_preemptions"] == 2 and data["vcs"]["B"]["max_preemptions"] is None
+    assert data["vcs"]["A"]["account"] == "svc-a" and data["accounts"] == {"alice": "1001:1001"}

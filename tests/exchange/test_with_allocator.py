@@ -162,3 +162,32 @@ def test_return_waits_while_a_job_still_waits_for_its_victim(world):
     assert res.ended == [ex] and res.downgraded == ["gang"] and ex.state is ExchangeState.RETURNED
     assert level(alloc, "big", 4) == (1, 0, 0)
     alloc.check_invariants()
+
+
+def test_give_back_never_leaves_a_downgraded_job_on_a_victims_gpus(world):
+    alloc, arb = world
+    # opportunistic work of "big" on sockets of both nodes (no cell holds a whole pod's node)
+    assert alloc.place("o1", "big", [4, 4], opportunistic=True).cells == ["n0000/0", "n0000/1"]
+    assert alloc.place("o2", "big", [4, 4], opportunistic=True).cells == ["n0001/0", "n0001/1"]
+    arb.proxy("big").offer("NODE", 4, 1, 0, H)
+    arb.proxy("small").request("NODE", 4, 1, 0, H)
+    arb.match(0)
+    g = alloc.place("s8", "small", [8], within_level=4)
+    assert g.cells == ["n0000"] and g.victims == {"o1"}      # o1 is being preempted, not gone yet
+    res = arb.tick(H)
+    # s8 cannot become opportunistic on GPUs o1 still holds: it stays guaranteed and the return waits
+    assert res.downgraded == [] and [e.id for e in res.delayed] == ["x1"]
+    s8 = alloc.grant_of("s8")
+    assert not s8.opportunistic and s8.victims == {"o1"}
+    alloc.check_invariants()
+    alloc.release("o1")                                       # the victim leaves
+    res = arb.tick(H + 60)
+    assert res.downgraded == ["s8"] and [e.id for e in res.ended] == ["x1"]
+    assert alloc.grant_of("s8").opportunistic and level(alloc, "big", 4) == (1, 0, 0)
+    held = {}
+    for owner, gr in alloc.grants().items():
+        for pod in gr.pods:
+            for gpu in pod.gpus:
+                assert (pod.node, gpu) not in held, f"{pod.node}/{gpu}: {held.get((pod.node, gpu))} and {owner}"
+                held[(pod.node, gpu)] = owner
+    alloc.check_invariants()

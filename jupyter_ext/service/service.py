@@ -175,12 +175,16 @@ class SchedulerService(ExchangeMixin):
             _refuse_emptied_journal(self.data_dir / DB_NAME, JobIds(self.data_dir, jobs_dir))
         self.store = store or SqliteStore(self.data_dir, synchronous=synchronous)
         self.job_ids = JobIds(self.data_dir, jobs_dir, stored_max=getattr(self.store, "max_job_number", int)())
-        self.degraded: Optional[str] = None      # why the journal cannot be written, while it cannot
         self._pending: list = []                 # decisions decided but not yet committed: not acted on
         self._intents: set[str] = set()          # jobs with a committed cancel intent not yet in their record
+        self.degraded: Optional[str] = None      # why the journal cannot be written, while it cannot
         text = _spec_text(spec_path)
-        if text is not None:   # lets `hived ... --data-dir` open this directory embedded later
-            self.store.set_meta("spec", text)
+        # lets `hived ... --data-dir` open this directory embedded later
+        if text is not None and getattr(self.store, "get_meta", lambda k: None)("spec") != text:
+            try:
+                self.store.set_meta("spec", text)
+            except JournalWriteError as exc:   # a convenience copy: start anyway, degraded
+                self._degrade(str(exc))
         self.eng = self._new_engine(self.spec)
         self._arb = make_arbiter(self.eng)   # cell exchange (service_exchange.py); in memory only
         # this machine's GPUs, when the spec names this host (a spec from `hived discover`)

@@ -193,6 +193,9 @@ def _check_header(path: Path) -> None:
     page = int.from_bytes(head[16:18], "big")
     page = 65536 if page == 1 else page
     pages = int.from_bytes(head[28:32], "big")
+    wal = path.with_name(path.name + "-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        return   # pages may live in the WAL still (an unfinished checkpoint): quick_check reads both
     # the header's page count is valid when its change counter matches (bytes 24 and 92)
     if pages and head[24:28] == head[92:96] and path.stat().st_size < pages * page:
         raise StoreDamaged(_damaged(path, f"truncated: {path.stat().st_size} bytes, the header says "
@@ -292,6 +295,8 @@ class SqliteStore(Store):
         return int(row[0] or 0)
 
     def _migrate(self) -> None:
+        if self.schema_version() == SCHEMA_VERSION:
+            return   # up to date: opening writes nothing (it may be opened on a full disk)
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -314,7 +319,7 @@ class SqliteStore(Store):
                                      (number, description, time.time()))
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise
 
     # -- transactions ----------------------------------------------------

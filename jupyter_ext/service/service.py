@@ -121,7 +121,7 @@ def _refuse_emptied_journal(db: Path, ids: JobIds) -> None:
     """An empty database file in a directory that has had jobs: the journal was cut, not new."""
     if db.exists() and db.stat().st_size == 0 and ids.seen_before > 0:
         raise StoreDamaged(f"{db}: the database is empty (0 bytes) but this data directory has had jobs "
-                           f"(up to j{ids.seen_before}); hived will not write to it. Restore it from a backup, "
+                           f"(ids up to j{ids.seen_before} may have been used); hived will not write to it. Restore it from a backup, "
                            f"or move it away to start an empty journal (job ids continue after "
                            f"j{ids.seen_before})")
 

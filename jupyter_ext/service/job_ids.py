@@ -22,7 +22,12 @@ _DIR = re.compile(r"j(\d+)\Z")
 
 
 class JobIdsError(OSError):
-    """The ids file cannot be read (damaged) or written (disk full, I/O error)."""
+    """The ids file cannot be read (damaged) or written (disk full, I/O error).
+    ``cause``: what failed, without paths."""
+
+    def __init__(self, message: str, cause: str = ""):
+        super().__init__(message)
+        self.cause = cause or message
 
 
 def highest_folder(jobs_dir: Path) -> int:
@@ -72,7 +77,8 @@ class JobIds:
             finally:
                 os.close(dfd)
         except OSError as exc:
-            raise JobIdsError(f"{self.path}: cannot record the job id high-water mark ({exc})") from None
+            raise JobIdsError(f"{self.path}: cannot record the job id high-water mark ({exc})",
+                              f"job ids file: {exc.strerror or exc}") from None
 
     def next(self, taken: Callable[[str], bool] = lambda jid: False) -> str:
         """A fresh id: above every one used before, its folder absent, not ``taken``.

@@ -184,7 +184,7 @@ class SchedulerService(ExchangeMixin):
             try:
                 self.store.set_meta("spec", text)
             except JournalWriteError as exc:   # a convenience copy: start anyway, degraded
-                self._degrade(str(exc))
+                self._degrade(exc)
         self.eng = self._new_engine(self.spec)
         self._arb = make_arbiter(self.eng)   # cell exchange (service_exchange.py); in memory only
         # this machine's GPUs, when the spec names this host (a spec from `hived discover`)
@@ -275,7 +275,7 @@ class SchedulerService(ExchangeMixin):
                     # a real write, so that recovery is proven even when nothing else moved
                     self.store.set_meta("journal_checked", repr(now))
         except JournalWriteError as exc:
-            self._degrade(str(exc))
+            self._degrade(exc)
             raise ServiceDegraded(self.degraded) from None
         self._seen.update(seen)
         self._hist.update(hist)
@@ -295,11 +295,14 @@ class SchedulerService(ExchangeMixin):
     def _write_live(self, now: float, also=(), decisions=(), meta=None) -> None:
         self._write(list(self._live) + [j for j in also if j not in self._live], now, decisions, meta)
 
-    def _degrade(self, why: str) -> None:
+    def _degrade(self, exc: Exception) -> None:
+        """Turn degraded. The reason is shown to every user (503) and to unauthenticated
+        readiness probes: it names the failure, not paths; the log has the details."""
         if self.degraded is None:
-            log.error("journal write failed, service degraded until it succeeds: %s", why)
-        self.degraded = (f"the journal cannot be written ({why}); requests that change state are refused "
-                         f"until it can: free space or fix the disk of {self.data_dir} (hived retries by itself)")
+            log.error("journal write failed, service degraded until it succeeds: %s", exc)
+        self.degraded = (f"the journal cannot be written ({getattr(exc, 'cause', None) or type(exc).__name__}); "
+                         f"nothing was changed, and requests that change state are refused until it can be "
+                         f"(the operator must free space or fix the data directory's disk; hived retries by itself)")
 
     def _flush(self, now: float, also=()) -> bool:
         """Commit every job that moved and the pending decisions, then act on those decisions.
@@ -571,7 +574,7 @@ class SchedulerService(ExchangeMixin):
             try:
                 jid = self.job_ids.next(taken=lambda j: j in self.eng._jobs or j in self._extra)
             except JobIdsError as exc:
-                self._degrade(str(exc))
+                self._degrade(exc)
                 raise ServiceDegraded(self.degraded) from None
             jid = self.eng.submit(req, now, job_id=jid)
             try:
@@ -671,7 +674,7 @@ class SchedulerService(ExchangeMixin):
         try:
             self.store.add_intent(job_id, "cancel", user, now)
         except JournalWriteError as exc:
-            self._degrade(str(exc))
+            self._degrade(exc)
             raise ServiceDegraded(self.degraded) from None
         self._intents.add(job_id)
         self._pending.extend(self.eng.cancel(job_id, now, user))

@@ -52,7 +52,12 @@ class StoreDamaged(StoreError):
 
 
 class JournalWriteError(StoreError):
-    """A transaction could not be committed (disk full, I/O error); it was rolled back."""
+    """A transaction could not be committed (disk full, I/O error); it was rolled back.
+    ``cause``: what failed, without paths (fit for any user to read)."""
+
+    def __init__(self, message: str, cause: str):
+        super().__init__(message)
+        self.cause = cause
 
 
 # SQLite files start with this (the "magic string" of the file format)
@@ -347,7 +352,7 @@ class SqliteStore(Store):
                 if outer:
                     self._rollback()
                     if _write_failure(exc):
-                        raise JournalWriteError(f"{self.path}: write failed: {exc}") from exc
+                        raise JournalWriteError(f"{self.path}: write failed: {exc}", str(exc)) from exc
                 raise
             self._depth -= 1
             if outer:
@@ -362,7 +367,7 @@ class SqliteStore(Store):
             return fn(*args)
         except (sqlite3.Error, OSError) as exc:
             if _write_failure(exc):
-                raise JournalWriteError(f"{self.path}: write failed: {exc}") from exc
+                raise JournalWriteError(f"{self.path}: write failed: {exc}", str(exc)) from exc
             raise
 
     def _rollback(self) -> None:

@@ -47,6 +47,7 @@ from .job_ids import JobIds, JobIdsError
 from .launcher import Launcher
 from .payload import job_dict, parse_job
 from .service_exchange import ExchangeMixin, make_arbiter
+from .service_retention import RetentionMixin
 from .service_views import cluster_dict, vc_dict
 from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged
 
@@ -131,7 +132,7 @@ def _load_spec(spec):
     return spec if hasattr(spec, "chains") else load_spec(spec)
 
 
-class SchedulerService(ExchangeMixin):
+class SchedulerService(ExchangeMixin, RetentionMixin):
     def __init__(self, spec_path, data_dir, launcher: str | Launcher = "local", tick_seconds: float = 0.5,
                  *, store: Optional[Store] = None, synchronous: str = "FULL",
                  queue_policy: str = "fifo", preemption_policy: str = "fitgpp",
@@ -171,10 +172,13 @@ class SchedulerService(ExchangeMixin):
 
     def _open(self, spec_path, store, synchronous, launcher, health, log_bytes, log_keep) -> None:
         jobs_dir = self.data_dir / "jobs"
-        if store is None:
-            _refuse_emptied_journal(self.data_dir / DB_NAME, JobIds(self.data_dir, jobs_dir))
-        self.store = store or SqliteStore(self.data_dir, synchronous=synchronous)
-        self.job_ids = JobIds(self.data_dir, jobs_dir, stored_max=getattr(self.store, "max_job_number", int)())
+        try:
+            if store is None:
+                _refuse_emptied_journal(self.data_dir / DB_NAME, JobIds(self.data_dir, jobs_dir))
+            self.store = store or SqliteStore(self.data_dir, synchronous=synchronous)
+            self.job_ids = JobIds(self.data_dir, jobs_dir, stored_max=getattr(self.store, "max_job_number", int)())
+        except JobIdsError as exc:   # the ids file is part of the journal: damaged means refused
+            raise StoreDamaged(str(exc)) from None
         self._pending: list = []                 # decisions decided but not yet committed: not acted on
         self._intents: set[str] = set()          # jobs with a committed cancel intent not yet in their record
         self.degraded: Optional[str] = None      # why the journal cannot be written, while it cannot
@@ -185,6 +189,7 @@ class SchedulerService(ExchangeMixin):
                 self.store.set_meta("spec", text)
             except JournalWriteError as exc:   # a convenience copy: start anyway, degraded
                 self._degrade(exc)
+        self._load_retention()
         self.eng = self._new_engine(self.spec)
         self._arb = make_arbiter(self.eng)   # cell exchange (service_exchange.py); in memory only
         # this machine's GPUs, when the spec names this host (a spec from `hived discover`)
@@ -480,7 +485,8 @@ class SchedulerService(ExchangeMixin):
             touched += self._exchange_tick(now)
             decisions = self.eng.step(now)
             self._pending.extend(decisions)
-            self._flush(now, also=touched)
+            if self._flush(now, also=touched):
+                self._gc_tick(now)
             return [{"kind": d.kind.value, "job_id": d.job_id, "reason": d.reason} for d in decisions]
 
     def _events(self, now: float) -> list[str]:

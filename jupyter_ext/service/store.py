@@ -432,6 +432,13 @@ class SqliteStore(Store):
             rows = self._db.execute("SELECT job_id, kind, user, time FROM intents ORDER BY time").fetchall()
         return [tuple(r) for r in rows]
 
+    def delete_jobs(self, job_ids) -> None:
+        """Forget finished jobs: their record, history, preemptions, binding and intents."""
+        rows = [(j,) for j in job_ids]
+        with self.transaction():
+            for table in ("jobs", "job_history", "preemptions", "bindings", "intents"):
+                self._db.executemany(f"DELETE FROM {table} WHERE job_id=?", rows)
+
     def max_job_number(self) -> int:
         """The highest n of the stored job ids ``j<n>`` (0 when none)."""
         with self._lock:

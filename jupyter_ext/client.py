@@ -218,6 +218,14 @@ class HivedClient:
                 raise HivedTimeout(0, f"job {job_id} still {job.get('state')} after {timeout:g} s", job_id)
             time.sleep(poll)
 
+    def gc(self, vc: Optional[str] = None, dry_run: bool = False, policy: Optional[dict] = None) -> dict:
+        body: dict = {"dry_run": dry_run}
+        if vc is not None:
+            body["vc"] = vc
+        if policy is not None:
+            body["policy"] = policy
+        return self._call("POST", "gc", body=body)
+
     def reload_spec(self, spec_text: Optional[str] = None, path: Optional[str] = None) -> dict:
         body: dict = {}
         if spec_text is not None:

@@ -101,11 +101,18 @@ class RetentionMixin:
             self._retention = policies
             return {"vc": vc, "policy": policies.get(vc)}
 
-    def gc(self, user: str, vc: Optional[str] = None, dry_run: bool = False) -> dict:
-        """Apply the policies of the VCs ``user`` administers (or of ``vc``) now."""
+    def gc(self, user: str, vc: Optional[str] = None, dry_run: bool = False, policy: Optional[dict] = None) -> dict:
+        """Apply the policies of the VCs ``user`` administers (or of ``vc``) now. ``policy``
+        (with ``dry_run`` and ``vc``): what a policy would remove, without setting it."""
         with self._lock:
             vcs = self._administered(user, vc)
             now = self.clock()
+            if policy is not None:
+                if not dry_run or vc is None:
+                    raise RequestError("policy", "a trial policy needs vc and dry_run; set_retention sets one")
+                policy = {"max_age": _limit("max_age", policy.get("max_age"), integer=False),
+                          "keep": _limit("keep", policy.get("keep"), integer=True)}
+                return {**self._collect(vcs, now, True, {vc: policy}), "policy": policy}
             if not dry_run:
                 self._require_journal(now)
             return self._collect(vcs, now, dry_run)
@@ -122,10 +129,10 @@ class RetentionMixin:
         if out["removed"]:
             log.info("retention: removed %d finished jobs (%d bytes)", len(out["removed"]), out["freed_bytes"])
 
-    def _expired(self, vcs: list[str], now: float) -> list[str]:
+    def _expired(self, vcs: list[str], now: float, policies: dict) -> list[str]:
         out = []
         for vc in vcs:
-            policy = self._retention.get(vc)
+            policy = policies.get(vc)
             if not policy:
                 continue
             # newest first; ties (jobs that ended in the same tick) by submission
@@ -139,10 +146,10 @@ class RetentionMixin:
                     out.append(r.job_id)
         return sorted(out, key=_number)
 
-    def _collect(self, vcs: list[str], now: float, dry_run: bool) -> dict:
+    def _collect(self, vcs: list[str], now: float, dry_run: bool, policies: Optional[dict] = None) -> dict:
         from .degraded import ServiceDegraded
         from .store import JournalWriteError
-        ids = self._expired(vcs, now)
+        ids = self._expired(vcs, now, self._retention if policies is None else policies)
         jobs_dir = self.data_dir / "jobs"
         freed = sum(_dir_bytes(jobs_dir / j) for j in ids)
         if dry_run or not ids:

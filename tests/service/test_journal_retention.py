@@ -99,3 +99,37 @@ def test_gc_while_degraded_changes_nothing(make_service):
     assert all((svc.data_dir / "jobs" / j).exists() for j in ids)
     disk.heal()
     assert svc.gc("ada")["removed"] == ids
+
+
+def hived(*args, env=None):
+    import os
+    import subprocess
+    return subprocess.run([sys.executable, "-m", "hived.jupyter_ext.cli.main", *args], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, **(env or {})})
+
+
+def test_hived_gc_command(make_service, tmp_path):
+    import json
+    data = tmp_path / "data"
+    svc = make_service(data_dir=data, start=False)
+    ids = finished(svc, 3)
+    svc.close()
+    r = hived("gc", "--data-dir", str(data), "--user", "alice")
+    assert r.returncode == 3 and r.stderr.strip() == "hived gc: user 'alice' administers no VC: garbage " \
+                                                      "collection is for admins"
+    r = hived("gc", "--data-dir", str(data), "--user", "ada", "--keep", "1")
+    assert r.returncode == 2 and "--vc: a policy is set for one VC" in r.stderr
+    r = hived("gc", "--data-dir", str(data), "--user", "ada", "--vc", "vca", "--max-age", "soon")
+    assert r.returncode == 2 and "want a duration like 3600, 90m, 12h or 7d, got 'soon'" in r.stderr
+    r = hived("gc", "--data-dir", str(data), "--user", "ada", "--vc", "vca", "--keep", "0", "--dry-run")
+    assert r.returncode == 0 and r.stdout.startswith(f"would remove 3 finished jobs (") and ids[0] in r.stdout
+    r = hived("gc", "--data-dir", str(data), "--user", "ada", "--vc", "vca", "--keep", "1", "--max-age", "7d")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "vca: keep the 1 newest, 604800 s after the end"
+    assert r.stdout.splitlines()[1].startswith("removed 2 finished jobs (")
+    r = hived("gc", "--data-dir", str(data), "--user", "ada", "--json")
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["removed"] == [] and doc["vcs"] == ["vca"]
+    again = make_service(data_dir=data, start=False)
+    assert [j["id"] for j in again.list_jobs()] == [ids[2]]
+    assert not (data / "jobs" / ids[0]).exists() and (data / "jobs" / ids[2]).exists()

@@ -16,6 +16,18 @@ def duration(text: str) -> float:
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
+_BYTES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def size(text: str):
+    if text == "none":
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", text, re.IGNORECASE)
+    if not m:
+        raise argparse.ArgumentTypeError(f"want a size like 500M, 20G or none, got {text!r}")
+    return int(float(m.group(1)) * _BYTES[m.group(2).upper()])
+
+
 def count(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"want a whole number >= 0, got {text!r}")
@@ -36,6 +48,9 @@ def register(subparsers, summary: str) -> None:
     p.add_argument("--max-age", type=duration, default=None, metavar="AGE",
                    help="policy: keep finished jobs AGE after they ended (3600, 90m, 12h, 7d)")
     p.add_argument("--clear", action="store_true", help="remove the policy of --vc (keep everything)")
+    p.add_argument("--disk-quota", type=size, default=..., metavar="SIZE",
+                   help="set the disk quota of --vc's job folders (500M, 20G; none removes it): over it, "
+                        "the VC's writing jobs are stopped and its submissions refused")
     p.add_argument("--dry-run", action="store_true",
                    help="say what would be removed (with --keep/--max-age: under that policy, not setting it)")
     cs.add_common(p)
@@ -51,10 +66,17 @@ def run(args, backend) -> int:
             raise ValueError("--clear: give it alone, not with --keep or --max-age")
         policy = {} if args.clear else {k: v for k, v in (("keep", args.keep), ("max_age", args.max_age))
                                         if v is not None}
-    out = backend.gc(args.vc, args.dry_run, policy)
+    if args.disk_quota is not ... and args.vc is None:
+        raise ValueError("--vc: a disk quota is set for one VC")
+    out = backend.gc(args.vc, args.dry_run, policy, args.disk_quota)
     if args.json:
         cs.print_json(out)
         return cs.OK
+    if "quota" in out:
+        q = out["quota"]
+        print(f"{args.vc}: " + ("no disk quota" if q["max_bytes"] is None else
+                                 f"disk quota {q['max_bytes'] / 2 ** 20:.1f} MiB for job folders, "
+                                 f"{(q['used_bytes'] or 0) / 2 ** 20:.1f} MiB used"))
     if "policy" in out and not args.dry_run:
         pol = out["policy"]
         print(f"{args.vc}: " + ("no retention policy (finished jobs are kept)" if not pol else

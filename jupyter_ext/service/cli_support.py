@@ -65,7 +65,8 @@ class Remote:
     def vc(self, name): return self.c.vc(name)
     def cluster(self): return self.c.cluster()
     def status(self): return self.c.status()
-    def gc(self, vc=None, dry_run=False, policy=None): return self.c.gc(vc, dry_run, policy)
+    def gc(self, vc=None, dry_run=False, policy=None, disk_quota=...):
+        return self.c.gc(vc, dry_run, policy, disk_quota)
 
     def logs(self, job_id, rank=0, offset=0, follow=False):
         return self.c.logs(job_id, rank=rank, offset=offset, follow=follow)
@@ -104,8 +105,10 @@ class Embedded:
     def cluster(self): return self.svc.cluster()
     def status(self): return self.svc.status()
 
-    def gc(self, vc=None, dry_run=False, policy=None):
+    def gc(self, vc=None, dry_run=False, policy=None, disk_quota=...):
         out = {}
+        if disk_quota is not ... and not dry_run:
+            out["quota"] = self.svc.set_disk_quota(self.user, vc, disk_quota)
         if policy is not None and not dry_run:
             out["policy"] = self.svc.set_retention(self.user, vc, policy.get("max_age"), policy.get("keep"))["policy"]
             policy = None

@@ -47,6 +47,7 @@ from .job_ids import JobIds, JobIdsError
 from .launcher import Launcher
 from .payload import job_dict, parse_job
 from .service_exchange import ExchangeMixin, make_arbiter
+from .service_quota import QuotaMixin
 from .service_retention import RetentionMixin
 from .service_views import cluster_dict, vc_dict
 from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged
@@ -132,7 +133,7 @@ def _load_spec(spec):
     return spec if hasattr(spec, "chains") else load_spec(spec)
 
 
-class SchedulerService(ExchangeMixin, RetentionMixin):
+class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
     def __init__(self, spec_path, data_dir, launcher: str | Launcher = "local", tick_seconds: float = 0.5,
                  *, store: Optional[Store] = None, synchronous: str = "FULL",
                  queue_policy: str = "fifo", preemption_policy: str = "fitgpp",
@@ -190,6 +191,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin):
             except JournalWriteError as exc:   # a convenience copy: start anyway, degraded
                 self._degrade(exc)
         self._load_retention()
+        self._load_quota()
         self.eng = self._new_engine(self.spec)
         self._arb = make_arbiter(self.eng)   # cell exchange (service_exchange.py); in memory only
         # this machine's GPUs, when the spec names this host (a spec from `hived discover`)
@@ -487,6 +489,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin):
             self._pending.extend(decisions)
             if self._flush(now, also=touched):
                 self._gc_tick(now)
+                self._quota_tick(now)
             return [{"kind": d.kind.value, "job_id": d.job_id, "reason": d.reason} for d in decisions]
 
     def _events(self, now: float) -> list[str]:
@@ -574,6 +577,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin):
         self._check_for_launcher(req)
         with self._lock:
             self._authorize_vc(user, req.vc)
+            self._check_quota(req.vc)
             now = self.clock()
             self._require_journal(now)
             self.eng.validate(req)   # a refused request uses no id

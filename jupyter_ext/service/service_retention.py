@@ -165,4 +165,8 @@ class RetentionMixin:
                 book.pop(j, None)
             self._live.discard(j)
             shutil.rmtree(jobs_dir / j, ignore_errors=True)
+            self._forget_sizes(j)
+        quota = [v for v in vcs if v in self._quota]
+        if quota:   # what was freed counts at once (quota.py)
+            self._measure(now, quota)
         return {"removed": ids, "freed_bytes": freed, "dry_run": False, "vcs": vcs}

@@ -78,3 +78,16 @@ async def test_gc_route_is_for_admins_and_removes_finished_jobs(jp_fetch, jp_ser
     assert code == 400 and doc["where"] == "body.policy.keep"
     code, doc = await call(jp_fetch, "ada", "POST", {"policy": {"keep": 1}})
     assert code == 400 and doc["where"] == "body.vc"
+
+
+async def test_gc_route_sets_and_shows_disk_quotas(jp_fetch, jp_serverapp):
+    code, doc = await call(jp_fetch, "alice", "POST", {"vc": "vca", "disk_quota": 1 << 20})
+    assert code == 403
+    code, doc = await call(jp_fetch, "ada", "POST", {"vc": "vca", "disk_quota": 1 << 20})
+    assert code == 200 and doc["quota"] == {"vc": "vca", "max_bytes": 1 << 20, "used_bytes": 0}
+    code, doc = await call(jp_fetch, "alice", "GET")
+    assert code == 200 and doc["quotas"]["vca"]["max_bytes"] == 1 << 20 and doc["quotas"]["vcb"]["max_bytes"] is None
+    code, doc = await call(jp_fetch, "ada", "POST", {"vc": "vca", "disk_quota": 5, "clear_disk_quota": True})
+    assert code == 400 and doc["where"] == "body.clear_disk_quota"
+    code, doc = await call(jp_fetch, "ada", "POST", {"vc": "vca", "clear_disk_quota": True})
+    assert code == 200 and doc["quota"]["max_bytes"] is None

@@ -4,7 +4,7 @@ An id is ``j<n>``. Three records bound ``n`` from below, and the next id is
 above all of them: the journal's own job ids, the ``jobs/j<n>/`` folders on
 disk (logs, checkpoints), and ``job-ids``, a small file holding a ceiling
 below which every number may already have been handed out. The ceiling is
-raised a block at a time, written atomically (temporary file, fsync, rename,
+raised a block (``BLOCK`` ids) at a time, written atomically (temporary file, fsync, rename,
 fsync of the folder) before any number of the new block is used, so a
 submission pays for that write once per ``BLOCK`` jobs. A number whose
 folder exists is skipped: a new job never inherits another's files.
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 FILE_NAME = "job-ids"
-BLOCK = 64
+BLOCK = 1024   # ids per write of the ceiling: one fsync'd write per 1,024 submissions
 _DIR = re.compile(r"j(\d+)\Z")
 
 
@@ -45,6 +45,7 @@ class JobIds:
     def __init__(self, data_dir: Path, jobs_dir: Path, stored_max: int = 0):
         self.path = Path(data_dir) / FILE_NAME
         self.jobs_dir = Path(jobs_dir)
+        self._jobs = str(self.jobs_dir)
         self.ceiling = self._read()
         self.seen_before = max(self.ceiling - 1, highest_folder(self.jobs_dir), stored_max)
         self._next = self.seen_before + 1
@@ -84,10 +85,16 @@ class JobIds:
         """A fresh id: above every one used before, its folder absent, not ``taken``.
         Raises ``JobIdsError`` (changing nothing) when the ceiling cannot be raised."""
         n = self._next
-        while (self.jobs_dir / f"j{n}").exists() or taken(f"j{n}"):
+        while os.path.lexists(os.path.join(self._jobs, f"j{n}")) or taken(f"j{n}"):
             n += 1
         if n >= self.ceiling:
             self._write(n + BLOCK)
             self.ceiling = n + BLOCK
         self._next = n + 1
         return f"j{n}"
+
+    def give_back(self, job_id: str) -> None:
+        """The id last handed out was not used (its request was refused): hand it out again,
+        so refusals leave no gaps. Its folder was never made, so nothing of it remains."""
+        if job_id == f"j{self._next - 1}":
+            self._next -= 1

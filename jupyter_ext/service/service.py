@@ -580,13 +580,16 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             self._check_quota(req.vc)
             now = self.clock()
             self._require_journal(now)
-            self.eng.validate(req)   # a refused request uses no id
             try:
                 jid = self.job_ids.next(taken=lambda j: j in self.eng._jobs or j in self._extra)
             except JobIdsError as exc:
                 self._degrade(exc)
                 raise ServiceDegraded(self.degraded) from None
-            jid = self.eng.submit(req, now, job_id=jid)
+            try:
+                self.eng.submit(req, now, job_id=jid)
+            except Exception:
+                self.job_ids.give_back(jid)   # a refused request uses no id
+                raise
             try:
                 self._write([jid], now)
             except Exception:

@@ -10,6 +10,7 @@ import stat
 
 import pytest
 
+from hived.core.engine import RequestError
 from hived.jupyter_ext.service.job_ids import FILE_NAME, JobIds, JobIdsError
 from hived.jupyter_ext.service.store import SqliteStore, StoreDamaged, StoreError
 
@@ -209,3 +210,11 @@ def test_unreadable_job_record_is_refused_in_one_line(make_service, tmp_path):
     with pytest.raises(StoreDamaged, match=r"the record of job j2 is not JSON") as err:
         make_service(data_dir=data, start=False)
     assert "\n" not in str(err.value)
+
+
+def test_refused_submissions_leave_no_gap(make_service):
+    svc = make_service(start=False)
+    assert svc.submit("alice", dict(JOB))["id"] == "j1"
+    with pytest.raises(RequestError):
+        svc.submit("alice", {"vc": "vca", "command": "true", "gpus": 9})
+    assert svc.submit("alice", dict(JOB))["id"] == "j2"

@@ -61,6 +61,7 @@ class HivedState:
         self.service: Any = None
         self.access = Access()
         self.error: Optional[str] = None
+        self.exception: Optional[BaseException] = None   # why the service did not start
         self._reload_lock = threading.Lock()
         # the handlers' calls into the service run here, off the IOLoop thread
         self.pool = ThreadPoolExecutor(max_workers=config.api_threads, thread_name_prefix="hived-api")
@@ -119,7 +120,7 @@ def load(serverapp) -> HivedState:
     try:
         state.start()
     except Exception as exc:  # a bad spec must not take JupyterLab down with it
-        state.error = f"{type(exc).__name__}: {exc}"
+        state.error, state.exception = f"{type(exc).__name__}: {exc}", exc
         serverapp.log.error("hived: service not started: %s", state.error)
     serverapp.web_app.settings["hived"] = state
     serverapp.web_app.add_handlers(".*$", handlers(serverapp.base_url))

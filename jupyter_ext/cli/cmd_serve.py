@@ -103,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"hived serve: service did not start: {getattr(state, 'error', 'extension not loaded')}",
               file=sys.stderr)
         app.cleanup_extensions() if hasattr(app, "cleanup_extensions") else None
-        return 1
+        # a damaged database has its own exit code (StoreDamaged.EXIT_CODE, docs/cli.md)
+        return getattr(getattr(state, "exception", None), "EXIT_CODE", 1)
     info_path = data_dir / "server.json"
     info = {"url": app.connection_url, "token": token, "pid": os.getpid()}
     fd = os.open(info_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the token is a secret

@@ -21,6 +21,7 @@ COMMANDS = [
     ("logs", "print or follow (-f) a job's log"),
     ("cancel", "cancel a job (its owner or a VC admin)"),
     ("vc", "show VC views and usage"),
+    ("gc", "remove finished jobs a VC's retention policy lets go of; set the policy (admins)"),
     ("exchange", "post and inspect cell exchange offers and requests"),
     ("discover", "read this machine's GPUs with NVML and write a cell spec"),
     ("simulate", "replay a trace or a synthetic workload through the engine"),

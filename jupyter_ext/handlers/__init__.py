@@ -7,6 +7,7 @@ from .base import NoRouteHandler
 from .cluster import (ClusterHandler, OpenAPIHandler, SpecReloadHandler, StatusHandler,
                       VCHandler, VCsHandler)
 from .exchange import ExchangeHandler
+from .gc import GcHandler
 from .jobs import CancelHandler, JobHandler, JobsHandler, LogsHandler
 
 _SEG = r"([^/]+)"
@@ -25,6 +26,7 @@ ROUTES = [
     ("exchange/(board|ledger|offers|requests)", ExchangeHandler,
      ("/exchange/board", "/exchange/ledger", "/exchange/offers", "/exchange/requests")),
     ("spec/reload", SpecReloadHandler, "/spec/reload"),
+    ("gc", GcHandler, "/gc"),
 ]
 
 

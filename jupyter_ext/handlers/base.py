@@ -19,6 +19,7 @@ from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
 from ..auth import job_resource
+from ..service.degraded import ServiceDegraded
 from . import schema
 
 
@@ -40,11 +41,14 @@ def service_errors(where_default: Optional[str] = None) -> Iterator[None]:
     - ``LookupError`` (unknown job / VC): 404
     - ``PermissionError``: 403
     - ``ValueError``: 400; anything else is a bug and stays a 500.
+    - ``ServiceDegraded`` (the journal cannot commit; nothing changed): 503
     """
     try:
         yield
     except ApiError:
         raise
+    except ServiceDegraded as exc:   # nothing changed; the journal cannot commit (disk full...)
+        raise ApiError(503, exc.reason, "service") from None
     except LookupError as exc:
         msg = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
         raise ApiError(404, msg or "not found", where_default) from None

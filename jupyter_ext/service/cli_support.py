@@ -65,6 +65,8 @@ class Remote:
     def vc(self, name): return self.c.vc(name)
     def cluster(self): return self.c.cluster()
     def status(self): return self.c.status()
+    def gc(self, vc=None, dry_run=False, policy=None, disk_quota=...):
+        return self.c.gc(vc, dry_run, policy, disk_quota)
 
     def logs(self, job_id, rank=0, offset=0, follow=False):
         return self.c.logs(job_id, rank=rank, offset=offset, follow=follow)
@@ -103,6 +105,15 @@ class Embedded:
     def cluster(self): return self.svc.cluster()
     def status(self): return self.svc.status()
 
+    def gc(self, vc=None, dry_run=False, policy=None, disk_quota=...):
+        out = {}
+        if disk_quota is not ... and not dry_run:
+            out["quota"] = self.svc.set_disk_quota(self.user, vc, disk_quota)
+        if policy is not None and not dry_run:
+            out["policy"] = self.svc.set_retention(self.user, vc, policy.get("max_age"), policy.get("keep"))["policy"]
+            policy = None
+        return {**out, **self.svc.gc(self.user, vc, dry_run, policy)}
+
     def logs(self, job_id, rank=0, offset=0, follow=False):
         text, off = self.svc.logs(job_id, rank, offset)
         # nothing schedules while no service runs: what is there is all there is for now
@@ -123,9 +134,10 @@ def connect(args):
 def error_exit(prog: str, exc: BaseException) -> int:
     """Print one readable line for a refusal; return its exit code."""
     from hived.jupyter_ext.client import HivedError, HivedUnreachable
+    from .degraded import ServiceDegraded
     from .service import DataDirBusy, NotAuthorized
     from .store import StoreError
-    if isinstance(exc, HivedUnreachable):
+    if isinstance(exc, (HivedUnreachable, ServiceDegraded)):
         code = UNREACHABLE
     elif isinstance(exc, HivedError):
         code = {400: BAD_INPUT, 401: NOT_ALLOWED, 403: NOT_ALLOWED, 404: NOT_FOUND}.get(exc.status, UNREACHABLE

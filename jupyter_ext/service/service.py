@@ -20,6 +20,14 @@ in their queue order), holding jobs re-bound to the same cells through
 ``Engine.restore`` -> ``Allocator.restore``, their processes adopted when
 alive. A running job whose processes vanished ends its run with failure
 class "lost" (``failures.py`` then decides whether it is retried).
+
+When the store cannot commit (disk full, I/O error) the service is
+*degraded*: what it decided stays in memory, unacted, and is written again at
+every tick until a commit succeeds; only then are the launches and kills
+done. Meanwhile requests that would change state raise ``ServiceDegraded``
+having changed nothing (a submission is taken back out of the engine; a
+cancel is first made durable as an intent, so a cancel that was answered is
+never forgotten), and ``readiness()`` says why. It recovers by itself.
 """
 from __future__ import annotations
 
@@ -34,11 +42,15 @@ from hived.core.engine import Engine, EngineConfig, RequestError
 from hived.core.engine_records import JobRecord
 from hived.core.jobs import DecisionKind, JobState
 
+from .degraded import ServiceDegraded
+from .job_ids import JobIds, JobIdsError
 from .launcher import Launcher
 from .payload import job_dict, parse_job
 from .service_exchange import ExchangeMixin, make_arbiter
+from .service_quota import QuotaMixin
+from .service_retention import RetentionMixin
 from .service_views import cluster_dict, vc_dict
-from .store import SqliteStore, Store
+from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged
 
 log = logging.getLogger("hived.service")
 
@@ -62,7 +74,7 @@ def _exclusive(data_dir: Path):
     """One service per data directory: two would launch the same jobs twice.
     The kernel drops the lock when the process dies, so kill -9 leaves none behind."""
     import fcntl
-    f = open(data_dir / "service.lock", "a+")
+    f = open(os.open(data_dir / "service.lock", os.O_RDWR | os.O_CREAT, 0o600), "a+")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -107,19 +119,31 @@ def _env_int(name: str, default: int, lo: int) -> int:
     return value
 
 
+def _refuse_emptied_journal(db: Path, ids: JobIds) -> None:
+    """An empty database file in a directory that has had jobs: the journal was cut, not new."""
+    if db.exists() and db.stat().st_size == 0 and ids.seen_before > 0:
+        raise StoreDamaged(f"{db}: the database is empty (0 bytes) but this data directory has had jobs "
+                           f"(ids up to j{ids.seen_before} may have been used); hived will not write to it. Restore it from a backup, "
+                           f"or move it away to start an empty journal (job ids continue after "
+                           f"j{ids.seen_before})")
+
+
 def _load_spec(spec):
     from hived.core.spec import load_spec
     return spec if hasattr(spec, "chains") else load_spec(spec)
 
 
-class SchedulerService(ExchangeMixin):
+class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
     def __init__(self, spec_path, data_dir, launcher: str | Launcher = "local", tick_seconds: float = 0.5,
                  *, store: Optional[Store] = None, synchronous: str = "FULL",
                  queue_policy: str = "fifo", preemption_policy: str = "fitgpp",
                  engine_config: Optional[EngineConfig] = None, health="auto", scheme: Optional[str] = None,
                  clock: Callable[[], float] = time.time):
         self.data_dir = Path(data_dir).expanduser()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # private to the service's account: the store holds every job's environment
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if self.data_dir.stat().st_uid == os.geteuid() and self.data_dir.stat().st_mode & 0o077:
+            os.chmod(self.data_dir, 0o700)
         self.tick_seconds = float(tick_seconds)
         self.clock = clock
         self._lock = threading.RLock()
@@ -148,10 +172,26 @@ class SchedulerService(ExchangeMixin):
             raise
 
     def _open(self, spec_path, store, synchronous, launcher, health, log_bytes, log_keep) -> None:
-        self.store = store or SqliteStore(self.data_dir, synchronous=synchronous)
+        jobs_dir = self.data_dir / "jobs"
+        try:
+            if store is None:
+                _refuse_emptied_journal(self.data_dir / DB_NAME, JobIds(self.data_dir, jobs_dir))
+            self.store = store or SqliteStore(self.data_dir, synchronous=synchronous)
+            self.job_ids = JobIds(self.data_dir, jobs_dir, stored_max=getattr(self.store, "max_job_number", int)())
+        except JobIdsError as exc:   # the ids file is part of the journal: damaged means refused
+            raise StoreDamaged(str(exc)) from None
+        self._pending: list = []                 # decisions decided but not yet committed: not acted on
+        self._intents: set[str] = set()          # jobs with a committed cancel intent not yet in their record
+        self.degraded: Optional[str] = None      # why the journal cannot be written, while it cannot
         text = _spec_text(spec_path)
-        if text is not None:   # lets `hived ... --data-dir` open this directory embedded later
-            self.store.set_meta("spec", text)
+        # lets `hived ... --data-dir` open this directory embedded later
+        if text is not None and getattr(self.store, "get_meta", lambda k: None)("spec") != text:
+            try:
+                self.store.set_meta("spec", text)
+            except JournalWriteError as exc:   # a convenience copy: start anyway, degraded
+                self._degrade(exc)
+        self._load_retention()
+        self._load_quota()
         self.eng = self._new_engine(self.spec)
         self._arb = make_arbiter(self.eng)   # cell exchange (service_exchange.py); in memory only
         # this machine's GPUs, when the spec names this host (a spec from `hived discover`)
@@ -161,7 +201,7 @@ class SchedulerService(ExchangeMixin):
             self.local = match_local(self.spec, self.eng.alloc)
         if launcher == "local":
             from .local_launcher import LocalLauncher
-            launcher = LocalLauncher(self.data_dir / "jobs", gpu_ids=self.local.gpu_ids if self.local else None,
+            launcher = LocalLauncher(jobs_dir, gpu_ids=self.local.gpu_ids if self.local else None,
                                      max_log_bytes=log_bytes, keep_logs=log_keep)
         self.launcher = launcher
         self._check_workdir = type(launcher).__name__ == "LocalLauncher"
@@ -192,43 +232,107 @@ class SchedulerService(ExchangeMixin):
     @staticmethod
     def _fingerprint(rec: JobRecord) -> tuple:
         return (rec.state, len(rec.history), id(rec.placement), rec.attempts, rec.progress,
-                rec.killed, len(rec.waiting_for), getattr(rec, "_seq", None), rec.not_before)
+                rec.killed, len(rec.waiting_for), getattr(rec, "_seq", None), rec.not_before,
+                rec.cancel_requested)
 
-    def _write(self, ids, now: float) -> None:
-        """Write the jobs among ``ids`` whose state moved since last written (one commit)."""
+    def _write(self, ids, now: float, decisions=(), meta: Optional[dict] = None) -> None:
+        """Write the jobs among ``ids`` whose state moved since last written, the preemptions
+        among ``decisions`` and ``meta`` in one commit.
+
+        The bookkeeping of what was written changes only once the commit succeeded, so a
+        failed commit is written again in full next time. On failure the service turns
+        degraded and ``ServiceDegraded`` is raised."""
         eng = self.eng
-        with self.store.transaction():
-            for jid in ids:
-                rec = eng._jobs.get(jid)
-                if rec is None:
-                    continue
-                fp = self._fingerprint(rec)
-                if self._seen.get(jid) == fp:
-                    continue
-                known = jid in self._seen
-                self._seen[jid] = fp
-                d = rec.to_dict()
-                qkey = getattr(rec, "_seq", None)
-                if not known:
-                    self.store.add_job(d, now, qkey)
-                else:
-                    n = self._hist.get(jid, 0)
-                    self.store.update_job(d, now, rec.history[n:], qkey)
-                self._hist[jid] = len(rec.history)
-                if rec.placement is not None and rec.state in HOLDING:
-                    if self._bound.get(jid) is not rec.placement:
-                        self.store.bind(jid, rec.attempts + (rec.state is JobState.PLACED), d["placement"], now)
-                        self._bound[jid] = rec.placement
-                elif jid in self._bound:
-                    self.store.unbind(jid)
-                    del self._bound[jid]
-                if rec.state.terminal:
-                    self._live.discard(jid)
-                else:
-                    self._live.add(jid)
+        seen, hist, bound, unbound, written = {}, {}, {}, [], []
+        try:
+            with self.store.transaction():
+                for jid in dict.fromkeys(ids):
+                    rec = eng._jobs.get(jid)
+                    if rec is None:
+                        continue
+                    fp = self._fingerprint(rec)
+                    if self._seen.get(jid) == fp:
+                        continue
+                    seen[jid] = fp
+                    written.append(jid)
+                    d = rec.to_dict()
+                    qkey = getattr(rec, "_seq", None)
+                    if jid not in self._seen:
+                        self.store.add_job(d, now, qkey)
+                    else:
+                        self.store.update_job(d, now, rec.history[self._hist.get(jid, 0):], qkey)
+                    hist[jid] = len(rec.history)
+                    if rec.placement is not None and rec.state in HOLDING:
+                        if self._bound.get(jid) is not rec.placement:
+                            self.store.bind(jid, rec.attempts + (rec.state is JobState.PLACED),
+                                            d["placement"], now)
+                            bound[jid] = rec.placement
+                    elif jid in self._bound:
+                        self.store.unbind(jid)
+                        unbound.append(jid)
+                for dec in decisions:
+                    if dec.kind is DecisionKind.PREEMPT:
+                        self.store.add_preemption(dec.job_id, now, dec.reason)
+                done_intents = [j for j in written if j in self._intents]
+                if done_intents:   # the records now say it: the intents are spent
+                    self.store.clear_intents(done_intents)
+                for key, value in (meta or {}).items():
+                    self.store.set_meta(key, value)
+                if self.degraded is not None and hasattr(self.store, "set_meta"):
+                    # a real write, so that recovery is proven even when nothing else moved
+                    self.store.set_meta("journal_checked", repr(now))
+        except JournalWriteError as exc:
+            self._degrade(exc)
+            raise ServiceDegraded(self.degraded) from None
+        self._seen.update(seen)
+        self._hist.update(hist)
+        self._bound.update(bound)
+        for jid in unbound:
+            self._bound.pop(jid, None)
+        self._intents.difference_update(done_intents)
+        for jid in written:
+            if eng._jobs[jid].state.terminal:
+                self._live.discard(jid)
+            else:
+                self._live.add(jid)
+        if self.degraded is not None:
+            log.warning("the journal is written again; service no longer degraded")
+            self.degraded = None
 
-    def _write_live(self, now: float, also=()) -> None:
-        self._write(list(self._live) + [j for j in also if j not in self._live], now)
+    def _write_live(self, now: float, also=(), decisions=(), meta=None) -> None:
+        self._write(list(self._live) + [j for j in also if j not in self._live], now, decisions, meta)
+
+    def _degrade(self, exc: Exception) -> None:
+        """Turn degraded. The reason is shown to every user (503) and to unauthenticated
+        readiness probes: it names the failure, not paths; the log has the details."""
+        if self.degraded is None:
+            log.error("journal write failed, service degraded until it succeeds: %s", exc)
+        self.degraded = (f"the journal cannot be written ({getattr(exc, 'cause', None) or type(exc).__name__}); "
+                         f"nothing was changed, and requests that change state are refused until it can be "
+                         f"(the operator must free space or fix the data directory's disk; hived retries by itself)")
+
+    def _flush(self, now: float, also=()) -> bool:
+        """Commit every job that moved and the pending decisions, then act on those decisions.
+        False (nothing acted on) while the journal refuses."""
+        pending = self._pending
+        try:
+            self._write_live(now, also=list(also) + [d.job_id for d in pending], decisions=pending)
+        except ServiceDegraded:
+            return False
+        self._pending = []
+        self._execute(pending, now)
+        return True
+
+    def _require_journal(self, now: float) -> None:
+        """Before a request changes anything: the journal must take writes again."""
+        if self.degraded is not None and not self._flush(now):
+            raise ServiceDegraded(self.degraded)
+
+    def readiness(self) -> tuple[bool, str]:
+        """(True, "") when the service takes requests; (False, why) while degraded.
+        Lock-free: answers at once even while a tick runs."""
+        why = self.degraded
+        return (False, why) if why is not None else (True, "")
 
     # ------------------------------------------------------------------ restart
 
@@ -261,6 +365,7 @@ class SchedulerService(ExchangeMixin):
                 self._bound[rec.job_id] = rec.placement
             if not rec.state.terminal:
                 self._live.add(rec.job_id)
+        summary["cancelled"] = self._replay_intents(now)
         for d, _ in holding:
             jid = d["job_id"]
             rec = self.eng._jobs.get(jid)
@@ -282,13 +387,32 @@ class SchedulerService(ExchangeMixin):
             else:
                 summary["lost"].append(jid)
                 self.eng.on_finished(jid, now, -9, LOST_TAIL)
-        self._write_live(now)
+        try:
+            self._write_live(now)
+        except ServiceDegraded:
+            pass   # starts degraded; the timer writes it once the disk takes writes
         summary["seconds"] = round(time.perf_counter() - t0, 3)
         if rows:
             log.info("recovered %d jobs in %.2fs: %d adopted, %d lost, %d to relaunch",
                      len(rows), summary["seconds"], len(summary["adopted"]), len(summary["lost"]),
                      len(summary["relaunch"]))
         return summary
+
+    def _replay_intents(self, now: float) -> list[str]:
+        """Cancels answered before the job's record said so: done now (before adoption, which
+        then stops the processes of a job found preempting)."""
+        done = []
+        for jid, kind, user, _t in self.store.intents():
+            self._intents.add(jid)
+            rec = self.eng._jobs.get(jid)
+            if kind != "cancel" or rec is None or rec.state.terminal or rec.cancel_requested:
+                continue
+            self.eng.cancel(jid, now, user)
+            done.append(jid)
+        if self._intents:
+            self._live.update(j for j in self._intents if j in self.eng._jobs)
+            self._seen.update({j: None for j in self._intents if j in self._seen})  # rewrite: clears them
+        return done
 
     # ------------------------------------------------------------------ the timer
 
@@ -314,7 +438,11 @@ class SchedulerService(ExchangeMixin):
                 for jid in list(self._live):
                     rec = self.eng._jobs[jid]
                     if not rec.state.terminal:
-                        self._cancel(jid, rec.request.user)
+                        try:
+                            self._cancel(jid, rec.request.user)
+                        except ServiceDegraded as exc:
+                            log.error("jobs left running: %s", exc)
+                            break
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 self.tick()
@@ -350,14 +478,18 @@ class SchedulerService(ExchangeMixin):
         """One round: launcher events in, engine step, write, then act."""
         with self._lock:
             now = self.clock()
+            self.ticks += 1
+            if self.degraded is not None and not self._flush(now):
+                return []   # nothing new is decided on top of what is not yet durable
             touched = self._events(now)
             if self.health is not None:
                 touched += self._health(now)
             touched += self._exchange_tick(now)
             decisions = self.eng.step(now)
-            self._write_live(now, also=touched + [d.job_id for d in decisions])
-            self._execute(decisions, now)
-            self.ticks += 1
+            self._pending.extend(decisions)
+            if self._flush(now, also=touched):
+                self._gc_tick(now)
+                self._quota_tick(now)
             return [{"kind": d.kind.value, "job_id": d.job_id, "reason": d.reason} for d in decisions]
 
     def _events(self, now: float) -> list[str]:
@@ -399,18 +531,23 @@ class SchedulerService(ExchangeMixin):
                     log.error("launch of %s failed: %s", d.job_id, exc)
                     self.eng.on_started(d.job_id, now)
                     self.eng.on_finished(d.job_id, now, 127, f"hived: launch failed: {exc}")
-                    self._write([d.job_id], now)
+                    self._try_write([d.job_id], now)
                     continue
                 self._launched.add(d.job_id)
             elif d.kind in (DecisionKind.PREEMPT, DecisionKind.KILL):
-                if d.kind is DecisionKind.PREEMPT:
-                    self.store.add_preemption(d.job_id, now, d.reason)
                 if d.job_id in self._launched:
                     self.launcher.terminate(d.job_id, d.grace_period if d.kind is DecisionKind.PREEMPT else 0.0)
                 elif rec.state in HOLDING:
                     # nothing runs yet (placed, not launched): it is gone at once
                     self.eng.on_preempted(d.job_id, now)
-                    self._write([d.job_id], now)
+                    self._try_write([d.job_id], now)
+
+    def _try_write(self, ids, now: float) -> None:
+        """A write with no action behind it: when it fails, the next flush writes it."""
+        try:
+            self._write(ids, now)
+        except ServiceDegraded:
+            pass
 
     def _health(self, now: float) -> list[str]:
         """NVML health changes -> allocator (set_health writes and acts itself)."""
@@ -440,16 +577,25 @@ class SchedulerService(ExchangeMixin):
         self._check_for_launcher(req)
         with self._lock:
             self._authorize_vc(user, req.vc)
+            self._check_quota(req.vc)
             now = self.clock()
-            jid = self.eng.submit(req, now)
+            self._require_journal(now)
+            try:
+                jid = self.job_ids.next(taken=lambda j: j in self.eng._jobs or j in self._extra)
+            except JobIdsError as exc:
+                self._degrade(exc)
+                raise ServiceDegraded(self.degraded) from None
+            try:
+                self.eng.submit(req, now, job_id=jid)
+            except Exception:
+                self.job_ids.give_back(jid)   # a refused request uses no id
+                raise
             try:
                 self._write([jid], now)
             except Exception:
                 # not stored = not accepted: take it back out of the engine
                 self.eng.cancel(jid, now, user)
                 self.eng._jobs.pop(jid, None)
-                self._live.discard(jid)
-                self._seen.pop(jid, None)
                 raise
             rec = self.eng._jobs[jid]
             out = job_dict(rec, self._tail_position(rec))
@@ -533,9 +679,19 @@ class SchedulerService(ExchangeMixin):
 
     def _cancel(self, job_id: str, user: str) -> None:
         now = self.clock()
-        decisions = self.eng.cancel(job_id, now, user)
-        self._write([job_id] + [d.job_id for d in decisions], now)
-        self._execute(decisions, now)
+        self._require_journal(now)
+        rec = self._rec(job_id)
+        if rec.state.terminal:
+            raise RequestError("job_id", f"{job_id} already {rec.state.value}")
+        # durable before it is acted on: once answered, a restart cannot forget it
+        try:
+            self.store.add_intent(job_id, "cancel", user, now)
+        except JournalWriteError as exc:
+            self._degrade(exc)
+            raise ServiceDegraded(self.degraded) from None
+        self._intents.add(job_id)
+        self._pending.extend(self.eng.cancel(job_id, now, user))
+        self._flush(now, also=[job_id])   # on failure the kill waits for the journal; the intent holds
         self._wake.set()
 
     def logs(self, job_id: str, rank: int = 0, offset: int = 0) -> tuple[str, int]:
@@ -555,20 +711,34 @@ class SchedulerService(ExchangeMixin):
     def report_progress(self, job_id: str, done: float, total: float) -> dict:
         with self._lock:
             now = self.clock()
+            self._require_journal(now)
+            rec = self._rec(job_id)
+            before = rec.progress
             self.eng.report_progress(job_id, done, total, now)
-            self._write([job_id], now)
-            return job_dict(self._rec(job_id))
+            try:
+                self._write([job_id], now)
+            except ServiceDegraded:
+                rec.progress = before   # not stored: not taken
+                hook = getattr(self.eng.queue_policy, "on_progress", None)
+                if hook is not None:
+                    hook(rec, now)
+                raise
+            return job_dict(rec)
 
     def set_health(self, node: str, gpu: Optional[int], healthy: bool, reason: str = "", _now=None) -> dict:
         with self._lock:
             now = _now if _now is not None else self.clock()
+            if _now is None:   # an admin's request; the monitor's reports come from the tick
+                self._require_journal(now)
             decisions = self.eng.set_health(node, gpu, healthy, now)
             if healthy:
                 self._unhealthy.pop((node, gpu), None)
             else:
                 self._unhealthy[(node, gpu)] = reason or "marked unhealthy"
-            self._write_live(now, also=[d.job_id for d in decisions])
-            self._execute(decisions, now)
+            # the hardware's state is a fact, not a request: kept even when the journal
+            # refuses; the moves it causes wait for the journal like any decision
+            self._pending.extend(decisions)
+            self._flush(now)
             return {"node": node, "gpu": gpu, "healthy": healthy, "preempted": [d.job_id for d in decisions]}
 
     def cluster(self) -> dict:
@@ -595,6 +765,7 @@ class SchedulerService(ExchangeMixin):
         except SpecError as exc:
             raise RequestError(exc.path, exc.problem) from None
         with self._lock:
+            self._require_journal(self.clock())
             self._exchange_before_reload()
             eng = self._new_engine(new_spec)
             for rec in sorted(self.eng._jobs.values(), key=lambda r: (r.state is JobState.QUEUED,
@@ -605,13 +776,16 @@ class SchedulerService(ExchangeMixin):
                 except Exception as exc:
                     raise RequestError("spec", f"job {rec.job_id} ({rec.state.value}) does not fit the new "
                                        f"spec: {exc}; nothing changed") from None
+            before = (self.eng, self.spec, self._arb, self._seen)
             self.eng, self.spec = eng, new_spec
             self._exchange_after_reload()
             text = _spec_text(path_or_text)
-            if text is not None:
-                self.store.set_meta("spec", text)
             self._seen = {j: None for j in self._seen}   # rewrite all: queue keys changed
-            self._write_live(self.clock())
+            try:
+                self._write_live(self.clock(), meta=None if text is None else {"spec": text})
+            except ServiceDegraded:
+                self.eng, self.spec, self._arb, self._seen = before   # not stored: not taken
+                raise
             return {"ok": True, "vcs": sorted(new_spec.vcs), "chains": sorted(new_spec.chains)}
 
     def status(self) -> dict:
@@ -619,7 +793,8 @@ class SchedulerService(ExchangeMixin):
             counts: dict = {}
             for r in self.eng._jobs.values():
                 counts[r.state.value] = counts.get(r.state.value, 0) + 1
-            return {"ok": True, "data_dir": str(self.data_dir), "jobs": counts, "ticks": self.ticks,
+            return {"ok": True, "degraded": self.degraded,
+                    "data_dir": str(self.data_dir), "jobs": counts, "ticks": self.ticks,
                     "pid": os.getpid(), "last_error": self.last_error,
                     "health_checks": None if self.health is None else list(getattr(self.health, "notes", [])),
                     "unhealthy": [{"node": n, "gpu": g, "reason": r} for (n, g), r in self._unhealthy.items()],

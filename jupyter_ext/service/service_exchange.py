@@ -80,6 +80,7 @@ class ExchangeMixin:
                 raise NotAuthorized(f"user {user!r} may not trade the cells of VC {vc!r} "
                                     f"(VC admins only: {', '.join(sorted(self._admins(vc))) or 'none'})")
             now = self.clock()
+            self._require_journal(now)
             try:
                 post = arb.post_payload(kind, body, now)
             except ExchangeError as exc:
@@ -103,7 +104,7 @@ class ExchangeMixin:
         if vcs or res.downgraded:
             self.eng.on_capacity_changed(sorted(vcs), res.downgraded, now)
             if write and res.downgraded:
-                self._write(res.downgraded, now)
+                self._try_write(res.downgraded, now)   # kept in memory and rewritten when it fails
             self._wake.set()
         return list(res.downgraded)
 

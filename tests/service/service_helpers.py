@@ -22,3 +22,35 @@ def foreign_database(folder):
     con.commit()
     con.close()
     return folder
+
+
+class FailingCommits:
+    """Wraps a store's SQLite connection so that COMMIT fails the way a full disk makes it
+    fail (``sqlite3.OperationalError: database or disk is full``).
+
+    ``fail()``: every commit from now on fails; ``fail(after=n)``: n more commits succeed
+    first; ``heal()``: commits succeed again. ``failed`` counts the refused commits."""
+
+    def __init__(self, store):
+        self._real = store._db
+        store._db = self
+        self._allowed = None
+        self.failed = 0
+
+    def fail(self, after: int = 0) -> "FailingCommits":
+        self._allowed = after
+        return self
+
+    def heal(self) -> None:
+        self._allowed = None
+
+    def execute(self, sql, *args):
+        if self._allowed is not None and sql.strip().upper() == "COMMIT":
+            if self._allowed == 0:
+                self.failed += 1
+                raise sqlite3.OperationalError("database or disk is full")
+            self._allowed -= 1
+        return self._real.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)

@@ -1,0 +1,41 @@
+"""``/hived/api/gc``: retention of finished jobs (read by anyone; applied and set by admins).
+
+The service decides who may act (the VC's admins and cluster admins); see
+jupyter_ext/service/service_retention.py.
+"""
+from __future__ import annotations
+
+from .base import ApiError, HivedHandler, service_errors
+
+
+class GcHandler(HivedHandler):
+    async def get(self):
+        with service_errors("gc"):
+            out = await self.run(self.svc.retention)
+            out.update(await self.run(self.svc.disk_quotas))
+        self.reply(out)
+
+    async def post(self):
+        body = self.json_body("Gc", required=False)
+        vc, dry_run, policy = body.get("vc"), bool(body.get("dry_run")), body.get("policy")
+        quota = "disk_quota" in body or body.get("clear_disk_quota")
+        if (policy is not None or quota) and vc is None:
+            raise ApiError(400, "a policy or a quota is for one VC: give vc", "body.vc")
+        if "disk_quota" in body and body.get("clear_disk_quota"):
+            raise ApiError(400, "give disk_quota or clear_disk_quota, not both", "body.clear_disk_quota")
+        where = "body.vc" if vc is not None else "gc"
+        if policy is not None and dry_run:   # what this policy would remove; nothing is set
+            with service_errors(where):
+                self.reply(await self.run(self.svc.gc, self.username, vc, True, policy))
+            return
+        out: dict = {}
+        if quota and not dry_run:
+            with service_errors("body.disk_quota"):
+                out["quota"] = await self.run(self.svc.set_disk_quota, self.username, vc, body.get("disk_quota"))
+        if policy is not None:
+            with service_errors(where):
+                out["policy"] = (await self.run(self.svc.set_retention, self.username, vc,
+                                                policy.get("max_age"), policy.get("keep")))["policy"]
+        with service_errors(where):
+            out.update(await self.run(self.svc.gc, self.username, vc, dry_run))
+        self.reply(out)

@@ -1,0 +1,172 @@
+"""Retention of finished jobs (a mixin of SchedulerService).
+
+Each VC may have a policy, set by its admins or a cluster admin: keep finished
+jobs (succeeded, failed, cancelled) at most ``max_age`` seconds after they
+ended, and at most the ``keep`` newest of them. ``gc`` removes what a policy
+lets go of: the job's rows in the journal (record, history, preemptions), the
+job from memory, then its ``jobs/<id>/`` folder (logs, work files). Jobs that
+are not finished (queued again after a preemption or a failure to be
+retried, running, placed) are never touched, nor their folders: a resumable
+run keeps its checkpoint. Job ids stay unique: the id high-water mark
+(job_ids.py) is kept apart from the rows removed.
+
+The policies live in the journal (``meta`` key ``retention``) and are applied
+by the timer every ``GC_INTERVAL`` seconds and on demand (``hived gc``,
+``POST /hived/api/gc``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+from typing import Optional
+
+from hived.core.engine import RequestError
+
+log = logging.getLogger("hived.service")
+
+GC_INTERVAL = 600.0   # seconds between automatic collections
+
+
+def _dir_bytes(path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _number(job_id: str) -> int:
+    return int(job_id[1:]) if job_id[1:].isdigit() else 0
+
+
+def _limit(name: str, value, integer: bool) -> Optional[float]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
+        raise RequestError(name, f"must be {'an integer' if integer else 'a number of seconds'} or null, "
+                                 f"got {value!r}")
+    if not math.isfinite(value) or value < 0 or value > 10 ** 12:
+        raise RequestError(name, f"must be between 0 and {10 ** 12}, got {value!r}")
+    return value
+
+
+class RetentionMixin:
+    _retention: dict
+    _last_gc: Optional[float] = None
+
+    def _load_retention(self) -> None:
+        raw = getattr(self.store, "get_meta", lambda k: None)("retention")
+        self._retention = json.loads(raw) if raw else {}
+
+    def _administered(self, user: str, vc: Optional[str]) -> list[str]:
+        from .service import NotAuthorized, NotFound
+        if vc is not None:
+            if vc not in self.spec.vcs:
+                raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
+            if user not in self._admins(vc):
+                raise NotAuthorized(f"user {user!r} may not set or apply the retention of VC {vc!r} "
+                                    f"(VC admins only: {', '.join(sorted(self._admins(vc))) or 'none'})")
+            return [vc]
+        mine = [v for v in sorted(self.spec.vcs) if user in self._admins(v)]
+        if not mine:
+            raise NotAuthorized(f"user {user!r} administers no VC: garbage collection is for admins")
+        return mine
+
+    def retention(self) -> dict:
+        """Every VC's policy (``null`` where none: its finished jobs are kept)."""
+        with self._lock:
+            return {"policies": {v: self._retention.get(v) for v in sorted(self.spec.vcs)}}
+
+    def set_retention(self, user: str, vc: str, max_age=None, keep=None) -> dict:
+        """Set (or, with both limits ``None``, remove) the policy of ``vc``; durable before it is
+        answered. Raises ``ServiceDegraded`` (changing nothing) when the journal cannot take it."""
+        max_age = _limit("max_age", max_age, integer=False)
+        keep = _limit("keep", keep, integer=True)
+        with self._lock:
+            self._administered(user, vc)
+            now = self.clock()
+            self._require_journal(now)
+            policies = dict(self._retention)
+            if max_age is None and keep is None:
+                policies.pop(vc, None)
+            else:
+                policies[vc] = {"max_age": max_age, "keep": keep}
+            self._write([], now, meta={"retention": json.dumps(policies)})
+            self._retention = policies
+            return {"vc": vc, "policy": policies.get(vc)}
+
+    def gc(self, user: str, vc: Optional[str] = None, dry_run: bool = False, policy: Optional[dict] = None) -> dict:
+        """Apply the policies of the VCs ``user`` administers (or of ``vc``) now. ``policy``
+        (with ``dry_run`` and ``vc``): what a policy would remove, without setting it."""
+        with self._lock:
+            vcs = self._administered(user, vc)
+            now = self.clock()
+            if policy is not None:
+                if not dry_run or vc is None:
+                    raise RequestError("policy", "a trial policy needs vc and dry_run; set_retention sets one")
+                policy = {"max_age": _limit("max_age", policy.get("max_age"), integer=False),
+                          "keep": _limit("keep", policy.get("keep"), integer=True)}
+                return {**self._collect(vcs, now, True, {vc: policy}), "policy": policy}
+            if not dry_run:
+                self._require_journal(now)
+            return self._collect(vcs, now, dry_run)
+
+    def _gc_tick(self, now: float) -> None:
+        if not self._retention or (self._last_gc is not None and now - self._last_gc < GC_INTERVAL):
+            return
+        from .degraded import ServiceDegraded
+        self._last_gc = now
+        try:
+            out = self._collect(sorted(v for v in self._retention if v in self.spec.vcs), now, False)
+        except ServiceDegraded:
+            return   # degraded now; tried again at the next interval
+        if out["removed"]:
+            log.info("retention: removed %d finished jobs (%d bytes)", len(out["removed"]), out["freed_bytes"])
+
+    def _expired(self, vcs: list[str], now: float, policies: dict) -> list[str]:
+        out = []
+        for vc in vcs:
+            policy = policies.get(vc)
+            if not policy:
+                continue
+            # newest first; ties (jobs that ended in the same tick) by submission
+            done = sorted((r for r in self.eng._jobs.values() if r.request.vc == vc and r.state.terminal),
+                          key=lambda r: (r.ended or r.submitted or 0.0, r.submitted or 0.0, _number(r.job_id)),
+                          reverse=True)
+            keep, max_age = policy.get("keep"), policy.get("max_age")
+            for i, r in enumerate(done):
+                if (keep is not None and i >= keep) or \
+                        (max_age is not None and now - (r.ended or r.submitted or now) > max_age):
+                    out.append(r.job_id)
+        return sorted(out, key=_number)
+
+    def _collect(self, vcs: list[str], now: float, dry_run: bool, policies: Optional[dict] = None) -> dict:
+        from .degraded import ServiceDegraded
+        from .store import JournalWriteError
+        ids = self._expired(vcs, now, self._retention if policies is None else policies)
+        jobs_dir = self.data_dir / "jobs"
+        freed = sum(_dir_bytes(jobs_dir / j) for j in ids)
+        if dry_run or not ids:
+            return {"removed": ids, "freed_bytes": freed, "dry_run": dry_run, "vcs": vcs}
+        try:   # write, then act: the rows go first, so a crash leaves folders, never rows without them
+            self.store.delete_jobs(ids)
+        except JournalWriteError as exc:
+            self._degrade(exc)
+            raise ServiceDegraded(self.degraded) from None
+        for j in ids:
+            self.eng._jobs.pop(j, None)
+            for book in (self._seen, self._hist, self._bound):
+                book.pop(j, None)
+            self._live.discard(j)
+            shutil.rmtree(jobs_dir / j, ignore_errors=True)
+            self._forget_sizes(j)
+        quota = [v for v in vcs if v in self._quota]
+        if quota:   # what was freed counts at once (quota.py)
+            self._measure(now, quota)
+        return {"removed": ids, "freed_bytes": freed, "dry_run": False, "vcs": vcs}

@@ -476,6 +476,20 @@ class KubernetesLauncher:
         self.start()
         return self.watch.list_now()[0] if fresh else self.watch.snapshot()
 
+    def cluster_job_ids(self) -> list[str]:
+        """The job ids on every hived pod in the watched namespace(s), of *any* hived instance:
+        a new job id must not name an old pod (pod names derive from it)."""
+        sel = f"{pb.L_MANAGED}=hived"
+        if self.watch_namespace == "*":
+            resp = self.core.list_pod_for_all_namespaces(label_selector=sel, _preload_content=False)
+        else:
+            resp = self.core.list_namespaced_pod(self.watch_namespace, label_selector=sel, _preload_content=False)
+        try:
+            items = json.loads(resp.read()).get("items") or []
+        finally:
+            resp.release_conn()
+        return [a[pb.A_JOB] for p in items if pb.A_JOB in (a := (p["metadata"].get("annotations") or {}))]
+
     def gang_states(self, job_id: str) -> dict[int, PodState]:
         with self._lock:
             gang = self._gangs.get(job_id)

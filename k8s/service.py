@@ -7,8 +7,15 @@
 - before the engine is restored from the SQLite journal, ``recovery.reconcile``
   makes the journal agree with the pods in the cluster (the cluster wins), so
   the restore re-binds exactly what runs and adopts it;
-- node health comes from the cluster (``NodeHealth``: Ready and not cordoned)
-  unless another health monitor is given.
+- node health comes from the cluster (``NodeHealth``: a cordoned node takes
+  no new gangs, a node NotReady past its toleration has its gangs moved)
+  unless another health monitor is given;
+- with ``leader=`` (or ``$HIVED_K8S_LEASE``) only the instance holding the
+  coordination.k8s.io Lease acts (k8s/leader.py): a standby reads nothing,
+  adopts nothing and refuses writes until it leads; then it recovers from the
+  cluster as on a restart. Job ids continue after the highest id found in the
+  journal *and* on any hived pod in the cluster, so they never repeat across
+  instances or a lost journal.
 
 The jupyter-server extension hosts it with
 ``c.HivedExtension.service_class = "hived.k8s.service.KubernetesSchedulerService"``
@@ -17,14 +24,18 @@ The jupyter-server extension hosts it with
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import os
+import re
 from typing import Any, Optional
 
+from hived.core.engine import RequestError
 from hived.jupyter_ext.service.service import SchedulerService
 
 from .launcher import KubernetesLauncher
+from .leader import Elector
 from .nodes import NodeHealth
 from .recovery import reconcile
 
@@ -38,7 +49,22 @@ ENV = {
     "HIVED_K8S_KUBECONFIG": "kubeconfig path (default: in-cluster config, else $KUBECONFIG)",
     "HIVED_K8S_WATCH_NAMESPACE": "namespace whose pods hived watches (default: HIVED_K8S_NAMESPACE; '*' = all)",
     "HIVED_SPEC_VERSION": "spec version written on pods (default: a hash of the spec)",
+    "HIVED_K8S_LEASE": "name of the coordination.k8s.io Lease for leader election (default: none, "
+                       "this instance acts alone)",
+    "HIVED_K8S_LEASE_NAMESPACE": "namespace of that Lease (default: the pod's own namespace, else HIVED_K8S_NAMESPACE)",
+    "HIVED_K8S_NOTREADY_TOLERATION": "seconds a node may be NotReady before its gangs are moved (default 60)",
 }
+_JOB_ID = re.compile(r"j(\d+)")
+
+
+def leader_from_env() -> Optional[dict]:
+    """The ``leader=`` argument that HIVED_K8S_LEASE / HIVED_K8S_LEASE_NAMESPACE ask for (None: no election)."""
+    name = os.environ.get("HIVED_K8S_LEASE")
+    if not name:
+        return None
+    ns = (os.environ.get("HIVED_K8S_LEASE_NAMESPACE") or _own_namespace()
+          or os.environ.get("HIVED_K8S_NAMESPACE") or "default")
+    return {"name": name, "namespace": ns}
 
 
 def _own_namespace() -> Optional[str]:
@@ -99,24 +125,129 @@ def _spec_version(spec) -> str:
 class KubernetesSchedulerService(SchedulerService):
     """SchedulerService whose restart starts from the cluster's pods (k8s/recovery.py)."""
 
-    def __init__(self, spec_path, data_dir, launcher: Any = "kubernetes", *, health=None, **kw):
+    def __init__(self, spec_path, data_dir, launcher: Any = "kubernetes", *, health=None,
+                 leader: Any = "env", **kw):
         if not isinstance(launcher, KubernetesLauncher):
             if launcher not in ("kubernetes", "local"):   # "local": hived serve's default flag
                 raise ValueError(f"launcher: the Kubernetes service needs a KubernetesLauncher, got {launcher!r}")
             launcher = launcher_from_env()
         if health is None:
-            health = NodeHealth(launcher.core, spec_nodes(spec_path), timeout_seconds=launcher.watch.timeout_seconds)
+            tol = float(os.environ.get("HIVED_K8S_NOTREADY_TOLERATION") or 60)
+            health = NodeHealth(launcher.core, spec_nodes(spec_path), timeout_seconds=launcher.watch.timeout_seconds,
+                                notready_toleration=tol)
         self.cluster_recovery = None
+        if leader == "env":
+            leader = leader_from_env()
+        # Standby until the Lease is ours: _recover (called by the base constructor) then waits.
+        self._standby = leader is not None
+        self.elector: Optional[Elector] = None
         super().__init__(spec_path, data_dir, launcher=launcher, health=health, **kw)
         self._own_version = not launcher.spec_version
         if self._own_version:
             launcher.spec_version = _spec_version(spec_path)
+        if leader is not None:
+            self.elector = Elector(launcher.api, on_lead=self._on_lead, on_lose=self._on_lose, **leader)
+
+    # -- one active scheduler ---------------------------------------------
+    @property
+    def leading(self) -> bool:
+        return not self._standby
+
+    def _require_leader(self) -> None:
+        if self._standby:
+            holder = self.elector.holder() if self.elector else None
+            raise RequestError("leader", f"this hived instance ({self.elector.identity if self.elector else '?'}) "
+                               f"is a standby; the leader is {holder or 'not known yet'}: send requests there")
+
+    def start(self) -> "KubernetesSchedulerService":
+        if self.elector is not None and self._standby:
+            self.elector.start()      # the timer starts when the Lease is ours (_on_lead)
+            return self
+        return super().start()
+
+    def _on_lead(self) -> None:
+        with self._lock:
+            if not self._standby:
+                return
+            self._standby = False
+            self.recovered = self._recover()
+        SchedulerService.start(self)
+
+    def _on_lose(self) -> None:
+        # Another instance may lead already: stop acting now. This instance's memory of the
+        # jobs is stale from here on; a restart makes it a standby again.
+        self._standby = True
+        self.last_error = "lost the leader Lease: stopped scheduling (restart this instance to stand by again)"
+        self._stop.set()
+        self._wake.set()
+
+    def tick(self) -> list[dict]:
+        if self._standby:
+            return []
+        return super().tick()
+
+    def submit(self, user: str, payload: dict) -> dict:
+        self._require_leader()
+        return super().submit(user, payload)
+
+    def cancel(self, job_id: str, user: str) -> dict:
+        self._require_leader()
+        return super().cancel(job_id, user)
+
+    def report_progress(self, job_id: str, done: float, total: float) -> dict:
+        self._require_leader()
+        return super().report_progress(job_id, done, total)
+
+    def set_health(self, node, gpu, healthy, reason="", _now=None) -> dict:
+        self._require_leader()
+        return super().set_health(node, gpu, healthy, reason, _now)
+
+    # -- node states (k8s/nodes.py) ----------------------------------------
+    def _health(self, now: float) -> list[str]:
+        if not isinstance(self.health, NodeHealth):
+            return super()._health(now)
+        for node, state, reason in self.health.poll_states():
+            self._node_state(node, state, reason, now)
+        return []
+
+    def _node_state(self, node: str, state: str, reason: str, now: float) -> None:
+        """ok: cells usable; cordoned: no new placements, running gangs stay; lost: gangs move."""
+        from .nodes import LOST, OK
+        with self._lock:
+            if state == LOST and (node, None) in self._unhealthy:
+                # already marked (cordoned): clear it first so the allocator names the gangs to move
+                self.eng.set_health(node, None, True, now)
+            if state == OK:
+                decisions = self.eng.set_health(node, None, True, now)
+                self._unhealthy.pop((node, None), None)
+            else:
+                decisions = self.eng.set_health(node, None, False, now, move=(state == LOST))
+                self._unhealthy[(node, None)] = reason
+            if state != OK:
+                log.warning("node %s: %s (%s)%s", node, state, reason,
+                            f"; moving {[d.job_id for d in decisions]}" if decisions else "")
+            self._write_live(now, also=[d.job_id for d in decisions])
+            self._execute(decisions, now)
+
+    def status(self) -> dict:
+        out = super().status()
+        if self.elector is not None:
+            out["leader"] = {"leading": not self._standby, "identity": self.elector.identity,
+                             "lease": f"{self.elector.namespace}/{self.elector.name}", "lost": self.elector.lost}
+        return out
+
+    def _continue_job_ids(self) -> None:
+        """Job ids go on after the highest one the journal or any hived pod in the cluster holds."""
+        seen = list(self.eng._jobs) + list(self._extra) + self.launcher.cluster_job_ids()
+        top = max((int(m.group(1)) for m in map(_JOB_ID.fullmatch, seen) if m), default=0)
+        self.eng._ids = itertools.count(top + 1)
 
     def reload_spec(self, path_or_text) -> dict:
         """Reconfigure while running. Unlike the base service (which refuses a spec that a running
         gang no longer fits), guaranteed gangs whose cells no longer fit their VC are downgraded to
         opportunistic on the same GPUs and their pods relabelled, as on a restart (HiveD 001 §4)."""
         from hived.core.spec import SpecError, load_spec
+        self._require_leader()
         try:
             new_spec = path_or_text if hasattr(path_or_text, "chains") else load_spec(path_or_text)
         except SpecError:
@@ -144,6 +275,8 @@ class KubernetesSchedulerService(SchedulerService):
             self._write(down, now)
         if self._own_version:
             self.launcher.spec_version = _spec_version(path_or_text)
+        with self._lock:
+            self._continue_job_ids()     # the new engine counts from 1 again
         return {**out, "downgraded": down}
 
     def _downgrades_for(self, new_spec) -> list[str]:
@@ -170,16 +303,21 @@ class KubernetesSchedulerService(SchedulerService):
         return out
 
     def _recover(self) -> dict:
+        if self._standby:      # nothing is read or adopted before this instance leads
+            return {"jobs": 0, "adopted": [], "lost": [], "relaunch": [], "unrestorable": [], "standby": True}
         # The journal is open, the spec loaded, nothing restored yet: the cluster goes first.
         self.launcher.start()
         self.cluster_recovery = reconcile(self.store, self.launcher, lambda: self._new_engine(self.spec),
                                           self.clock())
         summary = super()._recover()
         summary["cluster"] = self.cluster_recovery.to_dict()
+        self._continue_job_ids()
         return summary
 
     def close(self) -> None:
         super().close()
+        if self.elector is not None:
+            self.elector.stop(release=True)    # after the timer stopped: a standby may act at once
         self.launcher.stop()
         if isinstance(self.health, NodeHealth):
             self.health.stop()

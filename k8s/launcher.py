@@ -50,6 +50,7 @@ log = logging.getLogger("hived.k8s.launcher")
 TEMPLATE_ATTR = "k8s_template"   # a job's own template overrides (dict) on its JobRequest
 RETIRED_KEPT = 10_000            # ended jobs whose pod names are remembered for their logs
 EXIT_LAUNCH_REFUSED = 127        # what a gang the API server refused exits with (as a bad command)
+DEFAULT_GRACE = 30.0             # a job without a grace period of its own gets Kubernetes' default
 
 
 @dataclass
@@ -132,7 +133,7 @@ class KubernetesLauncher:
                  nodes: Optional[Iterable[str]] = None, emit_events: bool = True,
                  priority_of: Optional[Callable[[JobRequest, Placement], Optional[int]]] = None,
                  watch_timeout: int = 5, watch_namespace: Optional[str] = None, pipeline: bool = False,
-                 teardown_margin: float = 30.0):
+                 teardown_margin: float = 30.0, default_grace: float = DEFAULT_GRACE):
         if bind not in pb.BIND_MODES:
             raise ValueError(f"bind: {bind!r} is not one of {pb.BIND_MODES}")
         self.api = api_client or make_api_client(kubeconfig, context)
@@ -142,6 +143,9 @@ class KubernetesLauncher:
         # A failed gang's GPUs are released once its other members are gone, or this long after
         # their grace period when they linger (a dead node never confirms the deletion).
         self.teardown_margin = teardown_margin
+        if not default_grace > 0:
+            raise ValueError(f"default_grace: must be > 0 seconds, got {default_grace!r}")
+        self.default_grace = float(default_grace)
         self._queue: "queue.Queue" = queue.Queue()
         self._sender: Optional[threading.Thread] = None
         self.template = JobTemplate.from_dict(template) if template is not None else None
@@ -209,6 +213,18 @@ class KubernetesLauncher:
     def namespace_of(self, template: JobTemplate) -> str:
         return template.namespace or self.namespace
 
+    def grace_of(self, requested: float) -> float:
+        """The grace period pods get: the job's own, or ``default_grace`` when it has none (0 would be a
+        force delete: the API object goes at once, while the container may still use the GPUs)."""
+        return float(requested) if requested and requested > 0 else self.default_grace
+
+    def _with_grace(self, pods: list[dict]) -> list[dict]:
+        for pod in pods:
+            spec = pod["spec"]
+            spec["terminationGracePeriodSeconds"] = int(round(self.grace_of(spec.get("terminationGracePeriodSeconds")
+                                                                            or 0)))
+        return pods
+
     # -- Launcher protocol ----------------------------------------------
     def launch(self, job_id: str, request: JobRequest, placement: Placement, attempt: int) -> None:
         self.start()
@@ -217,11 +233,11 @@ class KubernetesLauncher:
         priority = self.priority_of(request, placement) if self.priority_of else None
 
         def build() -> list[dict]:
-            return pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
-                                 instance=self.instance, bind=self.bind, spec_version=self.spec_version,
-                                 priority=priority)
+            return self._with_grace(pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
+                                                  instance=self.instance, bind=self.bind,
+                                                  spec_version=self.spec_version, priority=priority))
         names = [pb.pod_name(job_id, attempt, p.rank) for p in placement.pods]
-        gang = _Gang(job_id, attempt, ns, names, request.grace_period, launching=True)
+        gang = _Gang(job_id, attempt, ns, names, self.grace_of(request.grace_period), launching=True)
         with self._lock:
             self._gangs[job_id] = gang
         if self.pipeline:
@@ -317,15 +333,15 @@ class KubernetesLauncher:
         all or none of them, like ``launch``."""
         template = self.validate(request)
         ns = self.namespace_of(template)
-        pods = [p for p in pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
-                                         instance=self.instance, bind=self.bind,
-                                         spec_version=self.spec_version)
+        pods = [p for p in self._with_grace(pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
+                                                          instance=self.instance, bind=self.bind,
+                                                          spec_version=self.spec_version))
                 if int(p["metadata"]["annotations"][pb.A_RANK]) in set(ranks)]
         self._create_all(job_id, ns, pods)
 
     def delete_gang(self, job_id: str, ns: str, names: list[str], grace_period: float) -> None:
-        """Delete pods hived no longer tracks (recovery: leftovers of a job that ended)."""
-        self._delete_pods(ns, names, grace_period, f"delete {job_id}")
+        """Delete pods hived no longer tracks (recovery: leftovers of a job that ended), with the job's grace."""
+        self._delete_pods(ns, names, self.grace_of(grace_period), f"delete {job_id}")
 
     def relabel_opportunistic(self, job_id: str) -> None:
         """A tracked gang was downgraded (spec reload): relabel its pods."""
@@ -368,12 +384,19 @@ class KubernetesLauncher:
                 on_deleted(name, grace)
 
     def terminate(self, job_id: str, grace_period: float) -> None:
+        """Delete the gang's pods with ``grace_period`` (0: the job's own grace, as a cancel asks). Its
+        ``exited`` comes once every pod is confirmed gone, or ``teardown_margin`` seconds after the grace
+        period when some never is (a lost node's kubelet confirms nothing). A second call (the engine's
+        KILL when the grace ran out) changes nothing: pods are never force-deleted under a live kubelet."""
         self.start()
         with self._lock:
             gang = self._gangs.get(job_id)
-            if gang is None:
+            if gang is None or gang.terminating or gang.ended:
                 return
+            grace_period = grace_period if grace_period and grace_period > 0 else gang.grace
             gang.terminating = True
+            gang.release_at = time.monotonic() + grace_period + self.teardown_margin
+            self._failing.add(gang)
         if self.pipeline:
             self._submit(self._delete_gang_pods, gang, grace_period)   # after its creates, in order
         else:
@@ -437,7 +460,7 @@ class KubernetesLauncher:
             pods = [p for p in of_job(self.owned_pods(fresh=True))
                     if int(p["metadata"]["annotations"].get(pb.A_ATTEMPT, 0)) == attempt]
         names = [pb.pod_name(job_id, attempt, q["rank"]) for q in binding["pods"]]
-        gang = _Gang(job_id, attempt, ns, names, float(request.get("grace_period", 0.0)))
+        gang = _Gang(job_id, attempt, ns, names, self.grace_of(float(request.get("grace_period", 0.0))))
         present = {p["metadata"]["name"]: p for p in pods}
         with self._lock:
             self._gangs[job_id] = gang
@@ -516,10 +539,16 @@ class KubernetesLauncher:
         size = len(gang.names)
         states = [gang.states.get(r) for r in range(size)]
         if gang.terminating:
-            if all(s is not None and s.terminal for s in states):
-                codes = [s for s in states if s.state not in (DELETED, SUCCEEDED)]
+            gone = all(s is not None and s.terminal for s in states)
+            if gone or (gang.release_at and time.monotonic() >= gang.release_at and not gang.launching):
+                if not gone:
+                    log.warning("job %s: pods not confirmed gone %.0fs after their grace period (node lost?); "
+                                "its cells are handed on", gang.job_id, self.teardown_margin)
+                codes = [s for s in states if s is not None and s.state not in (DELETED, SUCCEEDED)
+                         and s.terminal]
                 first = codes[0] if codes else PodState(DELETED, "Deleted", EXIT_DELETED)
                 gang.ended = True
+                self._failing.discard(gang)
                 self._emit(gang, "exited", first, None, "terminated by hived")
             return
         bad = [(r, s) for r, s in enumerate(states) if s is not None and s.terminal and s.state != SUCCEEDED]

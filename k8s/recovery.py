@@ -18,9 +18,13 @@ The rules (docs/kubernetes.md repeats them for users):
    annotations (an ended one holds nothing and is left alone). A journal-only
    job whose cells the cluster's pods hold ends as lost. Every difference is
    logged (WARNING) and listed in the report.
-   One exception: a job the journal already *ended* (failed, cancelled,
+   Two exceptions: a job the journal already *ended* (failed, cancelled,
    succeeded) whose pods still run is a teardown that the crash interrupted;
-   hived finishes it (deletes the pods) rather than resurrecting the job.
+   hived finishes it (deletes the pods) rather than resurrecting the job. And
+   a job the journal has back in its queue (or placed for its next attempt)
+   whose cluster gang is the attempt the journal already counted and is over
+   (a member failed, or members are being deleted) is a retry waiting out its
+   back-off: its leftovers are deleted and nothing is counted again.
 3. **Missing members.** A gang with pods missing is *completed* (the missing
    members are created at their recorded cells, same attempt) when none of its
    members has started yet: nothing ran, so nothing is lost by finishing the
@@ -47,7 +51,7 @@ from hived.core.engine_records import JobRecord, placement_from_dict, request_fr
 from hived.core.jobs import JobState
 
 from . import pod_builder as pb
-from .watch import PENDING, pod_state
+from .watch import PENDING, SUCCEEDED, pod_state
 
 log = logging.getLogger("hived.k8s.recovery")
 
@@ -88,6 +92,16 @@ class ClusterGang:
         """Some member got past Pending (or is being deleted): something may have run."""
         return any(s.state != PENDING or p["metadata"].get("deletionTimestamp")
                    for p, s in ((self.pods[r], st) for r, st in self.states.items()))
+
+    @property
+    def over(self) -> bool:
+        """The attempt has ended or is ending: a member failed or was deleted, or every member succeeded."""
+        states = self.states
+        if any(s.terminal and s.state != SUCCEEDED for s in states.values()):
+            return True
+        if any(p["metadata"].get("deletionTimestamp") for p in self.pods.values()):
+            return True
+        return bool(states) and not self.missing and all(s.state == SUCCEEDED for s in states.values())
 
     @property
     def placement_dict(self) -> dict:
@@ -192,6 +206,15 @@ def reconcile(store, launcher, new_engine: Callable[[], object], now: float) -> 
                                          float(g.request.get("grace_period", 0.0)))
                     note(rep.finished_teardown, jid,
                          f"the journal says {state} but pods still run; deleting them (an interrupted teardown)")
+                continue
+            if state in ("queued", "placed") and g.attempt <= int(d.get("attempts") or 0) and g.over:
+                # the journal counted this attempt's end already (a retry in its back-off)
+                left = [p["metadata"]["name"] for p in g.pods.values()
+                        if not pod_state(p).terminal and not p["metadata"].get("deletionTimestamp")]
+                if left:
+                    launcher.delete_gang(jid, g.namespace, left, float(g.request.get("grace_period", 0.0)))
+                note(rep.finished_teardown, jid, f"attempt {g.attempt} ended before the restart and was counted; "
+                     f"its leftovers are deleted ({len(left)} pod(s) still running)")
                 continue
             diffs = []
             want_attempt = g.attempt - (1 if state == "placed" else 0)

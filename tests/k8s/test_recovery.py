@@ -196,19 +196,6 @@ def test_pods_of_a_job_the_journal_ended_are_deleted(hv):
     assert all(p.metadata.deletion_timestamp is not None for p in hv.pods(a))
 
 
-def test_node_not_ready_moves_the_jobs_on_it(hv):
-    svc = hv.service()
-    svc.health.start()
-    (a,) = hv.start_jobs(svc, JOB_4x2)
-    node = svc.get_job(a)["placement"]["pods"][0]["node"]
-    from k8s_helpers import Nodes
-    Nodes(hv.core).set_ready(node, False)
-    hv.tick_until(svc, lambda: svc.eng.job(a).state.value != "running")
-    assert svc.eng.alloc.tree.nodes[node].bad == 8
-    assert svc.launcher.flush(10)      # the deletes are queued to the launcher's sender
-    assert all(p.metadata.deletion_timestamp is not None for p in hv.pods(a))
-
-
 def test_sigkill_of_the_service_process_then_restart(hv, tmp_path):
     """A real crash: the service runs in its own process and is killed with SIGKILL."""
     spec = hv.spec()

@@ -40,7 +40,7 @@ from hived.core.jobs import JobRequest, Placement
 
 from . import pod_builder as pb
 from .nodes import NodeHealth
-from .rest_raw import RawApi
+from .rest_raw import TRANSIENT, RawApi
 from .template import JobTemplate, TemplateError
 from .watch import (DELETED, EXIT_DELETED, FAILED, PENDING, RUNNING, SUCCEEDED, PodState, pod_state,
                     pod_watch)
@@ -133,12 +133,14 @@ class KubernetesLauncher:
                  nodes: Optional[Iterable[str]] = None, emit_events: bool = True,
                  priority_of: Optional[Callable[[JobRequest, Placement], Optional[int]]] = None,
                  watch_timeout: int = 5, watch_namespace: Optional[str] = None, pipeline: bool = False,
-                 teardown_margin: float = 30.0, default_grace: float = DEFAULT_GRACE):
+                 teardown_margin: float = 30.0, default_grace: float = DEFAULT_GRACE,
+                 api_retry_for: float = 30.0):
         if bind not in pb.BIND_MODES:
             raise ValueError(f"bind: {bind!r} is not one of {pb.BIND_MODES}")
         self.api = api_client or make_api_client(kubeconfig, context)
         self.core = client.CoreV1Api(self.api)
-        self.raw = RawApi(self.api)     # per-pod writes: see rest_raw for why not the generated calls
+        # per-pod writes (see rest_raw for why not the generated calls), retried through short outages
+        self.raw = RawApi(self.api, retry_for=api_retry_for)
         self.pipeline = pipeline
         # A failed gang's GPUs are released once its other members are gone, or this long after
         # their grace period when they linger (a dead node never confirms the deletion).
@@ -168,6 +170,10 @@ class KubernetesLauncher:
         self._retired: "OrderedDict[str, tuple[str, list]]" = OrderedDict()   # job -> (namespace, pod names)
         self._lock = threading.RLock()
         self._started = False
+        # pods whose deletion failed even after retries (API server down): (ns, name) -> (grace, job id);
+        # retried from poll() until done, so no half gang and no cancelled gang outlives an outage
+        self._undeleted: dict[tuple[str, str], tuple[float, str]] = {}
+        self._reaper: Optional[threading.Thread] = None
 
     # -- lifecycle -------------------------------------------------------
     def start(self) -> "KubernetesLauncher":
@@ -298,6 +304,11 @@ class KubernetesLauncher:
             self._create_gang(gang, pods)
         except LaunchError as e:
             self._refused(gang, e)
+        except Exception as e:   # never leave the job "placed" with a gang stuck half launched
+            log.exception("job %s: launching its gang failed", gang.job_id)
+            with self._lock:
+                self._gangs.pop(gang.job_id, None)
+            self._refused(gang, LaunchError(gang.job_id, None, f"{e.__class__.__name__}: {e}"))
 
     def _refused(self, gang: "_Gang", e: LaunchError) -> None:
         """What ``launch`` raises in sync mode, as the job's exited event (pipeline mode)."""
@@ -365,23 +376,57 @@ class KubernetesLauncher:
             except ApiException as e:
                 log.error("relabel %s/%s as opportunistic: %s", ns, name, _api_message(e))
 
-    def _rollback(self, ns: str, names: list[str]) -> None:
+    def _rollback(self, ns: str, names: list[str], job_id: str = "") -> None:
         """Delete the pods of a gang that could not be created whole (grace 0: they never ran)."""
-        self._delete_pods(ns, names, 0, "rollback")
+        self._delete_pods(ns, names, 0, "rollback", job_id=job_id)
 
     def _delete_pods(self, ns: str, names: list[str], grace_period: float, what: str,
-                     on_deleted: Optional[Callable[[str, int], None]] = None) -> None:
-        """Delete ``names`` with the grace period (whole seconds); one already gone is fine."""
+                     on_deleted: Optional[Callable[[str, int], None]] = None, job_id: str = "") -> bool:
+        """Delete ``names`` with the grace period (whole seconds); one already gone is fine. A pod that
+        cannot be deleted now (API server unreachable past the retries) is retried from ``poll``.
+        True when every deletion was accepted."""
         grace = max(0, int(round(grace_period)))
+        ok, down = True, False
         for name in names:
+            if down:       # unreachable past the retries: the rest waits for the reaper, not for timeouts
+                with self._lock:
+                    self._undeleted[(ns, name)] = (grace, job_id)
+                continue
             try:
                 self.raw.delete_pod(ns, name, grace)
             except ApiException as e:
-                if e.status != 404:
-                    log.error("%s: could not delete pod %s/%s: %s", what, ns, name, _api_message(e))
+                if e.status == 404:
+                    continue
+                log.error("%s: could not delete pod %s/%s: %s", what, ns, name, _api_message(e))
+                ok = False
+                if e.status in TRANSIENT:
+                    with self._lock:
+                        self._undeleted[(ns, name)] = (grace, job_id)
                 continue
+            except Exception as e:    # connection refused/reset past the retries: try again later
+                log.error("%s: could not delete pod %s/%s: %s; retrying later", what, ns, name,
+                          e.__class__.__name__)
+                ok, down = False, True
+                with self._lock:
+                    self._undeleted[(ns, name)] = (grace, job_id)
+                continue
+            with self._lock:
+                self._undeleted.pop((ns, name), None)
             if on_deleted is not None:
                 on_deleted(name, grace)
+        return ok
+
+    def _reap(self) -> None:
+        """Retry the deletions an outage stopped (on its own thread: poll must not block)."""
+        with self._lock:
+            todo = dict(self._undeleted)
+        for (ns, name), (grace, job_id) in todo.items():
+            if self._delete_pods(ns, [name], grace, f"retry delete {job_id}", job_id=job_id):
+                with self._lock:
+                    gang = self._gangs.get(job_id)
+                    if gang is not None and gang.terminating and not any(
+                            j == job_id for _, j in self._undeleted.values()):
+                        gang.release_at = time.monotonic() + grace + self.teardown_margin
 
     def terminate(self, job_id: str, grace_period: float) -> None:
         """Delete the gang's pods with ``grace_period`` (0: the job's own grace, as a cancel asks). Its
@@ -395,7 +440,7 @@ class KubernetesLauncher:
                 return
             grace_period = grace_period if grace_period and grace_period > 0 else gang.grace
             gang.terminating = True
-            gang.release_at = time.monotonic() + grace_period + self.teardown_margin
+            gang.release_at = float("inf")     # set once the deletions were accepted
             self._failing.add(gang)
         if self.pipeline:
             self._submit(self._delete_gang_pods, gang, grace_period)   # after its creates, in order
@@ -411,13 +456,19 @@ class KubernetesLauncher:
         def record(name: str, grace: int) -> None:
             self._event(ns, name, "Preempting" if grace else "Killing",
                         f"hived deletes the gang of job {gang.job_id} (grace period {grace}s)")
-        self._delete_pods(ns, names, grace_period, f"terminate {gang.job_id}", record)
+        accepted = self._delete_pods(ns, names, grace_period, f"terminate {gang.job_id}", record,
+                                     job_id=gang.job_id)
         with self._lock:
+            if accepted:
+                gang.release_at = time.monotonic() + grace_period + self.teardown_margin
             self._evaluate(gang)
 
     def poll(self) -> list[JobEvent]:
         self.start()
         with self._lock:
+            if self._undeleted and (self._reaper is None or not self._reaper.is_alive()):
+                self._reaper = threading.Thread(target=self._reap, name="hived-k8s-reaper", daemon=True)
+                self._reaper.start()
             now = time.monotonic()
             for gang in [g for g in self._failing if now >= g.release_at]:
                 self._evaluate(gang)
@@ -593,7 +644,8 @@ class KubernetesLauncher:
             return
         # Not on the watch thread's lock: API calls there would stall every other event.
         threading.Thread(target=self._delete_pods, name="hived-teardown", daemon=True,
-                         args=(gang.namespace, names, gang.grace, f"teardown {gang.job_id}")).start()
+                         args=(gang.namespace, names, gang.grace, f"teardown {gang.job_id}"),
+                         kwargs={"job_id": gang.job_id}).start()
 
     def _event(self, ns: str, pod: str, reason: str, message: str) -> None:
         """A Kubernetes Event on the pod (best effort; turned off if the server has no Events)."""

@@ -51,6 +51,7 @@ TEMPLATE_ATTR = "k8s_template"   # a job's own template overrides (dict) on its 
 RETIRED_KEPT = 10_000            # ended jobs whose pod names are remembered for their logs
 EXIT_LAUNCH_REFUSED = 127        # what a gang the API server refused exits with (as a bad command)
 DEFAULT_GRACE = 30.0             # a job without a grace period of its own gets Kubernetes' default
+EXIT_PENDING_TIMEOUT = 124       # a gang whose pods never all started (timeout(1)'s code)
 
 
 @dataclass
@@ -91,6 +92,7 @@ class _Gang:
     skipped: bool = False          # terminated before its pods were created (pipeline mode)
     failing: Optional[tuple] = None    # (rank, PodState) of the member that ended the gang badly
     release_at: float = 0.0        # monotonic time after which a failing gang is over regardless
+    pending_since: float = 0.0     # monotonic time its pods were created (or adopted), for the Pending timeout
 
 
 def make_api_client(kubeconfig: Optional[str] = None, context: Optional[str] = None) -> client.ApiClient:
@@ -134,7 +136,7 @@ class KubernetesLauncher:
                  priority_of: Optional[Callable[[JobRequest, Placement], Optional[int]]] = None,
                  watch_timeout: int = 5, watch_namespace: Optional[str] = None, pipeline: bool = False,
                  teardown_margin: float = 30.0, default_grace: float = DEFAULT_GRACE,
-                 api_retry_for: float = 30.0):
+                 api_retry_for: float = 30.0, pending_timeout: float = 600.0):
         if bind not in pb.BIND_MODES:
             raise ValueError(f"bind: {bind!r} is not one of {pb.BIND_MODES}")
         self.api = api_client or make_api_client(kubeconfig, context)
@@ -148,6 +150,11 @@ class KubernetesLauncher:
         if not default_grace > 0:
             raise ValueError(f"default_grace: must be > 0 seconds, got {default_grace!r}")
         self.default_grace = float(default_grace)
+        # A gang whose pods have not all started this long after creation (image never pulled, pod
+        # never bound, node never admitting it) is torn down and reported, for the retry rules to decide.
+        if not pending_timeout > 0:
+            raise ValueError(f"pending_timeout: must be > 0 seconds, got {pending_timeout!r}")
+        self.pending_timeout = float(pending_timeout)
         self._queue: "queue.Queue" = queue.Queue()
         self._sender: Optional[threading.Thread] = None
         self.template = JobTemplate.from_dict(template) if template is not None else None
@@ -261,6 +268,7 @@ class KubernetesLauncher:
             raise
         with self._lock:
             gang.launching = False
+            gang.pending_since = time.monotonic()
             self._evaluate(gang)
 
     # -- the sender (pipeline mode) --------------------------------------
@@ -349,6 +357,20 @@ class KubernetesLauncher:
                                                           spec_version=self.spec_version))
                 if int(p["metadata"]["annotations"][pb.A_RANK]) in set(ranks)]
         self._create_all(job_id, ns, pods)
+
+    def bind_unbound(self, pods: list[dict]) -> list[str]:
+        """Binding mode: bind the pods a crash left created but unbound (their node is in their
+        gang-binding annotation); returns their names. Nothing to do in node_name mode."""
+        if self.bind != "binding":
+            return []
+        done = []
+        for pod in pods:
+            md = pod["metadata"]
+            if (pod.get("spec") or {}).get("nodeName") or md.get("deletionTimestamp"):
+                continue
+            self.raw.bind_pod(md["namespace"], md["name"], pb.binding_body(pod))
+            done.append(md["name"])
+        return done
 
     def delete_gang(self, job_id: str, ns: str, names: list[str], grace_period: float) -> None:
         """Delete pods hived no longer tracks (recovery: leftovers of a job that ended), with the job's grace."""
@@ -472,6 +494,10 @@ class KubernetesLauncher:
             now = time.monotonic()
             for gang in [g for g in self._failing if now >= g.release_at]:
                 self._evaluate(gang)
+            late = now - self.pending_timeout
+            for gang in [g for g in self._gangs.values() if g.pending_since and g.pending_since <= late
+                         and not (g.started or g.ended or g.terminating or g.launching or g.failing)]:
+                self._pending_timed_out(gang)
             out, self._events = self._events, []
             for ev in out:
                 if ev.kind == "exited":
@@ -522,6 +548,7 @@ class KubernetesLauncher:
             # A gang already running when hived went down was reported started then.
             gang.started = all(s.state in (RUNNING, SUCCEEDED) or s.terminal for s in gang.states.values()) \
                 and any(s.state != PENDING for s in gang.states.values())
+            gang.pending_since = time.monotonic()    # not started yet: the Pending timeout counts from now
             self._evaluate(gang)
         return True
 
@@ -635,6 +662,20 @@ class KubernetesLauncher:
             tail = f"{note or s.state}: {where}: {s.reason}" + (f": {s.message}" if s.message else "")
         self._events.append(JobEvent(gang.job_id, kind, s.exit_code if kind == "exited" else None, tail,
                                      s.state, s.reason, rank, gang.attempt))
+
+    def _pending_timed_out(self, gang: _Gang) -> None:
+        """Its pods never all started: fail the gang (lock held); its cells go once the pods are gone."""
+        waiting = sorted({s.reason or s.state for s in gang.states.values() if s.state == PENDING}) or ["missing"]
+        why = (f"pods not all running {self.pending_timeout:.0f}s after creation "
+               f"(waiting: {', '.join(waiting)})")
+        log.warning("job %s: %s; the gang is torn down", gang.job_id, why)
+        rank = next((r for r in range(len(gang.names))
+                     if gang.states.get(r) is None or gang.states[r].state == PENDING), 0)
+        gang.failing = (rank, PodState(FAILED, "PendingTimeout", EXIT_PENDING_TIMEOUT, why))
+        gang.release_at = time.monotonic() + gang.grace + self.teardown_margin
+        self._failing.add(gang)
+        self._teardown(gang)
+        self._evaluate(gang)
 
     def _teardown(self, gang: _Gang) -> None:
         """One member failed: delete the others (a gang runs whole or not at all)."""

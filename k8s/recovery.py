@@ -25,7 +25,9 @@ The rules (docs/kubernetes.md repeats them for users):
    whose cluster gang is the attempt the journal already counted and is over
    (a member failed, or members are being deleted) is a retry waiting out its
    back-off: its leftovers are deleted and nothing is counted again.
-3. **Missing members.** A gang with pods missing is *completed* (the missing
+3. **Missing or unbound members.** In binding mode, members created but never
+   bound (a crash between the two calls) are bound to their recorded nodes.
+   A gang with pods missing is *completed* (the missing
    members are created at their recorded cells, same attempt) when none of its
    members has started yet: nothing ran, so nothing is lost by finishing the
    launch that a crash interrupted. Otherwise the gang is *torn down*: the
@@ -241,6 +243,10 @@ def reconcile(store, launcher, new_engine: Callable[[], object], now: float) -> 
                 note(rep.corrected, jid, "; ".join(diffs) + " -> the cluster wins")
             else:
                 rep.agreed.append(jid)
+        # binding mode: a crash between create and bind leaves members unbound for ever
+        bound = launcher.bind_unbound(list(g.pods.values()))
+        if bound:
+            note(rep.completed, jid, f"members {bound} were created but not bound; bound them to their nodes")
         # rule 3: members missing
         miss = g.missing
         if miss:

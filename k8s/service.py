@@ -53,6 +53,11 @@ ENV = {
                        "this instance acts alone)",
     "HIVED_K8S_LEASE_NAMESPACE": "namespace of that Lease (default: the pod's own namespace, else HIVED_K8S_NAMESPACE)",
     "HIVED_K8S_NOTREADY_TOLERATION": "seconds a node may be NotReady before its gangs are moved (default 60)",
+    "HIVED_K8S_DEFAULT_GRACE": "grace period (s) of jobs that give none (default 30; never a force delete)",
+    "HIVED_K8S_PENDING_TIMEOUT": "seconds a gang's pods may stay Pending before it is torn down and retried "
+                                 "(default 600)",
+    "HIVED_K8S_TEARDOWN_MARGIN": "seconds past the grace period after which pods never confirmed gone "
+                                 "(a lost node) no longer hold their cells (default 30)",
 }
 _JOB_ID = re.compile(r"j(\d+)")
 
@@ -97,7 +102,23 @@ def launcher_from_env(nodes=None, **kw) -> KubernetesLauncher:
         bind=env.get("HIVED_K8S_BIND") or "node_name",
         spec_version=env.get("HIVED_SPEC_VERSION", ""),
         watch_namespace=env.get("HIVED_K8S_WATCH_NAMESPACE") or None,
+        default_grace=_env_seconds("HIVED_K8S_DEFAULT_GRACE", 30.0),
+        pending_timeout=_env_seconds("HIVED_K8S_PENDING_TIMEOUT", 600.0),
+        teardown_margin=_env_seconds("HIVED_K8S_TEARDOWN_MARGIN", 30.0),
         nodes=nodes, **{"pipeline": True, **kw})
+
+
+def _env_seconds(name: str, default: float) -> float:
+    text = os.environ.get(name)
+    if not text:
+        return default
+    try:
+        v = float(text)
+    except ValueError:
+        raise ValueError(f"${name}: must be a number of seconds, got {text!r}") from None
+    if not v > 0:
+        raise ValueError(f"${name}: must be > 0 seconds, got {text!r}")
+    return v
 
 
 def spec_nodes(spec) -> list[str]:
@@ -132,7 +153,7 @@ class KubernetesSchedulerService(SchedulerService):
                 raise ValueError(f"launcher: the Kubernetes service needs a KubernetesLauncher, got {launcher!r}")
             launcher = launcher_from_env()
         if health is None:
-            tol = float(os.environ.get("HIVED_K8S_NOTREADY_TOLERATION") or 60)
+            tol = _env_seconds("HIVED_K8S_NOTREADY_TOLERATION", 60.0)
             health = NodeHealth(launcher.core, spec_nodes(spec_path), timeout_seconds=launcher.watch.timeout_seconds,
                                 notready_toleration=tol)
         self.cluster_recovery = None

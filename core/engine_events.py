@@ -115,6 +115,8 @@ class EngineEvents:
         c = classify(exit_code, log_tail)
         self._release(rec, now)
         rec.exit_code = exit_code
+        if exit_code != 0:
+            rec.last_error = (log_tail or "").strip()[-1000:] or f"exit code {exit_code}"
         rec.failure_class = c.cls.value
         if c.cls is FailureClass.SUCCESS:
             rec.ended = now

@@ -39,6 +39,7 @@ from kubernetes.client.rest import ApiException
 from hived.core.jobs import JobRequest, Placement
 
 from . import pod_builder as pb
+from .events import EventRecorder
 from .nodes import NodeHealth
 from .rest_raw import TRANSIENT, RawApi
 from .template import JobTemplate, TemplateError
@@ -163,7 +164,7 @@ class KubernetesLauncher:
         self.bind = bind
         self.spec_version = spec_version
         self.priority_of = priority_of
-        self.emit_events = emit_events
+        self.events = EventRecorder(self.raw, enabled=emit_events)
         self.selector = f"{pb.L_MANAGED}=hived,{pb.L_INSTANCE}={pb.label_value(instance)}"
         # Least privilege: watch (and so need RBAC on) the jobs' namespace only; "*" = every
         # namespace (templates may then name their own; needs a ClusterRole for pods).
@@ -320,6 +321,7 @@ class KubernetesLauncher:
 
     def _refused(self, gang: "_Gang", e: LaunchError) -> None:
         """What ``launch`` raises in sync mode, as the job's exited event (pipeline mode)."""
+        self.events.job(gang.namespace, gang.job_id, "LaunchRefused", str(e), warning=True)
         with self._lock:
             self._events.append(JobEvent(gang.job_id, "exited", EXIT_LAUNCH_REFUSED, f"hived: launch failed: {e}",
                                          FAILED, "LaunchRefused", None, gang.attempt))
@@ -340,10 +342,26 @@ class KubernetesLauncher:
                 if self.bind == "binding":
                     self.raw.bind_pod(ns, pod["metadata"]["name"], pb.binding_body(pod))
         except Exception as e:   # refused, or the connection broke: no half gang either way
-            self._rollback(ns, created)
+            self._rollback(ns, created, job_id)
             if isinstance(e, ApiException):
                 raise LaunchError(job_id, e.status, _api_message(e)) from None
             raise LaunchError(job_id, None, f"{e.__class__.__name__}: {e}") from e
+        self._scheduled_events(job_id, ns, pods)
+
+    def _scheduled_events(self, job_id: str, ns: str, pods: list[dict]) -> None:
+        """What the default scheduler's "Scheduled" Event says, for each member and the job."""
+        if not pods or not self.events.enabled:
+            return
+        binding = json.loads(pods[0]["metadata"]["annotations"][pb.A_BINDING])
+        where = {q["rank"]: q for q in binding["pods"]}
+        for pod in pods:
+            rank = int(pod["metadata"]["annotations"][pb.A_RANK])
+            q = where.get(rank, {})
+            self.events.pod(ns, pod["metadata"]["name"], "Scheduled",
+                            f"hived bound rank {rank} of job {job_id} to {q.get('node')} GPUs {q.get('gpus')}")
+        kind = "opportunistic" if binding.get("opportunistic") else "guaranteed"
+        self.events.job(ns, job_id, "Scheduled", f"{len(pods)} pod(s) placed ({kind}) on "
+                        f"{', '.join(sorted({str(q.get('node')) for q in binding['pods']}))}")
 
     # -- recovery helpers (k8s/recovery.py) ------------------------------
     def create_members(self, job_id: str, request: JobRequest, placement: Placement, attempt: int,
@@ -475,9 +493,12 @@ class KubernetesLauncher:
                 return
             names, ns = list(gang.names), gang.namespace
 
+        self.events.job(ns, gang.job_id, "Preempting", f"hived deletes the gang's {len(names)} pod(s) "
+                        f"(grace period {int(round(grace_period))}s)")
+
         def record(name: str, grace: int) -> None:
-            self._event(ns, name, "Preempting" if grace else "Killing",
-                        f"hived deletes the gang of job {gang.job_id} (grace period {grace}s)")
+            self.events.pod(ns, name, "Preempting" if grace else "Killing",
+                            f"hived deletes the gang of job {gang.job_id} (grace period {grace}s)")
         accepted = self._delete_pods(ns, names, grace_period, f"terminate {gang.job_id}", record,
                                      job_id=gang.job_id)
         with self._lock:
@@ -632,6 +653,10 @@ class KubernetesLauncher:
         bad = [(r, s) for r, s in enumerate(states) if s is not None and s.terminal and s.state != SUCCEEDED]
         if bad and gang.failing is None:
             gang.failing = bad[0]
+            r, st = bad[0]
+            self.events.job(gang.namespace, gang.job_id, "GangFailed",
+                            f"pod {gang.names[r]} (rank {r}) ended {st.state} ({st.reason}, exit {st.exit_code}); "
+                            "the other members are deleted", warning=True)
             gang.release_at = time.monotonic() + gang.grace + self.teardown_margin
             self._failing.add(gang)
             self._teardown(gang)
@@ -669,6 +694,7 @@ class KubernetesLauncher:
         why = (f"pods not all running {self.pending_timeout:.0f}s after creation "
                f"(waiting: {', '.join(waiting)})")
         log.warning("job %s: %s; the gang is torn down", gang.job_id, why)
+        self.events.job(gang.namespace, gang.job_id, "PendingTimeout", why + "; the gang is torn down", warning=True)
         rank = next((r for r in range(len(gang.names))
                      if gang.states.get(r) is None or gang.states[r].state == PENDING), 0)
         gang.failing = (rank, PodState(FAILED, "PendingTimeout", EXIT_PENDING_TIMEOUT, why))
@@ -687,19 +713,3 @@ class KubernetesLauncher:
         threading.Thread(target=self._delete_pods, name="hived-teardown", daemon=True,
                          args=(gang.namespace, names, gang.grace, f"teardown {gang.job_id}"),
                          kwargs={"job_id": gang.job_id}).start()
-
-    def _event(self, ns: str, pod: str, reason: str, message: str) -> None:
-        """A Kubernetes Event on the pod (best effort; turned off if the server has no Events)."""
-        if not self.emit_events:
-            return
-        body = {"metadata": {"generateName": f"{pod}.", "namespace": ns},
-                "involvedObject": {"kind": "Pod", "name": pod, "namespace": ns, "apiVersion": "v1"},
-                "reason": reason, "message": message, "type": "Normal",
-                "source": {"component": "hived"}}
-        try:
-            _send(self.core.create_namespaced_event, ns, body)
-        except ApiException as e:
-            if e.status == 404:
-                self.emit_events = False    # this API server does not serve Events
-            else:
-                log.debug("event on %s/%s not recorded: %s", ns, pod, e.status)

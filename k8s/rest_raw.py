@@ -98,6 +98,9 @@ class RawApi:
         return self._request("POST", f"{self._pods(ns)}/{quote(name, safe='')}/binding",
                              json.dumps(binding, separators=(",", ":")).encode(), done_if=(409,))
 
+    def create_event(self, ns: str, body: bytes) -> bytes:
+        return self._request("POST", f"/api/v1/namespaces/{quote(ns, safe='')}/events", body)
+
     def delete_pod(self, ns: str, name: str, grace_period_seconds: int) -> bytes:
         body = json.dumps({"kind": "DeleteOptions", "apiVersion": "v1",
                            "gracePeriodSeconds": int(grace_period_seconds)}).encode()

@@ -91,6 +91,22 @@ def _load_template(path: Optional[str]) -> Any:
     return yaml.safe_load(text)
 
 
+def timestamped_logs() -> None:
+    """Give hived's loggers a timestamped handler when nothing else would print them (in a pod, the
+    jupyter-server host configures only its own logger: Python's last-resort handler has no time)."""
+    import time as _time
+    hived_log = logging.getLogger("hived")
+    if hived_log.handlers or logging.getLogger().handlers:
+        return
+    h = logging.StreamHandler()
+    fmt = logging.Formatter("%(asctime)s.%(msecs)03dZ %(levelname)s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S")
+    fmt.converter = _time.gmtime
+    h.setFormatter(fmt)
+    hived_log.addHandler(h)
+    if hived_log.level == logging.NOTSET:
+        hived_log.setLevel(logging.INFO)
+
+
 def launcher_from_env(nodes=None, **kw) -> KubernetesLauncher:
     """A KubernetesLauncher configured by the HIVED_K8S_* variables (see ENV)."""
     env = os.environ
@@ -148,6 +164,7 @@ class KubernetesSchedulerService(SchedulerService):
 
     def __init__(self, spec_path, data_dir, launcher: Any = "kubernetes", *, health=None,
                  leader: Any = "env", **kw):
+        timestamped_logs()
         if not isinstance(launcher, KubernetesLauncher):
             if launcher not in ("kubernetes", "local"):   # "local": hived serve's default flag
                 raise ValueError(f"launcher: the Kubernetes service needs a KubernetesLauncher, got {launcher!r}")

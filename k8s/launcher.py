@@ -40,6 +40,7 @@ from hived.core.jobs import JobRequest, Placement
 
 from . import pod_builder as pb
 from .events import EventRecorder
+from .gc import FinishedPods
 from .nodes import NodeHealth
 from .rest_raw import TRANSIENT, RawApi
 from .template import JobTemplate, TemplateError
@@ -137,7 +138,8 @@ class KubernetesLauncher:
                  priority_of: Optional[Callable[[JobRequest, Placement], Optional[int]]] = None,
                  watch_timeout: int = 5, watch_namespace: Optional[str] = None, pipeline: bool = False,
                  teardown_margin: float = 30.0, default_grace: float = DEFAULT_GRACE,
-                 api_retry_for: float = 30.0, pending_timeout: float = 600.0):
+                 api_retry_for: float = 30.0, pending_timeout: float = 600.0,
+                 finished_pod_ttl: float = 3600.0, gc_every: float = 30.0):
         if bind not in pb.BIND_MODES:
             raise ValueError(f"bind: {bind!r} is not one of {pb.BIND_MODES}")
         self.api = api_client or make_api_client(kubeconfig, context)
@@ -182,6 +184,7 @@ class KubernetesLauncher:
         # retried from poll() until done, so no half gang and no cancelled gang outlives an outage
         self._undeleted: dict[tuple[str, str], tuple[float, str]] = {}
         self._reaper: Optional[threading.Thread] = None
+        self.gc = FinishedPods(finished_pod_ttl, self._delete_finished, every=gc_every)
 
     # -- lifecycle -------------------------------------------------------
     def start(self) -> "KubernetesLauncher":
@@ -523,7 +526,27 @@ class KubernetesLauncher:
             for ev in out:
                 if ev.kind == "exited":
                     self._retire(ev.job_id)
+        self.gc.maybe_run(self.watch.snapshot, self._tracked)
         return out
+
+    def _tracked(self, pod: dict) -> bool:
+        """The pod belongs to a gang hived still follows (its finished members wait for the gang)."""
+        ann = pod["metadata"].get("annotations") or {}
+        with self._lock:
+            gang = self._gangs.get(ann.get(pb.A_JOB))
+            return gang is not None and not gang.ended and int(ann.get(pb.A_ATTEMPT, -1)) == gang.attempt
+
+    def _delete_finished(self, ns: str, name: str) -> bool:
+        try:
+            self.raw.delete_pod(ns, name, 0)     # it has ended: no container left to stop
+        except ApiException as e:
+            if e.status != 404:
+                log.warning("could not collect finished pod %s/%s: %s", ns, name, _api_message(e))
+                return False
+        except Exception as e:
+            log.warning("could not collect finished pod %s/%s: %s", ns, name, e.__class__.__name__)
+            return False
+        return True
 
     def _retire(self, job_id: str) -> None:
         """An ended gang whose exit was reported keeps only what ``logs`` needs, for the last

@@ -56,6 +56,7 @@ ENV = {
     "HIVED_K8S_DEFAULT_GRACE": "grace period (s) of jobs that give none (default 30; never a force delete)",
     "HIVED_K8S_PENDING_TIMEOUT": "seconds a gang's pods may stay Pending before it is torn down and retried "
                                  "(default 600)",
+    "HIVED_K8S_FINISHED_POD_TTL": "seconds after which pods of ended jobs are deleted (default 3600)",
     "HIVED_K8S_TEARDOWN_MARGIN": "seconds past the grace period after which pods never confirmed gone "
                                  "(a lost node) no longer hold their cells (default 30)",
 }
@@ -121,6 +122,7 @@ def launcher_from_env(nodes=None, **kw) -> KubernetesLauncher:
         default_grace=_env_seconds("HIVED_K8S_DEFAULT_GRACE", 30.0),
         pending_timeout=_env_seconds("HIVED_K8S_PENDING_TIMEOUT", 600.0),
         teardown_margin=_env_seconds("HIVED_K8S_TEARDOWN_MARGIN", 30.0),
+        finished_pod_ttl=_env_seconds("HIVED_K8S_FINISHED_POD_TTL", 3600.0),
         nodes=nodes, **{"pipeline": True, **kw})
 
 

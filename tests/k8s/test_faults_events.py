@@ -58,3 +58,15 @@ def test_a_refused_launch_keeps_the_api_message_in_last_error_and_an_event(hv):
     assert svc.launcher.events.flush()
     (ev,) = [e for e in _events(hv.core, hv.ns, jid) if e[2] == "LaunchRefused"]
     assert ev[1] == "Warning" and "already exists" in ev[3]
+
+
+def test_finished_pods_are_collected_after_their_ttl(hv):
+    svc = hv.service(launcher_kw={"finished_pod_ttl": 1.0, "gc_every": 0.2})
+    a, b = hv.start_jobs(svc, {**JOB, "pods": 1}, {**JOB, "pods": 1, "vc": "vcb"})
+    for p in hv.pods(a):
+        hv.kubelet.exit(hv.ns, p.metadata.name, 0)
+    hv.tick_until(svc, lambda: svc.get_job(a)["state"] == "succeeded")
+    assert len(hv.pods(a)) == 1                      # kept for a while (logs)
+    hv.tick_until(svc, lambda: hv.pods(a) == [], timeout=15)
+    assert svc.launcher.gc.collected == 1
+    assert len(hv.pods(b)) == 1 and svc.get_job(b)["state"] == "running"   # a running gang is never touched

@@ -15,7 +15,8 @@ A node's state, for hived, is one of:
   the gangs there are moved, as hivedscheduler moves them off a bad node.
 
 ``NodeHealth`` watches Node objects and reports *changes* of that state for
-the nodes the spec knows. ``poll_states()`` gives ``[(node, state, reason)]``
+the nodes the spec knows, and of each node's allocatable CPU and memory
+(``poll_capacity()``: what the kubelet admits, which placement must respect). ``poll_states()`` gives ``[(node, state, reason)]``
 (what KubernetesSchedulerService applies: cordoned -> no new placements,
 lost -> move); ``poll()`` is the generic health-monitor form
 ``[(node, None, healthy, reason)]`` with healthy = not lost, so a plain
@@ -56,6 +57,18 @@ def node_reason(node: Optional[dict]) -> str:
     return "no Ready condition"
 
 
+def node_allocatable(node: Optional[dict]) -> Optional[tuple[float, float]]:
+    """(CPUs, memory in GB) the node's kubelet admits pods for; None when it does not say."""
+    from kubernetes.utils.quantity import parse_quantity
+    alloc = ((node or {}).get("status") or {}).get("allocatable") or {}
+    try:
+        cpus = float(parse_quantity(alloc["cpu"]))
+        mem = float(parse_quantity(alloc["memory"])) / 2 ** 30
+    except (KeyError, ValueError, TypeError):
+        return None
+    return cpus, mem
+
+
 def node_ready(node: Optional[dict]) -> bool:
     """The kubelet reports Ready (a cordon does not change that)."""
     for c in ((node or {}).get("status") or {}).get("conditions") or []:
@@ -86,6 +99,8 @@ class NodeHealth:
         self._notready_since: dict[str, float] = {}
         self._pending: dict[str, None] = {}     # nodes to re-evaluate (ordered)
         self._reported: dict[str, bool] = {}    # poll(): healthy as last reported
+        self.allocatable: dict[str, tuple[float, float]] = {}
+        self._cap_pending: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
         self.watch = ListWatch(lambda **k: core_v1.list_node(**k), self._handle, name="node",
                                timeout_seconds=timeout_seconds)
@@ -98,8 +113,12 @@ class NodeHealth:
     def _set(self, name: str, node: Optional[dict]) -> None:
         if name not in self.nodes:
             return
+        cap = node_allocatable(node)
         with self._lock:
             self._seen[name] = node
+            if cap is not None and self.allocatable.get(name) != cap:
+                self.allocatable[name] = cap
+                self._cap_pending[name] = cap
             if node_ready(node):
                 self._notready_since.pop(name, None)
             else:
@@ -156,6 +175,12 @@ class NodeHealth:
             for name, state, _ in out:
                 self.on_change(name, state != LOST)
         return out
+
+    def poll_capacity(self) -> list[tuple[str, float, float]]:
+        """Allocatable changes since the last call: ``[(node, cpus, memory_gb)]``."""
+        with self._lock:
+            out, self._cap_pending = self._cap_pending, {}
+        return [(n, c, m) for n, (c, m) in out.items()]
 
     def poll(self) -> list[tuple[str, None, bool, str]]:
         """The generic health-monitor interface: ``[(node, None, healthy, reason)]``, healthy = not lost

@@ -176,6 +176,7 @@ class KubernetesSchedulerService(SchedulerService):
             health = NodeHealth(launcher.core, spec_nodes(spec_path), timeout_seconds=launcher.watch.timeout_seconds,
                                 notready_toleration=tol)
         self.cluster_recovery = None
+        self._allocatable: dict[str, tuple[float, float]] = {}   # node -> (cpus, memory GB) its kubelet admits
         if leader == "env":
             leader = leader_from_env()
         # Standby until the Lease is ours: _recover (called by the base constructor) then waits.
@@ -248,7 +249,28 @@ class KubernetesSchedulerService(SchedulerService):
             return super()._health(now)
         for node, state, reason in self.health.poll_states():
             self._node_state(node, state, reason, now)
+        changed = self.health.poll_capacity()
+        if changed:
+            with self._lock:
+                for node, cpus, mem in changed:
+                    self._allocatable[node] = (cpus, mem)
+                self._apply_allocatable([n for n, _, _ in changed], now)
         return []
+
+    def _apply_allocatable(self, nodes, now: float) -> None:
+        """A node's CPUs/memory for placement: the spec's, capped by what its kubelet admits."""
+        view = self.eng.view
+        for node in nodes:
+            st = view.nodes.get(node)
+            if st is None or node not in self._allocatable:
+                continue
+            chain = self.spec.chains[st.chain]
+            cpus, mem = self._allocatable[node]
+            cpus, mem = min(cpus, chain.node_cpus), min(mem, chain.node_memory_gb)
+            st.cpus_free += cpus - st.cpus_total
+            st.memory_free_gb += mem - st.memory_total_gb
+            st.cpus_total, st.memory_total_gb = cpus, mem
+        self.eng.on_capacity_changed(list(self.spec.vcs), [], now)   # queued jobs are tried again
 
     def _node_state(self, node: str, state: str, reason: str, now: float) -> None:
         """ok: cells usable; cordoned: no new placements, running gangs stay; lost: gangs move."""
@@ -317,6 +339,7 @@ class KubernetesSchedulerService(SchedulerService):
             self.launcher.spec_version = _spec_version(path_or_text)
         with self._lock:
             self._continue_job_ids()     # the new engine counts from 1 again
+            self._apply_allocatable(list(self._allocatable), self.clock())
         return {**out, "downgraded": down}
 
     def _downgrades_for(self, new_spec) -> list[str]:

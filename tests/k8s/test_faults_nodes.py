@@ -91,3 +91,35 @@ def test_not_ready_moves_the_gang_only_after_the_toleration(hv):
     assert "for more than 30s" in svc.status()["unhealthy"][0]["reason"]
     assert svc.launcher.flush()
     assert all(p.metadata.deletion_timestamp is not None for p in hv.pods(a))
+
+
+def _allocatable(core, name, cpu, memory="512Gi"):
+    core.patch_node_status(name, {"status": {"allocatable": {"cpu": cpu, "memory": memory,
+                                                             "nvidia.com/gpu": "8", "pods": "110"}}})
+
+
+def test_placement_respects_node_allocatable(hv):
+    """The spec says 64 CPUs a node; the kubelets admit pods for 8 (a real kubelet rejects OutOfcpu)."""
+    n0, n1 = f"{hv.uid}-n0", f"{hv.uid}-n1"
+    for n in (n0, n1):
+        _allocatable(hv.core, n, "8")
+    svc = _service(hv, _Clock())
+    job = svc.submit("alice", {"vc": "vca", "command": "sleep 1", "job_class": "be", "pods": 1, "gpus": 2,
+                               "cpus": 16})["id"]
+    for _ in range(10):
+        svc.tick()
+    assert svc.get_job(job)["state"] == "queued"
+    _allocatable(hv.core, n1, "64000m")            # n1's kubelet admits more now
+    hv.tick_until(svc, lambda: svc.get_job(job)["state"] in ("placed", "running"))
+    assert _node_of(svc, job) == n1
+    # memory counts too: 20 GiB allocatable leaves no room for a 64 GB pod
+    for n in (n0, n1):
+        _allocatable(hv.core, n, "64", "20Gi")
+    big = svc.submit("alice", {"vc": "vca", "command": "sleep 1", "job_class": "be", "pods": 1, "gpus": 2,
+                               "cpus": 1, "memory_gb": 64})["id"]
+    for _ in range(10):
+        svc.tick()
+    assert svc.get_job(big)["state"] == "queued"
+    _allocatable(hv.core, n0, "64", "100Gi")
+    hv.tick_until(svc, lambda: svc.get_job(big)["state"] in ("placed", "running"))
+    assert _node_of(svc, big) == n0

@@ -44,7 +44,7 @@ from .gc import FinishedPods
 from .nodes import NodeHealth
 from .rest_raw import TRANSIENT, RawApi
 from .template import JobTemplate, TemplateError
-from .watch import (DELETED, EXIT_DELETED, FAILED, PENDING, RUNNING, SUCCEEDED, PodState, pod_state,
+from .watch import (DELETED, EXIT_DELETED, FAILED, PENDING, RUNNING, SUCCEEDED, PodState, pod_key, pod_state,
                     pod_watch)
 
 log = logging.getLogger("hived.k8s.launcher")
@@ -184,6 +184,7 @@ class KubernetesLauncher:
         # retried from poll() until done, so no half gang and no cancelled gang outlives an outage
         self._undeleted: dict[tuple[str, str], tuple[float, str]] = {}
         self._reaper: Optional[threading.Thread] = None
+        self._draining: dict[str, tuple[str, set, float]] = {}   # job -> (ns, pod names, give-up time)
         self.gc = FinishedPods(finished_pod_ttl, self._delete_finished, every=gc_every)
 
     # -- lifecycle -------------------------------------------------------
@@ -392,6 +393,30 @@ class KubernetesLauncher:
             self.raw.bind_pod(md["namespace"], md["name"], pb.binding_body(pod))
             done.append(md["name"])
         return done
+
+    def drain(self, job_id: str, ns: str, names: list[str], grace_period: float) -> None:
+        """Follow pods of a job hived no longer tracks until they are gone (see ``drained``)."""
+        self.start()
+        with self._lock:
+            self._draining[job_id] = (ns, set(names),
+                                      time.monotonic() + self.grace_of(grace_period) + self.teardown_margin)
+
+    def drained(self) -> list[str]:
+        """Jobs given to ``drain`` whose pods are all gone (or ended), or past the lost-node bound."""
+        if not self._draining:
+            return []
+        present = {pod_key(p): p for p in self.watch.snapshot()}
+        now, out = time.monotonic(), []
+        with self._lock:
+            for jid, (ns, names, give_up) in list(self._draining.items()):
+                live = [n for n in names if (ns, n) in present and not pod_state(present[(ns, n)]).terminal]
+                if not live or now >= give_up:
+                    if live:
+                        log.warning("job %s: pods %s not confirmed gone after the grace period; their GPUs "
+                                    "are handed on", jid, live)
+                    del self._draining[jid]
+                    out.append(jid)
+        return out
 
     def delete_gang(self, job_id: str, ns: str, names: list[str], grace_period: float) -> None:
         """Delete pods hived no longer tracks (recovery: leftovers of a job that ended), with the job's grace."""

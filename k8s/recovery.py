@@ -40,7 +40,8 @@ The rules (docs/kubernetes.md repeats them for users):
    longer fit its VC is downgraded to opportunistic on the same GPUs (its pods
    are relabelled), never dropped. A gang that cannot be held even so (its VC
    or nodes are gone from the spec) is ended as failed, with the reason in
-   its history, and its pods are deleted.
+   its history, and its pods are deleted; the GPUs they ran on (those the new
+   spec still has) take no new job until the pods are confirmed gone.
 """
 from __future__ import annotations
 
@@ -126,6 +127,9 @@ class RecoveryReport:
     lost: list = field(default_factory=list)         # journal holds it, the cluster has no pod
     old_attempts: list = field(default_factory=list)  # pod names of superseded attempts
     ignored: list = field(default_factory=list)      # ended gangs the journal does not know
+    # gangs ended here whose pods are still being deleted: their GPUs take no new job until the
+    # pods are gone ({"job", "namespace", "pods", "gpus": [[node, gpu], ...], "grace"})
+    draining: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {k: (list(v) if isinstance(v, list) else v) for k, v in self.__dict__.items()}
@@ -330,8 +334,11 @@ def _check_spec(journal, writes, gangs, launcher, new_engine, now, rep) -> None:
         _queue_write(writes, journal, jid, d3, hist)
         g = gangs.get(jid)
         if g is not None:
-            launcher.delete_gang(jid, g.namespace, [p["metadata"]["name"] for p in g.pods.values()],
-                                 float(g.request.get("grace_period", 0.0)))
+            names = [p["metadata"]["name"] for p in g.pods.values()]
+            grace = float(g.request.get("grace_period", 0.0))
+            launcher.delete_gang(jid, g.namespace, names, grace)
+            rep.draining.append({"job": jid, "namespace": g.namespace, "pods": names, "grace": grace,
+                                 "gpus": [[q["node"], gpu] for q in g.binding["pods"] for gpu in q["gpus"]]})
         rep.ended.append(f"{jid}: {d3['reason']}")
         log.error("recovery: job %s: %s; its pods are deleted", jid, d3["reason"])
 

@@ -245,6 +245,7 @@ class KubernetesSchedulerService(SchedulerService):
 
     # -- node states (k8s/nodes.py) ----------------------------------------
     def _health(self, now: float) -> list[str]:
+        self._release_drained(now)
         if not isinstance(self.health, NodeHealth):
             return super()._health(now)
         for node, state, reason in self.health.poll_states():
@@ -375,7 +376,31 @@ class KubernetesSchedulerService(SchedulerService):
         summary = super()._recover()
         summary["cluster"] = self.cluster_recovery.to_dict()
         self._continue_job_ids()
+        self._hold_draining(self.cluster_recovery.draining, self.clock())
         return summary
+
+    def _hold_draining(self, draining: list, now: float) -> None:
+        """GPUs of gangs that recovery ended take no new job until their pods are gone."""
+        self._held = getattr(self, "_held", {})
+        for d in draining:
+            held = []
+            for node, gpu in d["gpus"]:
+                if node not in self.eng.alloc.tree.nodes or (node, gpu) in self._unhealthy:
+                    continue
+                self.eng.set_health(node, gpu, False, now, move=False)
+                self._unhealthy[(node, gpu)] = f"pods of ended job {d['job']} still stopping"
+                held.append((node, gpu))
+            if held:
+                self._held[d["job"]] = held
+                self.launcher.drain(d["job"], d["namespace"], d["pods"], d["grace"])
+
+    def _release_drained(self, now: float) -> None:
+        for jid in self.launcher.drained():
+            for node, gpu in getattr(self, "_held", {}).pop(jid, []):
+                if self._unhealthy.get((node, gpu), "").startswith("pods of ended job"):
+                    self.eng.set_health(node, gpu, True, now)
+                    self._unhealthy.pop((node, gpu), None)
+                    log.info("GPU %s/%s: the pods of ended job %s are gone; it takes jobs again", node, gpu, jid)
 
     def close(self) -> None:
         super().close()

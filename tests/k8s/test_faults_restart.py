@@ -48,3 +48,28 @@ def test_restart_during_retry_backoff_counts_the_failure_once(hv, leftover):
     # what is left of the failed attempt is deleted, not adopted
     assert svc2.launcher.flush()
     assert all(p.metadata.deletion_timestamp is not None or p.status.phase == "Failed" for p in hv.pods(jid))
+
+
+def test_gpus_of_a_gang_ended_by_a_spec_change_wait_for_its_pods(hv):
+    """vcb leaves the spec: its gang is ended and deleted, but the next job gets its GPUs only when
+    the pods are confirmed gone (not while they stop through their grace period)."""
+    svc = hv.service()
+    (b,) = hv.start_jobs(svc, {"vc": "vcb", "command": "sleep 1000", "job_class": "be", "pods": 1, "gpus": 2,
+                               "grace_period": 45}, users=("bob",))
+    node = svc.get_job(b)["placement"]["pods"][0]["node"]
+    svc.close()
+
+    svc2 = hv.service(hv.spec("spec2.yaml", vcs=(("vca", "T-NODE", 2),)))   # vcb is gone
+    assert any(b in e for e in svc2.recovered["cluster"]["ended"])
+    (pod,) = hv.pods(b)
+    assert pod.metadata.deletion_timestamp is not None                       # stopping, 45 s grace
+    big = svc2.submit("alice", {"vc": "vca", "command": "sleep 1", "job_class": "be", "pods": 2, "gpus": 8,
+                                "affinity": "soft"})["id"]
+    for _ in range(10):
+        svc2.tick()
+    assert svc2.get_job(big)["state"] == "queued"         # both nodes whole: one still has b's pod on it
+    assert {(u["node"], u["reason"]) for u in svc2.status()["unhealthy"]} == {
+        (node, f"pods of ended job {b} still stopping")}
+    hv.kubelet.confirm_deletion(hv.ns, pod.metadata.name)
+    hv.tick_until(svc2, lambda: svc2.get_job(big)["state"] in ("placed", "running"), timeout=15)
+    assert svc2.status()["unhealthy"] == []

@@ -53,6 +53,7 @@ TEMPLATE_ATTR = "k8s_template"   # a job's own template overrides (dict) on its 
 RETIRED_KEPT = 10_000            # ended jobs whose pod names are remembered for their logs
 EXIT_LAUNCH_REFUSED = 127        # what a gang the API server refused exits with (as a bad command)
 DEFAULT_GRACE = 30.0             # a job without a grace period of its own gets Kubernetes' default
+FRESH_LIST_S = 2.0               # a full list younger than this is as fresh as a new one
 EXIT_PENDING_TIMEOUT = 124       # a gang whose pods never all started (timeout(1)'s code)
 
 
@@ -185,6 +186,9 @@ class KubernetesLauncher:
         self._undeleted: dict[tuple[str, str], tuple[float, str]] = {}
         self._reaper: Optional[threading.Thread] = None
         self._draining: dict[str, tuple[str, set, float]] = {}   # job -> (ns, pod names, give-up time)
+        self._services: dict[str, tuple[str, str]] = {}   # job -> its gang's headless Service (ns, name)
+        self._by_job: dict[str, list[dict]] = {}
+        self._by_job_key: Optional[tuple] = None
         self.gc = FinishedPods(finished_pod_ttl, self._delete_finished, every=gc_every)
 
     # -- lifecycle -------------------------------------------------------
@@ -336,10 +340,24 @@ class KubernetesLauncher:
         with q.all_tasks_done:      # Queue.join() with a timeout
             return q.all_tasks_done.wait_for(lambda: not q.unfinished_tasks, timeout)
 
+    def _gang_service(self, job_id: str, ns: str, pods: list[dict]) -> Optional[dict]:
+        """HOOK (pod-policy work): the headless Service that gives a multi-pod gang's members their
+        DNS names, from ``pod_builder.service_manifest`` once that exists; None for one pod."""
+        build = getattr(pb, "service_manifest", None)
+        if build is None or len(pods) < 2:
+            return None
+        vc = (pods[0]["metadata"].get("labels") or {}).get(pb.L_VC, "")
+        return build(job_id, ns, instance=self.instance, vc=vc)
+
     def _create_all(self, job_id: str, ns: str, pods: list[dict]) -> None:
         """Create (and in binding mode bind) ``pods``; on any refusal delete the ones created."""
         created: list[str] = []
         try:
+            svc = self._gang_service(job_id, ns, pods)
+            if svc is not None:      # before the pods: peers must resolve from their first moment
+                self.raw.create_service(ns, svc)
+                with self._lock:
+                    self._services[job_id] = (ns, svc["metadata"]["name"])
             for pod in pods:
                 self.raw.create_pod(ns, pod)
                 created.append(pod["metadata"]["name"])
@@ -554,6 +572,15 @@ class KubernetesLauncher:
         self.gc.maybe_run(self.watch.snapshot, self._tracked)
         return out
 
+    def _delete_service(self, ns: str, name: str) -> None:
+        try:
+            self.raw.delete_service(ns, name)
+        except ApiException as e:
+            if e.status != 404:
+                log.warning("could not delete Service %s/%s: %s", ns, name, _api_message(e))
+        except Exception as e:    # best effort: a leftover headless Service holds no GPU
+            log.warning("could not delete Service %s/%s: %s", ns, name, e)
+
     def _tracked(self, pod: dict) -> bool:
         """The pod belongs to a gang hived still follows (its finished members wait for the gang)."""
         ann = pod["metadata"].get("annotations") or {}
@@ -581,6 +608,10 @@ class KubernetesLauncher:
             return
         del self._gangs[job_id]
         self._retired[job_id] = (gang.namespace, gang.names)
+        svc = self._services.pop(job_id, None)
+        if svc is not None:     # a retry creates it again; off this thread (API call)
+            threading.Thread(target=self._delete_service, args=svc, name="hived-k8s-svc-delete",
+                             daemon=True).start()
         self._retired.move_to_end(job_id)
         while len(self._retired) > RETIRED_KEPT:
             self._retired.popitem(last=False)
@@ -592,7 +623,7 @@ class KubernetesLauncher:
 
         def of_job(items):
             return [p for p in items if (p["metadata"].get("annotations") or {}).get(pb.A_JOB) == job_id]
-        pods = of_job(self.watch.snapshot())
+        pods = self._cache_by_job().get(job_id, [])
         if not pods:
             return False
         attempt = max(int(p["metadata"]["annotations"].get(pb.A_ATTEMPT, 0)) for p in pods)
@@ -603,7 +634,7 @@ class KubernetesLauncher:
         if len(pods) < len(binding["pods"]):
             # The cache may lag behind members created a moment ago (recovery completing a
             # gang): ask the server before calling a member missing.
-            pods = [p for p in of_job(self.owned_pods(fresh=True))
+            pods = [p for p in of_job(self.watch.list_now()[0])
                     if int(p["metadata"]["annotations"].get(pb.A_ATTEMPT, 0)) == attempt]
         names = [pb.pod_name(job_id, attempt, q["rank"]) for q in binding["pods"]]
         gang = _Gang(job_id, attempt, ns, names, self.grace_of(float(request.get("grace_period", 0.0))))
@@ -620,6 +651,19 @@ class KubernetesLauncher:
             gang.pending_since = time.monotonic()    # not started yet: the Pending timeout counts from now
             self._evaluate(gang)
         return True
+
+    def _cache_by_job(self) -> dict[str, list[dict]]:
+        """The pod cache grouped by job, rebuilt only when the cache changed: a restart adopts every
+        gang in turn, and scanning all pods for each would cost O(pods^2)."""
+        key = (self.watch.resource_version, self.watch.relists, len(self.watch.pods))
+        if self._by_job_key != key:
+            index: dict[str, list[dict]] = {}
+            for p in self.watch.snapshot():
+                jid = (p["metadata"].get("annotations") or {}).get(pb.A_JOB)
+                if jid is not None:
+                    index.setdefault(jid, []).append(p)
+            self._by_job, self._by_job_key = index, key
+        return self._by_job
 
     def logs(self, job_id: str, rank: int = 0, offset: int = 0) -> tuple[str, int]:
         with self._lock:
@@ -642,14 +686,20 @@ class KubernetesLauncher:
 
     def owned_pods(self, fresh: bool = False) -> list[dict]:
         """The pods of this hived instance: as the watch cache holds them, or (``fresh``) as a
-        new list returns them (recovery wants the latest word, not the cache's)."""
+        new list returns them (recovery wants the latest word, not the cache's). A cache that was
+        listed in full a moment ago (the watch just started) is that word already, with the watch's
+        events since on top: listing thousands of pods twice would double a restart's cost."""
         self.start()
-        return self.watch.list_now()[0] if fresh else self.watch.snapshot()
+        if fresh and time.monotonic() - self.watch.listed_at > FRESH_LIST_S:
+            return self.watch.list_now()[0]
+        return self.watch.snapshot()
 
     def cluster_job_ids(self) -> list[str]:
         """The job ids on every hived pod in the watched namespace(s), of *any* hived instance:
         a new job id must not name an old pod (pod names derive from it)."""
-        sel = f"{pb.L_MANAGED}=hived"
+        # this instance's pods are in the watch cache; the list fetches only other instances'
+        sel = f"{pb.L_MANAGED}=hived,{pb.L_INSTANCE}!={pb.label_value(self.instance)}"
+        own = [a[pb.A_JOB] for p in self.owned_pods() if pb.A_JOB in (a := (p["metadata"].get("annotations") or {}))]
         if self.watch_namespace == "*":
             resp = self.core.list_pod_for_all_namespaces(label_selector=sel, _preload_content=False)
         else:
@@ -658,7 +708,7 @@ class KubernetesLauncher:
             items = json.loads(resp.read()).get("items") or []
         finally:
             resp.release_conn()
-        return [a[pb.A_JOB] for p in items if pb.A_JOB in (a := (p["metadata"].get("annotations") or {}))]
+        return own + [a[pb.A_JOB] for p in items if pb.A_JOB in (a := (p["metadata"].get("annotations") or {}))]
 
     def gang_states(self, job_id: str) -> dict[int, PodState]:
         with self._lock:

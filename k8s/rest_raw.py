@@ -98,6 +98,20 @@ class RawApi:
         return self._request("POST", f"{self._pods(ns)}/{quote(name, safe='')}/binding",
                              json.dumps(binding, separators=(",", ":")).encode(), done_if=(409,))
 
+    def create_service(self, ns: str, service: dict) -> bytes:
+        """Create a Service; one of that name already there (an earlier attempt's) is fine."""
+        try:
+            return self._request("POST", f"/api/v1/namespaces/{quote(ns, safe='')}/services",
+                                 json.dumps(service, separators=(",", ":")).encode(), done_if=(409,))
+        except ApiException as e:
+            if e.status == 409:
+                return e.body or b"{}"
+            raise
+
+    def delete_service(self, ns: str, name: str) -> bytes:
+        return self._request("DELETE", f"/api/v1/namespaces/{quote(ns, safe='')}/services/{quote(name, safe='')}",
+                             None, done_if=(404,))
+
     def create_event(self, ns: str, body: bytes) -> bytes:
         return self._request("POST", f"/api/v1/namespaces/{quote(ns, safe='')}/events", body)
 

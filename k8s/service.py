@@ -181,6 +181,7 @@ class KubernetesSchedulerService(SchedulerService):
             leader = leader_from_env()
         # Standby until the Lease is ours: _recover (called by the base constructor) then waits.
         self._standby = leader is not None
+        self._closing = False
         self.elector: Optional[Elector] = None
         super().__init__(spec_path, data_dir, launcher=launcher, health=health, **kw)
         self._own_version = not launcher.spec_version
@@ -208,11 +209,11 @@ class KubernetesSchedulerService(SchedulerService):
 
     def _on_lead(self) -> None:
         with self._lock:
-            if not self._standby:
+            if not self._standby or self._closing:
                 return
             self._standby = False
             self.recovered = self._recover()
-        SchedulerService.start(self)
+            SchedulerService.start(self)
 
     def _on_lose(self) -> None:
         # Another instance may lead already: stop acting now. This instance's memory of the
@@ -403,6 +404,8 @@ class KubernetesSchedulerService(SchedulerService):
                     log.info("GPU %s/%s: the pods of ended job %s are gone; it takes jobs again", node, gpu, jid)
 
     def close(self) -> None:
+        with self._lock:
+            self._closing = True      # leadership won from now on starts nothing
         super().close()
         if self.elector is not None:
             self.elector.stop(release=True)    # after the timer stopped: a standby may act at once

@@ -20,7 +20,7 @@ from hived.k8s.launcher import KubernetesLauncher  # noqa: E402
 from hived.k8s.service import KubernetesSchedulerService  # noqa: E402
 from hived.k8s.watch import wait_for  # noqa: E402
 
-from k8s_helpers import Harness, spec_for  # noqa: E402
+from k8s_helpers import Harness  # noqa: E402
 
 HERE = Path(__file__).parent
 JOB_4x2 = {"vc": "vca", "command": ["python", "train.py"], "job_class": "be", "pods": 4, "gpus": 2,

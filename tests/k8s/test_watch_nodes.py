@@ -11,7 +11,7 @@ import time
 import pytest
 
 from hived.core.engine import Engine
-from hived.core.jobs import DecisionKind, JobClass, JobRequest, Placement, PodGroup
+from hived.core.jobs import Placement, PodGroup
 from hived.k8s import pod_builder as pb
 from hived.k8s.launcher import KubernetesLauncher
 from hived.k8s.nodes import NodeHealth, node_healthy

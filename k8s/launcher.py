@@ -18,9 +18,18 @@ are built and queued: one sender thread makes the API calls in order, one at a
 time, while the scheduler goes on deciding; a refused gang then comes back as
 an ``exited`` event (exit 127, ``reason`` LaunchRefused) instead of a
 ``LaunchError``. ``flush()`` waits for the queue to drain. ``terminate`` deletes
-the gang with the job's grace period; the gang's ``exited`` comes when the
-pods are gone (or ended). ``adopt`` after a restart finds the gang in the
-cluster. Node health comes from ``NodeHealth`` (``health_changes()``).
+the gang with the job's grace period (``default_grace`` when it has none; never
+a force delete); the gang's ``exited`` comes when the pods are gone (or ended),
+or ``teardown_margin`` after the grace period when a node confirms nothing.
+``adopt`` after a restart finds the gang in the cluster. Node health comes
+from ``NodeHealth`` (``health_changes()``).
+
+Faults (docs/kubernetes.md, "Faults and failover"): pod writes are retried
+through short API-server outages (rest_raw); deletions a long outage stopped
+are retried from ``poll``; a gang not running ``pending_timeout`` after its
+pods were created is torn down (exit 124, PendingTimeout). Events go to the
+cluster from their own thread (events.py); finished pods of ended jobs are
+collected after ``finished_pod_ttl`` (gc.py).
 """
 from __future__ import annotations
 

@@ -95,3 +95,18 @@ def test_job_ids_never_repeat_after_a_lost_journal(hv):
     assert jid in " ".join(svc2.recovered["cluster"]["ignored"])
     nxt = svc2.submit("alice", {**JOB, "pods": 1})["id"]
     assert int(nxt[1:]) > int(jid[1:])
+
+
+def test_settings_from_the_environment(monkeypatch):
+    from hived.k8s import service as S
+    monkeypatch.delenv("HIVED_K8S_LEASE", raising=False)
+    assert S.leader_from_env() is None
+    monkeypatch.setenv("HIVED_K8S_LEASE", "hived-scheduler")
+    monkeypatch.setenv("HIVED_K8S_LEASE_NAMESPACE", "hived")
+    assert S.leader_from_env() == {"name": "hived-scheduler", "namespace": "hived"}
+    monkeypatch.setenv("HIVED_K8S_PENDING_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match=r"\$HIVED_K8S_PENDING_TIMEOUT: must be a number of seconds, got 'soon'"):
+        S._env_seconds("HIVED_K8S_PENDING_TIMEOUT", 600.0)
+    monkeypatch.setenv("HIVED_K8S_PENDING_TIMEOUT", "0")
+    with pytest.raises(ValueError, match="must be > 0 seconds"):
+        S._env_seconds("HIVED_K8S_PENDING_TIMEOUT", 600.0)

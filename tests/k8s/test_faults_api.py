@@ -93,7 +93,7 @@ def test_a_long_outage_mid_gang_refuses_the_attempt_and_leaves_no_half_gang(kube
         # the member created before the outage is deleted once the server answers again
         assert wait_for(lambda: lau.poll() is not None and pods_of(core, ns) == [], 30), \
             [p.metadata.name for p in pods_of(core, ns)]
-        assert lau._undeleted == {}
+        assert wait_for(lambda: lau._undeleted == {}, 10), lau._undeleted   # the reaper books it done
     finally:
         lau.stop()
 

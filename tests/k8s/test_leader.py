@@ -109,3 +109,20 @@ def test_settings_from_the_environment(monkeypatch):
     monkeypatch.setenv("HIVED_K8S_PENDING_TIMEOUT", "0")
     with pytest.raises(ValueError, match="must be > 0 seconds"):
         S._env_seconds("HIVED_K8S_PENDING_TIMEOUT", 600.0)
+
+
+def test_a_leader_that_cannot_renew_stops_scheduling(hv):
+    """Renewals failing for the renew deadline (here: the API server is away) mean another instance
+    may lead already: this one stops acting at once and says why."""
+    a = _instance(hv, "a", hv.spec()).start()
+    assert wait_for(lambda: a.leading, 15)
+    hv.kube.stop_apiserver()
+    try:
+        assert wait_for(lambda: not a.leading, 15), a.status()
+    finally:
+        hv.kube.start_apiserver()
+    st = a.status()
+    assert st["leader"]["lost"] and "lost the leader Lease" in st["last_error"]
+    assert a.tick() == []
+    with pytest.raises(RequestError, match="standby"):
+        a.submit("alice", JOB)

@@ -31,7 +31,22 @@ watching), apart from the bigger pods (labels, annotations, env).
 Overhead = hived time / plain time - 1 (target <= 20%). Medians over rounds;
 the order of the runs alternates between rounds.
 
+Two fault-path figures follow (``--only recovery,failover`` runs just them):
+
+- recovery: the scheduler service restarts over R running single-GPU gangs
+  (default 5,000 pods): it lists its pods, reconciles them with its journal,
+  rebuilds every binding and adopts every gang, launching nothing. Baseline:
+  one fresh list of the same pods, in the same run (the least any recovery
+  from the cluster must do). Rounds alternate list and restart.
+- failover: two service instances on one coordination.k8s.io Lease; the
+  leader stops, and the time until the standby has recovered and runs its
+  first scheduling round is measured, for a leader that hands the Lease back
+  (a clean stop) and one that dies (the standby waits for the lease to
+  expire; lease 3 s, renew deadline 2 s, retry 1 s here, the library's
+  smallest; the service's defaults are 15/10/2 s).
+
 Run: .venv/bin/python benchmarks/bench_k8s.py [--quick] [--pods N] [--rounds R]
+     [--only launch,recovery,failover] [--recovery-pods N]
 """
 from __future__ import annotations
 
@@ -175,27 +190,146 @@ def clear(core, ns: str) -> None:
         _send(core.delete_namespaced_pod, p.metadata.name, ns, grace_period_seconds=0)
 
 
+def add_node(core, name: str, cap: dict) -> None:
+    _send(core.create_node, {"metadata": {"name": name}, "status": {"capacity": cap, "allocatable": cap}})
+    _send(core.patch_node_status, name, {"status": {"conditions": [
+        {"type": "Ready", "status": "True", "reason": "KubeletReady",
+         "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+
+
+def _service(cluster, spec_path: str, data, ns: str, **kw):
+    from hived.k8s.service import KubernetesSchedulerService
+    lau = KubernetesLauncher(cluster.kubeconfig, template={"image": IMAGE}, namespace=ns, instance=ns,
+                             emit_events=False, watch_timeout=5, pipeline=True)
+    return KubernetesSchedulerService(spec_path, data, launcher=lau, tick_seconds=0.05, synchronous="OFF",
+                                      **{"leader": None, **kw})
+
+
+def _running_gangs(cluster, core, spec_path, data, ns: str, n: int) -> None:
+    """n single-GPU jobs launched by the service, their pods marked Running (the kubelet's part)."""
+    svc = _service(cluster, spec_path, data, ns)
+    try:
+        for _ in range(n):
+            svc.submit("alice", {"vc": "vc", "command": "python train.py", "job_class": "be", "pods": 1,
+                                 "gpus": 1})
+        svc.tick()
+        assert svc.launcher.flush(600), "the sender did not finish"
+        running = {"phase": "Running", "containerStatuses": [
+            {"name": "main", "image": IMAGE, "imageID": "", "ready": True, "restartCount": 0,
+             "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}
+        for p in svc.launcher.owned_pods(fresh=True):
+            _send(core.patch_namespaced_pod_status, p["metadata"]["name"], ns, {"status": running})
+        assert wait_for(lambda: svc.tick() is not None and svc.status()["jobs"].get("running") == n, 120, 0.05)
+    finally:
+        svc.close()
+
+
+def recovery_bench(cluster, core, nodes: int, n: int, rounds: int, tmp) -> dict:
+    ns = f"recovery-{uuid.uuid4().hex[:4]}"
+    core.create_namespace({"metadata": {"name": ns}})
+    spec_path = tmp / "spec.json"
+    spec_path.write_text(json.dumps(spec_doc(nodes)))
+    data = tmp / "recovery-data"
+    t0 = time.perf_counter()
+    _running_gangs(cluster, core, str(spec_path), data, ns, n)
+    setup = time.perf_counter() - t0
+    lister = KubernetesLauncher(cluster.kubeconfig, template={"image": IMAGE}, namespace=ns, instance=ns,
+                                emit_events=False)
+    lists, restarts, per = [], [], []
+    for r in range(rounds):
+        for which in (("list", "restart") if r % 2 == 0 else ("restart", "list")):
+            if which == "list":
+                t = time.perf_counter()
+                pods, _ = lister.watch.list_now()
+                lists.append(time.perf_counter() - t)
+                assert len(pods) == n
+                continue
+            t = time.perf_counter()
+            svc = _service(cluster, str(spec_path), data, ns)
+            took = time.perf_counter() - t
+            try:
+                rec = svc.recovered
+                assert len(rec["adopted"]) == n and not rec["lost"] and not rec["relaunch"], rec
+                assert [d for d in svc.tick() if d["kind"] == "start"] == [], "a recovered gang was launched again"
+                assert len(svc.eng.alloc.grants()) == n
+                restarts.append(took)
+                per.append({"seconds_in_recover": rec["seconds"]})
+            finally:
+                svc.close()
+    ml, mr = statistics.median(lists), statistics.median(restarts)
+    return {"pods": n, "rounds": rounds, "setup_s": round(setup, 1), "list_s": round(ml, 3),
+            "restart_s": round(mr, 3), "ratio": round(mr / ml, 1),
+            "recover_s": round(statistics.median(p["seconds_in_recover"] for p in per), 3),
+            "all_list_s": [round(x, 3) for x in lists], "all_restart_s": [round(x, 3) for x in restarts]}
+
+
+def failover_bench(cluster, core, rounds: int, tmp) -> dict:
+    spec_path = tmp / "failover-spec.json"
+    spec_path.write_text(json.dumps(spec_doc(2)))
+    lease = {"lease_duration": 3, "renew_deadline": 2, "retry_period": 1}
+    out = {}
+    for how in ("handed back", "leader died"):
+        times = []
+        for r in range(rounds):
+            ns = f"failover-{uuid.uuid4().hex[:4]}"
+            core.create_namespace({"metadata": {"name": ns}})
+            a = _service(cluster, str(spec_path), tmp / f"fa-{ns}", ns,
+                         leader={"namespace": ns, "name": "hived", "identity": "a", **lease}).start()
+            b = None
+            try:
+                assert wait_for(lambda: a.leading, 30)
+                b = _service(cluster, str(spec_path), tmp / f"fb-{ns}", ns,
+                             leader={"namespace": ns, "name": "hived", "identity": "b", **lease}).start()
+                time.sleep(1.5)
+                assert not b.leading
+                t0 = time.perf_counter()
+                if how == "handed back":
+                    a.close()
+                else:
+                    a.elector.stop(release=False)   # nothing renews, nothing is handed back
+                    a.stop()
+                assert wait_for(lambda: b.leading and b.ticks > 0, 30, 0.005), "the standby never took over"
+                times.append(time.perf_counter() - t0)
+            finally:
+                for s in (a, b):
+                    if s is not None:
+                        try:
+                            s.close()
+                        except Exception:
+                            pass
+        out[how] = {"median_s": round(statistics.median(times), 3), "all_s": [round(t, 3) for t in times]}
+    out["lease"] = lease
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="200 pods, 1 round, node_name mode only (< 60 s)")
     ap.add_argument("--pods", type=int, default=None, help="pods per run (default 1000; --quick 200)")
     ap.add_argument("--rounds", type=int, default=None, help="rounds (default 3; --quick 1)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
+    ap.add_argument("--only", default="launch,recovery,failover", help="which parts (comma-separated)")
+    ap.add_argument("--recovery-pods", type=int, default=None, help="running pods recovered (default 5000; "
+                    "--quick 500)")
     args = ap.parse_args(argv)
+    parts_wanted = set(args.only.split(","))
     n = args.pods or (200 if args.quick else 1000)
     rounds = args.rounds or (1 if args.quick else 3)
     nodes = max(1, -(-n // GPUS_PER_NODE))
     modes = ["node_name"] if args.quick else ["node_name", "binding"]
 
     cluster = Cluster().start()
+    import tempfile
+    from pathlib import Path
+    tmp = Path(tempfile.mkdtemp(prefix="bench-k8s-"))
+    extra = {}
     try:
         api = cluster.api_client()
         core = client.CoreV1Api(api)
         raw = RawApi(api)
         cap = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(GPUS_PER_NODE), "pods": "110"}
         for i in range(nodes):
-            _send(core.create_node, {"metadata": {"name": f"bench-n{i}"},
-                                     "status": {"capacity": cap, "allocatable": cap}})
+            add_node(core, f"bench-n{i}", cap)
         # warm up the connection pool and the server's caches
         ns0 = f"warm-{uuid.uuid4().hex[:6]}"
         core.create_namespace({"metadata": {"name": ns0}})
@@ -204,7 +338,7 @@ def main(argv=None) -> int:
 
         results = {}
         runs = ("plain", "generated", "same", "watched", "hived")
-        for mode in modes:
+        for mode in (modes if "launch" in parts_wanted else []):
             bind = mode == "binding"
             times: dict[str, list] = {w: [] for w in runs}
             parts = []
@@ -243,8 +377,18 @@ def main(argv=None) -> int:
                 "hived_watch_lag_s": round(statistics.median(p["watch_lag_s"] for p in parts), 3),
                 "all_s": {w: [round(t, 3) for t in v] for w, v in times.items()},
             }
+        if "recovery" in parts_wanted:
+            rn = args.recovery_pods or (500 if args.quick else 5000)
+            rnodes = max(1, -(-rn // GPUS_PER_NODE))
+            for i in range(nodes, rnodes):
+                add_node(core, f"bench-n{i}", cap)
+            extra["recovery"] = recovery_bench(cluster, core, rnodes, rn, rounds, tmp)
+        if "failover" in parts_wanted:
+            extra["failover"] = failover_bench(cluster, core, rounds, tmp)
     finally:
         cluster.stop()
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
 
     ok = True
     print(f"bench_k8s: {n} single-GPU pods through a real API server (minikas + etcd), median of {rounds}")
@@ -267,8 +411,18 @@ def main(argv=None) -> int:
         print(f"             hived parts: engine (submit+schedule) {r['hived_engine_s']:.3f} s, "
               f"launch (queue; the sender builds) {r['hived_launch_s']:.3f} s, "
               f"creates finishing + watch {r['hived_watch_lag_s']:.3f} s")
+    if "recovery" in extra:
+        r = extra["recovery"]
+        print(f"  recovery   {r['pods']} running pods: restart (reconcile, rebuild every binding, adopt; nothing "
+              f"launched) {r['restart_s']:.3f} s vs one list of the same pods {r['list_s']:.3f} s: "
+              f"{r['ratio']:.1f}x (median of {r['rounds']}; setup {r['setup_s']:.0f} s)")
+    if "failover" in extra:
+        f = extra["failover"]
+        print(f"  failover   leader stops -> standby schedules: handed back {f['handed back']['median_s']:.2f} s, "
+              f"leader died {f['leader died']['median_s']:.2f} s (lease {f['lease']['lease_duration']} s; "
+              f"median of {rounds})")
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps({**results, **extra}, indent=2))
     return 0 if ok else 1
 
 

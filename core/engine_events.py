@@ -115,6 +115,8 @@ class EngineEvents:
         c = classify(exit_code, log_tail)
         self._release(rec, now)
         rec.exit_code = exit_code
+        if exit_code != 0:
+            rec.last_error = (log_tail or "").strip()[-1000:] or f"exit code {exit_code}"
         rec.failure_class = c.cls.value
         if c.cls is FailureClass.SUCCESS:
             rec.ended = now
@@ -154,10 +156,12 @@ class EngineEvents:
         rec.log(now, JobState.CANCELLED, f"cancelled by {by_user}")
         return out
 
-    def set_health(self, node: str, gpu: Optional[int], healthy: bool, now: float) -> list[Decision]:
+    def set_health(self, node: str, gpu: Optional[int], healthy: bool, now: float,
+                   move: bool = True) -> list[Decision]:
+        """``move=False`` (a cordon): the cells take no new jobs, the jobs on them stay."""
         owners = self.alloc.set_health(node, gpu, healthy) or []
         out: list[Decision] = []
-        for o in owners:
+        for o in owners if move else ():
             rec = self._jobs.get(o)
             if rec is not None and rec.state in (JobState.RUNNING, JobState.PLACED):
                 self._preempt(rec, now, f"hardware unhealthy on {node}" + (f" GPU {gpu}" if gpu is not None else ""), out)

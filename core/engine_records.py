@@ -97,6 +97,7 @@ class JobRecord:
     progress: Optional[tuple] = None         # (done, total) from report_progress
     reason: str = ""                         # last scheduling reason (why queued, why failed)
     gpus_preempted: int = 0                  # GPUs this job lost to preemption, summed
+    last_error: str = ""                     # the last failed run's log tail / launcher message
 
     @property
     def id(self) -> str:
@@ -138,7 +139,7 @@ class JobRecord:
             "started_pending": self.started_pending,
             "waiting_for": list(self.waiting_for), "policy_victims": list(self.policy_victims), "run_time": self.run_time,
             "progress": list(self.progress) if self.progress else None,
-            "reason": self.reason, "gpus_preempted": self.gpus_preempted,
+            "reason": self.reason, "gpus_preempted": self.gpus_preempted, "last_error": self.last_error,
         }
 
     @classmethod

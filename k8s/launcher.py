@@ -18,9 +18,18 @@ are built and queued: one sender thread makes the API calls in order, one at a
 time, while the scheduler goes on deciding; a refused gang then comes back as
 an ``exited`` event (exit 127, ``reason`` LaunchRefused) instead of a
 ``LaunchError``. ``flush()`` waits for the queue to drain. ``terminate`` deletes
-the gang with the job's grace period; the gang's ``exited`` comes when the
-pods are gone (or ended). ``adopt`` after a restart finds the gang in the
-cluster. Node health comes from ``NodeHealth`` (``health_changes()``).
+the gang with the job's grace period (``default_grace`` when it has none; never
+a force delete); the gang's ``exited`` comes when the pods are gone (or ended),
+or ``teardown_margin`` after the grace period when a node confirms nothing.
+``adopt`` after a restart finds the gang in the cluster. Node health comes
+from ``NodeHealth`` (``health_changes()``).
+
+Faults (docs/kubernetes.md, "Faults and failover"): pod writes are retried
+through short API-server outages (rest_raw); deletions a long outage stopped
+are retried from ``poll``; a gang not running ``pending_timeout`` after its
+pods were created is torn down (exit 124, PendingTimeout). Events go to the
+cluster from their own thread (events.py); finished pods of ended jobs are
+collected after ``finished_pod_ttl`` (gc.py).
 """
 from __future__ import annotations
 
@@ -39,10 +48,12 @@ from kubernetes.client.rest import ApiException
 from hived.core.jobs import JobRequest, Placement
 
 from . import pod_builder as pb
+from .events import EventRecorder
+from .gc import FinishedPods
 from .nodes import NodeHealth
-from .rest_raw import RawApi
+from .rest_raw import TRANSIENT, RawApi
 from .template import JobTemplate, TemplateError, check_for_vc
-from .watch import (DELETED, EXIT_DELETED, FAILED, PENDING, RUNNING, SUCCEEDED, PodState, pod_state,
+from .watch import (DELETED, EXIT_DELETED, FAILED, PENDING, RUNNING, SUCCEEDED, PodState, pod_key, pod_state,
                     pod_watch)
 
 log = logging.getLogger("hived.k8s.launcher")
@@ -50,6 +61,9 @@ log = logging.getLogger("hived.k8s.launcher")
 TEMPLATE_ATTR = "k8s_template"   # a job's own template overrides (dict) on its JobRequest
 RETIRED_KEPT = 10_000            # ended jobs whose pod names are remembered for their logs
 EXIT_LAUNCH_REFUSED = 127        # what a gang the API server refused exits with (as a bad command)
+DEFAULT_GRACE = 30.0             # a job without a grace period of its own gets Kubernetes' default
+FRESH_LIST_S = 2.0               # a full list younger than this is as fresh as a new one
+EXIT_PENDING_TIMEOUT = 124       # a gang whose pods never all started (timeout(1)'s code)
 
 
 @dataclass
@@ -90,6 +104,7 @@ class _Gang:
     skipped: bool = False          # terminated before its pods were created (pipeline mode)
     failing: Optional[tuple] = None    # (rank, PodState) of the member that ended the gang badly
     release_at: float = 0.0        # monotonic time after which a failing gang is over regardless
+    pending_since: float = 0.0     # monotonic time its pods were created (or adopted), for the Pending timeout
 
 
 def make_api_client(kubeconfig: Optional[str] = None, context: Optional[str] = None) -> client.ApiClient:
@@ -132,16 +147,27 @@ class KubernetesLauncher:
                  nodes: Optional[Iterable[str]] = None, emit_events: bool = True,
                  priority_of: Optional[Callable[[JobRequest, Placement], Optional[int]]] = None,
                  watch_timeout: int = 5, watch_namespace: Optional[str] = None, pipeline: bool = False,
-                 teardown_margin: float = 30.0, policy: Any = None):
+                 teardown_margin: float = 30.0, default_grace: float = DEFAULT_GRACE,
+                 api_retry_for: float = 30.0, pending_timeout: float = 600.0,
+                 finished_pod_ttl: float = 3600.0, gc_every: float = 30.0, policy: Any = None):
         if bind not in pb.BIND_MODES:
             raise ValueError(f"bind: {bind!r} is not one of {pb.BIND_MODES}")
         self.api = api_client or make_api_client(kubeconfig, context)
         self.core = client.CoreV1Api(self.api)
-        self.raw = RawApi(self.api)     # per-pod writes: see rest_raw for why not the generated calls
+        # per-pod writes (see rest_raw for why not the generated calls), retried through short outages
+        self.raw = RawApi(self.api, retry_for=api_retry_for)
         self.pipeline = pipeline
         # A failed gang's GPUs are released once its other members are gone, or this long after
         # their grace period when they linger (a dead node never confirms the deletion).
         self.teardown_margin = teardown_margin
+        if not default_grace > 0:
+            raise ValueError(f"default_grace: must be > 0 seconds, got {default_grace!r}")
+        self.default_grace = float(default_grace)
+        # A gang whose pods have not all started this long after creation (image never pulled, pod
+        # never bound, node never admitting it) is torn down and reported, for the retry rules to decide.
+        if not pending_timeout > 0:
+            raise ValueError(f"pending_timeout: must be > 0 seconds, got {pending_timeout!r}")
+        self.pending_timeout = float(pending_timeout)
         self._queue: "queue.Queue" = queue.Queue()
         self._sender: Optional[threading.Thread] = None
         self.template = JobTemplate.from_dict(template) if template is not None else None
@@ -153,7 +179,7 @@ class KubernetesLauncher:
         self.bind = bind
         self.spec_version = spec_version
         self.priority_of = priority_of
-        self.emit_events = emit_events
+        self.events = EventRecorder(self.raw, enabled=emit_events)
         self.selector = f"{pb.L_MANAGED}=hived,{pb.L_INSTANCE}={pb.label_value(instance)}"
         # Least privilege: watch (and so need RBAC on) the jobs' namespace only; "*" = every
         # namespace (templates may then name their own; needs a ClusterRole for pods).
@@ -167,6 +193,15 @@ class KubernetesLauncher:
         self._retired: "OrderedDict[str, tuple[str, list]]" = OrderedDict()   # job -> (namespace, pod names)
         self._lock = threading.RLock()
         self._started = False
+        # pods whose deletion failed even after retries (API server down): (ns, name) -> (grace, job id);
+        # retried from poll() until done, so no half gang and no cancelled gang outlives an outage
+        self._undeleted: dict[tuple[str, str], tuple[float, str]] = {}
+        self._reaper: Optional[threading.Thread] = None
+        self._draining: dict[str, tuple[str, set, float]] = {}   # job -> (ns, pod names, give-up time)
+        self._services: dict[str, tuple[str, str]] = {}   # job -> its gang's headless Service (ns, name)
+        self._by_job: dict[str, list[dict]] = {}
+        self._by_job_key: Optional[tuple] = None
+        self.gc = FinishedPods(finished_pod_ttl, self._delete_finished, every=gc_every)
 
     # -- lifecycle -------------------------------------------------------
     def start(self) -> "KubernetesLauncher":
@@ -213,6 +248,18 @@ class KubernetesLauncher:
     def namespace_of(self, template: JobTemplate) -> str:
         return template.namespace or self.namespace
 
+    def grace_of(self, requested: float) -> float:
+        """The grace period pods get: the job's own, or ``default_grace`` when it has none (0 would be a
+        force delete: the API object goes at once, while the container may still use the GPUs)."""
+        return float(requested) if requested and requested > 0 else self.default_grace
+
+    def _with_grace(self, pods: list[dict]) -> list[dict]:
+        for pod in pods:
+            spec = pod["spec"]
+            spec["terminationGracePeriodSeconds"] = int(round(self.grace_of(spec.get("terminationGracePeriodSeconds")
+                                                                            or 0)))
+        return pods
+
     # -- Launcher protocol ----------------------------------------------
     def launch(self, job_id: str, request: JobRequest, placement: Placement, attempt: int) -> None:
         self.start()
@@ -221,11 +268,11 @@ class KubernetesLauncher:
         priority = self.priority_of(request, placement) if self.priority_of else None
 
         def build() -> list[dict]:
-            return pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
-                                 instance=self.instance, bind=self.bind, spec_version=self.spec_version,
-                                 priority=priority)
+            return self._with_grace(pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
+                                                  instance=self.instance, bind=self.bind,
+                                                  spec_version=self.spec_version, priority=priority))
         names = [pb.pod_name(job_id, attempt, p.rank) for p in placement.pods]
-        gang = _Gang(job_id, attempt, ns, names, request.grace_period, launching=True)
+        gang = _Gang(job_id, attempt, ns, names, self.grace_of(request.grace_period), launching=True)
         with self._lock:
             self._gangs[job_id] = gang
         if self.pipeline:
@@ -243,6 +290,7 @@ class KubernetesLauncher:
             raise
         with self._lock:
             gang.launching = False
+            gang.pending_since = time.monotonic()
             self._evaluate(gang)
 
     # -- the sender (pipeline mode) --------------------------------------
@@ -286,9 +334,15 @@ class KubernetesLauncher:
             self._create_gang(gang, pods)
         except LaunchError as e:
             self._refused(gang, e)
+        except Exception as e:   # never leave the job "placed" with a gang stuck half launched
+            log.exception("job %s: launching its gang failed", gang.job_id)
+            with self._lock:
+                self._gangs.pop(gang.job_id, None)
+            self._refused(gang, LaunchError(gang.job_id, None, f"{e.__class__.__name__}: {e}"))
 
     def _refused(self, gang: "_Gang", e: LaunchError) -> None:
         """What ``launch`` raises in sync mode, as the job's exited event (pipeline mode)."""
+        self.events.job(gang.namespace, gang.job_id, "LaunchRefused", str(e), warning=True)
         with self._lock:
             self._events.append(JobEvent(gang.job_id, "exited", EXIT_LAUNCH_REFUSED, f"hived: launch failed: {e}",
                                          FAILED, "LaunchRefused", None, gang.attempt))
@@ -299,20 +353,50 @@ class KubernetesLauncher:
         with q.all_tasks_done:      # Queue.join() with a timeout
             return q.all_tasks_done.wait_for(lambda: not q.unfinished_tasks, timeout)
 
+    def _gang_service(self, job_id: str, ns: str, pods: list[dict]) -> Optional[dict]:
+        """The headless Service that gives a multi-pod gang's members their
+        DNS names (``pod_builder.service_manifest``); None for one pod."""
+        build = getattr(pb, "service_manifest", None)
+        if build is None or len(pods) < 2:
+            return None
+        vc = (pods[0]["metadata"].get("labels") or {}).get(pb.L_VC, "")
+        return build(job_id, ns, instance=self.instance, vc=vc)
+
     def _create_all(self, job_id: str, ns: str, pods: list[dict]) -> None:
         """Create (and in binding mode bind) ``pods``; on any refusal delete the ones created."""
         created: list[str] = []
         try:
+            svc = self._gang_service(job_id, ns, pods)
+            if svc is not None:      # before the pods: peers must resolve from their first moment
+                self.raw.create_service(ns, svc)
+                with self._lock:
+                    self._services[job_id] = (ns, svc["metadata"]["name"])
             for pod in pods:
                 self.raw.create_pod(ns, pod)
                 created.append(pod["metadata"]["name"])
                 if self.bind == "binding":
                     self.raw.bind_pod(ns, pod["metadata"]["name"], pb.binding_body(pod))
         except Exception as e:   # refused, or the connection broke: no half gang either way
-            self._rollback(ns, created)
+            self._rollback(ns, created, job_id)
             if isinstance(e, ApiException):
                 raise LaunchError(job_id, e.status, _api_message(e)) from None
             raise LaunchError(job_id, None, f"{e.__class__.__name__}: {e}") from e
+        self._scheduled_events(job_id, ns, pods)
+
+    def _scheduled_events(self, job_id: str, ns: str, pods: list[dict]) -> None:
+        """What the default scheduler's "Scheduled" Event says, for each member and the job."""
+        if not pods or not self.events.enabled:
+            return
+        binding = json.loads(pods[0]["metadata"]["annotations"][pb.A_BINDING])
+        where = {q["rank"]: q for q in binding["pods"]}
+        for pod in pods:
+            rank = int(pod["metadata"]["annotations"][pb.A_RANK])
+            q = where.get(rank, {})
+            self.events.pod(ns, pod["metadata"]["name"], "Scheduled",
+                            f"hived bound rank {rank} of job {job_id} to {q.get('node')} GPUs {q.get('gpus')}")
+        kind = "opportunistic" if binding.get("opportunistic") else "guaranteed"
+        self.events.job(ns, job_id, "Scheduled", f"{len(pods)} pod(s) placed ({kind}) on "
+                        f"{', '.join(sorted({str(q.get('node')) for q in binding['pods']}))}")
 
     # -- recovery helpers (k8s/recovery.py) ------------------------------
     def create_members(self, job_id: str, request: JobRequest, placement: Placement, attempt: int,
@@ -321,15 +405,53 @@ class KubernetesLauncher:
         all or none of them, like ``launch``."""
         template = self.validate(request)
         ns = self.namespace_of(template)
-        pods = [p for p in pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
-                                         instance=self.instance, bind=self.bind,
-                                         spec_version=self.spec_version)
+        pods = [p for p in self._with_grace(pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
+                                                          instance=self.instance, bind=self.bind,
+                                                          spec_version=self.spec_version))
                 if int(p["metadata"]["annotations"][pb.A_RANK]) in set(ranks)]
         self._create_all(job_id, ns, pods)
 
+    def bind_unbound(self, pods: list[dict]) -> list[str]:
+        """Binding mode: bind the pods a crash left created but unbound (their node is in their
+        gang-binding annotation); returns their names. Nothing to do in node_name mode."""
+        if self.bind != "binding":
+            return []
+        done = []
+        for pod in pods:
+            md = pod["metadata"]
+            if (pod.get("spec") or {}).get("nodeName") or md.get("deletionTimestamp"):
+                continue
+            self.raw.bind_pod(md["namespace"], md["name"], pb.binding_body(pod))
+            done.append(md["name"])
+        return done
+
+    def drain(self, job_id: str, ns: str, names: list[str], grace_period: float) -> None:
+        """Follow pods of a job hived no longer tracks until they are gone (see ``drained``)."""
+        self.start()
+        with self._lock:
+            self._draining[job_id] = (ns, set(names),
+                                      time.monotonic() + self.grace_of(grace_period) + self.teardown_margin)
+
+    def drained(self) -> list[str]:
+        """Jobs given to ``drain`` whose pods are all gone (or ended), or past the lost-node bound."""
+        if not self._draining:
+            return []
+        present = {pod_key(p): p for p in self.watch.snapshot()}
+        now, out = time.monotonic(), []
+        with self._lock:
+            for jid, (ns, names, give_up) in list(self._draining.items()):
+                live = [n for n in names if (ns, n) in present and not pod_state(present[(ns, n)]).terminal]
+                if not live or now >= give_up:
+                    if live:
+                        log.warning("job %s: pods %s not confirmed gone after the grace period; their GPUs "
+                                    "are handed on", jid, live)
+                    del self._draining[jid]
+                    out.append(jid)
+        return out
+
     def delete_gang(self, job_id: str, ns: str, names: list[str], grace_period: float) -> None:
-        """Delete pods hived no longer tracks (recovery: leftovers of a job that ended)."""
-        self._delete_pods(ns, names, grace_period, f"delete {job_id}")
+        """Delete pods hived no longer tracks (recovery: leftovers of a job that ended), with the job's grace."""
+        self._delete_pods(ns, names, self.grace_of(grace_period), f"delete {job_id}")
 
     def relabel_opportunistic(self, job_id: str) -> None:
         """A tracked gang was downgraded (spec reload): relabel its pods."""
@@ -353,31 +475,72 @@ class KubernetesLauncher:
             except ApiException as e:
                 log.error("relabel %s/%s as opportunistic: %s", ns, name, _api_message(e))
 
-    def _rollback(self, ns: str, names: list[str]) -> None:
+    def _rollback(self, ns: str, names: list[str], job_id: str = "") -> None:
         """Delete the pods of a gang that could not be created whole (grace 0: they never ran)."""
-        self._delete_pods(ns, names, 0, "rollback")
+        self._delete_pods(ns, names, 0, "rollback", job_id=job_id)
 
     def _delete_pods(self, ns: str, names: list[str], grace_period: float, what: str,
-                     on_deleted: Optional[Callable[[str, int], None]] = None) -> None:
-        """Delete ``names`` with the grace period (whole seconds); one already gone is fine."""
+                     on_deleted: Optional[Callable[[str, int], None]] = None, job_id: str = "") -> bool:
+        """Delete ``names`` with the grace period (whole seconds); one already gone is fine. A pod that
+        cannot be deleted now (API server unreachable past the retries) is retried from ``poll``.
+        True when every deletion was accepted."""
         grace = max(0, int(round(grace_period)))
+        ok, down = True, False
         for name in names:
+            if down:       # unreachable past the retries: the rest waits for the reaper, not for timeouts
+                with self._lock:
+                    self._undeleted[(ns, name)] = (grace, job_id)
+                continue
             try:
                 self.raw.delete_pod(ns, name, grace)
             except ApiException as e:
-                if e.status != 404:
-                    log.error("%s: could not delete pod %s/%s: %s", what, ns, name, _api_message(e))
+                if e.status == 404:
+                    continue
+                log.error("%s: could not delete pod %s/%s: %s", what, ns, name, _api_message(e))
+                ok = False
+                if e.status in TRANSIENT:
+                    with self._lock:
+                        self._undeleted[(ns, name)] = (grace, job_id)
                 continue
+            except Exception as e:    # connection refused/reset past the retries: try again later
+                log.error("%s: could not delete pod %s/%s: %s; retrying later", what, ns, name,
+                          e.__class__.__name__)
+                ok, down = False, True
+                with self._lock:
+                    self._undeleted[(ns, name)] = (grace, job_id)
+                continue
+            with self._lock:
+                self._undeleted.pop((ns, name), None)
             if on_deleted is not None:
                 on_deleted(name, grace)
+        return ok
+
+    def _reap(self) -> None:
+        """Retry the deletions an outage stopped (on its own thread: poll must not block)."""
+        with self._lock:
+            todo = dict(self._undeleted)
+        for (ns, name), (grace, job_id) in todo.items():
+            if self._delete_pods(ns, [name], grace, f"retry delete {job_id}", job_id=job_id):
+                with self._lock:
+                    gang = self._gangs.get(job_id)
+                    if gang is not None and gang.terminating and not any(
+                            j == job_id for _, j in self._undeleted.values()):
+                        gang.release_at = time.monotonic() + grace + self.teardown_margin
 
     def terminate(self, job_id: str, grace_period: float) -> None:
+        """Delete the gang's pods with ``grace_period`` (0: the job's own grace, as a cancel asks). Its
+        ``exited`` comes once every pod is confirmed gone, or ``teardown_margin`` seconds after the grace
+        period when some never is (a lost node's kubelet confirms nothing). A second call (the engine's
+        KILL when the grace ran out) changes nothing: pods are never force-deleted under a live kubelet."""
         self.start()
         with self._lock:
             gang = self._gangs.get(job_id)
-            if gang is None:
+            if gang is None or gang.terminating or gang.ended:
                 return
+            grace_period = grace_period if grace_period and grace_period > 0 else gang.grace
             gang.terminating = True
+            gang.release_at = float("inf")     # set once the deletions were accepted
+            self._failing.add(gang)
         if self.pipeline:
             self._submit(self._delete_gang_pods, gang, grace_period)   # after its creates, in order
         else:
@@ -389,24 +552,66 @@ class KubernetesLauncher:
                 return
             names, ns = list(gang.names), gang.namespace
 
+        self.events.job(ns, gang.job_id, "Preempting", f"hived deletes the gang's {len(names)} pod(s) "
+                        f"(grace period {int(round(grace_period))}s)")
+
         def record(name: str, grace: int) -> None:
-            self._event(ns, name, "Preempting" if grace else "Killing",
-                        f"hived deletes the gang of job {gang.job_id} (grace period {grace}s)")
-        self._delete_pods(ns, names, grace_period, f"terminate {gang.job_id}", record)
+            self.events.pod(ns, name, "Preempting" if grace else "Killing",
+                            f"hived deletes the gang of job {gang.job_id} (grace period {grace}s)")
+        accepted = self._delete_pods(ns, names, grace_period, f"terminate {gang.job_id}", record,
+                                     job_id=gang.job_id)
         with self._lock:
+            if accepted:
+                gang.release_at = time.monotonic() + grace_period + self.teardown_margin
             self._evaluate(gang)
 
     def poll(self) -> list[JobEvent]:
         self.start()
         with self._lock:
+            if self._undeleted and (self._reaper is None or not self._reaper.is_alive()):
+                self._reaper = threading.Thread(target=self._reap, name="hived-k8s-reaper", daemon=True)
+                self._reaper.start()
             now = time.monotonic()
             for gang in [g for g in self._failing if now >= g.release_at]:
                 self._evaluate(gang)
+            late = now - self.pending_timeout
+            for gang in [g for g in self._gangs.values() if g.pending_since and g.pending_since <= late
+                         and not (g.started or g.ended or g.terminating or g.launching or g.failing)]:
+                self._pending_timed_out(gang)
             out, self._events = self._events, []
             for ev in out:
                 if ev.kind == "exited":
                     self._retire(ev.job_id)
+        self.gc.maybe_run(self.watch.snapshot, self._tracked)
         return out
+
+    def _delete_service(self, ns: str, name: str) -> None:
+        try:
+            self.raw.delete_service(ns, name)
+        except ApiException as e:
+            if e.status != 404:
+                log.warning("could not delete Service %s/%s: %s", ns, name, _api_message(e))
+        except Exception as e:    # best effort: a leftover headless Service holds no GPU
+            log.warning("could not delete Service %s/%s: %s", ns, name, e)
+
+    def _tracked(self, pod: dict) -> bool:
+        """The pod belongs to a gang hived still follows (its finished members wait for the gang)."""
+        ann = pod["metadata"].get("annotations") or {}
+        with self._lock:
+            gang = self._gangs.get(ann.get(pb.A_JOB))
+            return gang is not None and not gang.ended and int(ann.get(pb.A_ATTEMPT, -1)) == gang.attempt
+
+    def _delete_finished(self, ns: str, name: str) -> bool:
+        try:
+            self.raw.delete_pod(ns, name, 0)     # it has ended: no container left to stop
+        except ApiException as e:
+            if e.status != 404:
+                log.warning("could not collect finished pod %s/%s: %s", ns, name, _api_message(e))
+                return False
+        except Exception as e:
+            log.warning("could not collect finished pod %s/%s: %s", ns, name, e.__class__.__name__)
+            return False
+        return True
 
     def _retire(self, job_id: str) -> None:
         """An ended gang whose exit was reported keeps only what ``logs`` needs, for the last
@@ -416,6 +621,10 @@ class KubernetesLauncher:
             return
         del self._gangs[job_id]
         self._retired[job_id] = (gang.namespace, gang.names)
+        svc = self._services.pop(job_id, None)
+        if svc is not None:     # a retry creates it again; off this thread (API call)
+            threading.Thread(target=self._delete_service, args=svc, name="hived-k8s-svc-delete",
+                             daemon=True).start()
         self._retired.move_to_end(job_id)
         while len(self._retired) > RETIRED_KEPT:
             self._retired.popitem(last=False)
@@ -427,7 +636,7 @@ class KubernetesLauncher:
 
         def of_job(items):
             return [p for p in items if (p["metadata"].get("annotations") or {}).get(pb.A_JOB) == job_id]
-        pods = of_job(self.watch.snapshot())
+        pods = self._cache_by_job().get(job_id, [])
         if not pods:
             return False
         attempt = max(int(p["metadata"]["annotations"].get(pb.A_ATTEMPT, 0)) for p in pods)
@@ -438,10 +647,10 @@ class KubernetesLauncher:
         if len(pods) < len(binding["pods"]):
             # The cache may lag behind members created a moment ago (recovery completing a
             # gang): ask the server before calling a member missing.
-            pods = [p for p in of_job(self.owned_pods(fresh=True))
+            pods = [p for p in of_job(self.watch.list_now()[0])
                     if int(p["metadata"]["annotations"].get(pb.A_ATTEMPT, 0)) == attempt]
         names = [pb.pod_name(job_id, attempt, q["rank"]) for q in binding["pods"]]
-        gang = _Gang(job_id, attempt, ns, names, float(request.get("grace_period", 0.0)))
+        gang = _Gang(job_id, attempt, ns, names, self.grace_of(float(request.get("grace_period", 0.0))))
         present = {p["metadata"]["name"]: p for p in pods}
         with self._lock:
             self._gangs[job_id] = gang
@@ -452,8 +661,22 @@ class KubernetesLauncher:
             # A gang already running when hived went down was reported started then.
             gang.started = all(s.state in (RUNNING, SUCCEEDED) or s.terminal for s in gang.states.values()) \
                 and any(s.state != PENDING for s in gang.states.values())
+            gang.pending_since = time.monotonic()    # not started yet: the Pending timeout counts from now
             self._evaluate(gang)
         return True
+
+    def _cache_by_job(self) -> dict[str, list[dict]]:
+        """The pod cache grouped by job, rebuilt only when the cache changed: a restart adopts every
+        gang in turn, and scanning all pods for each would cost O(pods^2)."""
+        key = (self.watch.resource_version, self.watch.relists, len(self.watch.pods))
+        if self._by_job_key != key:
+            index: dict[str, list[dict]] = {}
+            for p in self.watch.snapshot():
+                jid = (p["metadata"].get("annotations") or {}).get(pb.A_JOB)
+                if jid is not None:
+                    index.setdefault(jid, []).append(p)
+            self._by_job, self._by_job_key = index, key
+        return self._by_job
 
     def logs(self, job_id: str, rank: int = 0, offset: int = 0) -> tuple[str, int]:
         with self._lock:
@@ -476,9 +699,29 @@ class KubernetesLauncher:
 
     def owned_pods(self, fresh: bool = False) -> list[dict]:
         """The pods of this hived instance: as the watch cache holds them, or (``fresh``) as a
-        new list returns them (recovery wants the latest word, not the cache's)."""
+        new list returns them (recovery wants the latest word, not the cache's). A cache that was
+        listed in full a moment ago (the watch just started) is that word already, with the watch's
+        events since on top: listing thousands of pods twice would double a restart's cost."""
         self.start()
-        return self.watch.list_now()[0] if fresh else self.watch.snapshot()
+        if fresh and time.monotonic() - self.watch.listed_at > FRESH_LIST_S:
+            return self.watch.list_now()[0]
+        return self.watch.snapshot()
+
+    def cluster_job_ids(self) -> list[str]:
+        """The job ids on every hived pod in the watched namespace(s), of *any* hived instance:
+        a new job id must not name an old pod (pod names derive from it)."""
+        # this instance's pods are in the watch cache; the list fetches only other instances'
+        sel = f"{pb.L_MANAGED}=hived,{pb.L_INSTANCE}!={pb.label_value(self.instance)}"
+        own = [a[pb.A_JOB] for p in self.owned_pods() if pb.A_JOB in (a := (p["metadata"].get("annotations") or {}))]
+        if self.watch_namespace == "*":
+            resp = self.core.list_pod_for_all_namespaces(label_selector=sel, _preload_content=False)
+        else:
+            resp = self.core.list_namespaced_pod(self.watch_namespace, label_selector=sel, _preload_content=False)
+        try:
+            items = json.loads(resp.read()).get("items") or []
+        finally:
+            resp.release_conn()
+        return own + [a[pb.A_JOB] for p in items if pb.A_JOB in (a := (p["metadata"].get("annotations") or {}))]
 
     def gang_states(self, job_id: str) -> dict[int, PodState]:
         with self._lock:
@@ -506,15 +749,25 @@ class KubernetesLauncher:
         size = len(gang.names)
         states = [gang.states.get(r) for r in range(size)]
         if gang.terminating:
-            if all(s is not None and s.terminal for s in states):
-                codes = [s for s in states if s.state not in (DELETED, SUCCEEDED)]
+            gone = all(s is not None and s.terminal for s in states)
+            if gone or (gang.release_at and time.monotonic() >= gang.release_at and not gang.launching):
+                if not gone:
+                    log.warning("job %s: pods not confirmed gone %.0fs after their grace period (node lost?); "
+                                "its cells are handed on", gang.job_id, self.teardown_margin)
+                codes = [s for s in states if s is not None and s.state not in (DELETED, SUCCEEDED)
+                         and s.terminal]
                 first = codes[0] if codes else PodState(DELETED, "Deleted", EXIT_DELETED)
                 gang.ended = True
+                self._failing.discard(gang)
                 self._emit(gang, "exited", first, None, "terminated by hived")
             return
         bad = [(r, s) for r, s in enumerate(states) if s is not None and s.terminal and s.state != SUCCEEDED]
         if bad and gang.failing is None:
             gang.failing = bad[0]
+            r, st = bad[0]
+            self.events.job(gang.namespace, gang.job_id, "GangFailed",
+                            f"pod {gang.names[r]} (rank {r}) ended {st.state} ({st.reason}, exit {st.exit_code}); "
+                            "the other members are deleted", warning=True)
             gang.release_at = time.monotonic() + gang.grace + self.teardown_margin
             self._failing.add(gang)
             self._teardown(gang)
@@ -546,6 +799,21 @@ class KubernetesLauncher:
         self._events.append(JobEvent(gang.job_id, kind, s.exit_code if kind == "exited" else None, tail,
                                      s.state, s.reason, rank, gang.attempt))
 
+    def _pending_timed_out(self, gang: _Gang) -> None:
+        """Its pods never all started: fail the gang (lock held); its cells go once the pods are gone."""
+        waiting = sorted({s.reason or s.state for s in gang.states.values() if s.state == PENDING}) or ["missing"]
+        why = (f"pods not all running {self.pending_timeout:.0f}s after creation "
+               f"(waiting: {', '.join(waiting)})")
+        log.warning("job %s: %s; the gang is torn down", gang.job_id, why)
+        self.events.job(gang.namespace, gang.job_id, "PendingTimeout", why + "; the gang is torn down", warning=True)
+        rank = next((r for r in range(len(gang.names))
+                     if gang.states.get(r) is None or gang.states[r].state == PENDING), 0)
+        gang.failing = (rank, PodState(FAILED, "PendingTimeout", EXIT_PENDING_TIMEOUT, why))
+        gang.release_at = time.monotonic() + gang.grace + self.teardown_margin
+        self._failing.add(gang)
+        self._teardown(gang)
+        self._evaluate(gang)
+
     def _teardown(self, gang: _Gang) -> None:
         """One member failed: delete the others (a gang runs whole or not at all)."""
         names = [n for r, n in enumerate(gang.names)
@@ -554,20 +822,5 @@ class KubernetesLauncher:
             return
         # Not on the watch thread's lock: API calls there would stall every other event.
         threading.Thread(target=self._delete_pods, name="hived-teardown", daemon=True,
-                         args=(gang.namespace, names, gang.grace, f"teardown {gang.job_id}")).start()
-
-    def _event(self, ns: str, pod: str, reason: str, message: str) -> None:
-        """A Kubernetes Event on the pod (best effort; turned off if the server has no Events)."""
-        if not self.emit_events:
-            return
-        body = {"metadata": {"generateName": f"{pod}.", "namespace": ns},
-                "involvedObject": {"kind": "Pod", "name": pod, "namespace": ns, "apiVersion": "v1"},
-                "reason": reason, "message": message, "type": "Normal",
-                "source": {"component": "hived"}}
-        try:
-            _send(self.core.create_namespaced_event, ns, body)
-        except ApiException as e:
-            if e.status == 404:
-                self.emit_events = False    # this API server does not serve Events
-            else:
-                log.debug("event on %s/%s not recorded: %s", ns, pod, e.status)
+                         args=(gang.namespace, names, gang.grace, f"teardown {gang.job_id}"),
+                         kwargs={"job_id": gang.job_id}).start()

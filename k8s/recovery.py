@@ -18,10 +18,16 @@ The rules (docs/kubernetes.md repeats them for users):
    annotations (an ended one holds nothing and is left alone). A journal-only
    job whose cells the cluster's pods hold ends as lost. Every difference is
    logged (WARNING) and listed in the report.
-   One exception: a job the journal already *ended* (failed, cancelled,
+   Two exceptions: a job the journal already *ended* (failed, cancelled,
    succeeded) whose pods still run is a teardown that the crash interrupted;
-   hived finishes it (deletes the pods) rather than resurrecting the job.
-3. **Missing members.** A gang with pods missing is *completed* (the missing
+   hived finishes it (deletes the pods) rather than resurrecting the job. And
+   a job the journal has back in its queue (or placed for its next attempt)
+   whose cluster gang is the attempt the journal already counted and is over
+   (a member failed, or members are being deleted) is a retry waiting out its
+   back-off: its leftovers are deleted and nothing is counted again.
+3. **Missing or unbound members.** In binding mode, members created but never
+   bound (a crash between the two calls) are bound to their recorded nodes.
+   A gang with pods missing is *completed* (the missing
    members are created at their recorded cells, same attempt) when none of its
    members has started yet: nothing ran, so nothing is lost by finishing the
    launch that a crash interrupted. Otherwise the gang is *torn down*: the
@@ -34,7 +40,8 @@ The rules (docs/kubernetes.md repeats them for users):
    longer fit its VC is downgraded to opportunistic on the same GPUs (its pods
    are relabelled), never dropped. A gang that cannot be held even so (its VC
    or nodes are gone from the spec) is ended as failed, with the reason in
-   its history, and its pods are deleted.
+   its history, and its pods are deleted; the GPUs they ran on (those the new
+   spec still has) take no new job until the pods are confirmed gone.
 """
 from __future__ import annotations
 
@@ -47,7 +54,7 @@ from hived.core.engine_records import JobRecord, placement_from_dict, request_fr
 from hived.core.jobs import JobState
 
 from . import pod_builder as pb
-from .watch import PENDING, pod_state
+from .watch import PENDING, SUCCEEDED, pod_state
 
 log = logging.getLogger("hived.k8s.recovery")
 
@@ -90,6 +97,16 @@ class ClusterGang:
                    for p, s in ((self.pods[r], st) for r, st in self.states.items()))
 
     @property
+    def over(self) -> bool:
+        """The attempt has ended or is ending: a member failed or was deleted, or every member succeeded."""
+        states = self.states
+        if any(s.terminal and s.state != SUCCEEDED for s in states.values()):
+            return True
+        if any(p["metadata"].get("deletionTimestamp") for p in self.pods.values()):
+            return True
+        return bool(states) and not self.missing and all(s.state == SUCCEEDED for s in states.values())
+
+    @property
     def placement_dict(self) -> dict:
         b = self.binding
         return {"chain": b["chain"], "opportunistic": bool(b.get("opportunistic")),
@@ -110,6 +127,9 @@ class RecoveryReport:
     lost: list = field(default_factory=list)         # journal holds it, the cluster has no pod
     old_attempts: list = field(default_factory=list)  # pod names of superseded attempts
     ignored: list = field(default_factory=list)      # ended gangs the journal does not know
+    # gangs ended here whose pods are still being deleted: their GPUs take no new job until the
+    # pods are gone ({"job", "namespace", "pods", "gpus": [[node, gpu], ...], "grace"})
+    draining: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {k: (list(v) if isinstance(v, list) else v) for k, v in self.__dict__.items()}
@@ -193,6 +213,15 @@ def reconcile(store, launcher, new_engine: Callable[[], object], now: float) -> 
                     note(rep.finished_teardown, jid,
                          f"the journal says {state} but pods still run; deleting them (an interrupted teardown)")
                 continue
+            if state in ("queued", "placed") and g.attempt <= int(d.get("attempts") or 0) and g.over:
+                # the journal counted this attempt's end already (a retry in its back-off)
+                left = [p["metadata"]["name"] for p in g.pods.values()
+                        if not pod_state(p).terminal and not p["metadata"].get("deletionTimestamp")]
+                if left:
+                    launcher.delete_gang(jid, g.namespace, left, float(g.request.get("grace_period", 0.0)))
+                note(rep.finished_teardown, jid, f"attempt {g.attempt} ended before the restart and was counted; "
+                     f"its leftovers are deleted ({len(left)} pod(s) still running)")
+                continue
             diffs = []
             want_attempt = g.attempt - (1 if state == "placed" else 0)
             if state == "queued":
@@ -218,6 +247,10 @@ def reconcile(store, launcher, new_engine: Callable[[], object], now: float) -> 
                 note(rep.corrected, jid, "; ".join(diffs) + " -> the cluster wins")
             else:
                 rep.agreed.append(jid)
+        # binding mode: a crash between create and bind leaves members unbound for ever
+        bound = launcher.bind_unbound(list(g.pods.values()))
+        if bound:
+            note(rep.completed, jid, f"members {bound} were created but not bound; bound them to their nodes")
         # rule 3: members missing
         miss = g.missing
         if miss:
@@ -301,8 +334,11 @@ def _check_spec(journal, writes, gangs, launcher, new_engine, now, rep) -> None:
         _queue_write(writes, journal, jid, d3, hist)
         g = gangs.get(jid)
         if g is not None:
-            launcher.delete_gang(jid, g.namespace, [p["metadata"]["name"] for p in g.pods.values()],
-                                 float(g.request.get("grace_period", 0.0)))
+            names = [p["metadata"]["name"] for p in g.pods.values()]
+            grace = float(g.request.get("grace_period", 0.0))
+            launcher.delete_gang(jid, g.namespace, names, grace)
+            rep.draining.append({"job": jid, "namespace": g.namespace, "pods": names, "grace": grace,
+                                 "gpus": [[q["node"], gpu] for q in g.binding["pods"] for gpu in q["gpus"]]})
         rep.ended.append(f"{jid}: {d3['reason']}")
         log.error("recovery: job %s: %s; its pods are deleted", jid, d3["reason"])
 

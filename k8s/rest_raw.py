@@ -11,15 +11,28 @@ made, reading the answer without decoding it.
 
 Refusals raise the client's own ``ApiException`` with ``status``, ``reason``
 and ``body`` set, so callers handle both paths alike.
+
+Transient failures - the connection refused or broken (an API server
+restarting), 429 and 5xx answers - are retried with exponential back-off for
+up to ``retry_for`` seconds, so a few seconds of outage cost a delay, not a
+failed attempt. A retried write whose first try did reach the server is
+recognised: a create answered 409 AlreadyExists, a binding answered 409
+(already bound) and a delete answered 404 count as done.
 """
 from __future__ import annotations
 
 import json
+import logging
+import time
 from typing import Optional
 from urllib.parse import quote, urlencode
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
+log = logging.getLogger("hived.k8s.rest")
+TRANSIENT = (429, 500, 502, 503, 504)
 
 _AUTH = ["BearerToken"]
 _JSON = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -28,11 +41,34 @@ _JSON = {"Content-Type": "application/json", "Accept": "application/json"}
 class RawApi:
     """POST/DELETE of namespaced pods (and their bindings) with pre-serialized JSON bodies."""
 
-    def __init__(self, api_client: client.ApiClient, timeout: Optional[float] = 30.0):
+    def __init__(self, api_client: client.ApiClient, timeout: Optional[float] = 30.0, retry_for: float = 30.0):
         self.api = api_client
         self.timeout = timeout
+        self.retry_for = retry_for
 
-    def _request(self, method: str, path: str, body: Optional[bytes], query: Optional[dict] = None) -> bytes:
+    def _request(self, method: str, path: str, body: Optional[bytes], query: Optional[dict] = None,
+                 done_if: tuple = ()) -> bytes:
+        """One call, retried while the failure is transient; ``done_if``: statuses that mean a
+        retried write had already been applied."""
+        deadline, delay, retried = time.monotonic() + self.retry_for, 0.1, False
+        while True:
+            try:
+                return self._once(method, path, body, query)
+            except ApiException as e:
+                if retried and e.status in done_if:
+                    return e.body or b"{}"
+                if e.status not in TRANSIENT or time.monotonic() + delay > deadline:
+                    raise
+                why = f"{e.status} {e.reason}"
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                if time.monotonic() + delay > deadline:
+                    raise
+                why = f"{e.__class__.__name__}"
+            log.info("%s %s: %s; retrying in %.1fs", method, path, why, delay)
+            time.sleep(delay)
+            delay, retried = min(delay * 2, 5.0), True
+
+    def _once(self, method: str, path: str, body: Optional[bytes], query: Optional[dict]) -> bytes:
         _, url, headers, _, _ = self.api.param_serialize(method, path, header_params=dict(_JSON),
                                                          auth_settings=_AUTH)
         if query:
@@ -55,13 +91,31 @@ class RawApi:
         return f"/api/v1/namespaces/{quote(ns, safe='')}/pods"
 
     def create_pod(self, ns: str, pod: dict) -> bytes:
-        return self._request("POST", self._pods(ns), json.dumps(pod, separators=(",", ":")).encode())
+        return self._request("POST", self._pods(ns), json.dumps(pod, separators=(",", ":")).encode(),
+                             done_if=(409,))
 
     def bind_pod(self, ns: str, name: str, binding: dict) -> bytes:
         return self._request("POST", f"{self._pods(ns)}/{quote(name, safe='')}/binding",
-                             json.dumps(binding, separators=(",", ":")).encode())
+                             json.dumps(binding, separators=(",", ":")).encode(), done_if=(409,))
+
+    def create_service(self, ns: str, service: dict) -> bytes:
+        """Create a Service; one of that name already there (an earlier attempt's) is fine."""
+        try:
+            return self._request("POST", f"/api/v1/namespaces/{quote(ns, safe='')}/services",
+                                 json.dumps(service, separators=(",", ":")).encode(), done_if=(409,))
+        except ApiException as e:
+            if e.status == 409:
+                return e.body or b"{}"
+            raise
+
+    def delete_service(self, ns: str, name: str) -> bytes:
+        return self._request("DELETE", f"/api/v1/namespaces/{quote(ns, safe='')}/services/{quote(name, safe='')}",
+                             None, done_if=(404,))
+
+    def create_event(self, ns: str, body: bytes) -> bytes:
+        return self._request("POST", f"/api/v1/namespaces/{quote(ns, safe='')}/events", body)
 
     def delete_pod(self, ns: str, name: str, grace_period_seconds: int) -> bytes:
         body = json.dumps({"kind": "DeleteOptions", "apiVersion": "v1",
                            "gracePeriodSeconds": int(grace_period_seconds)}).encode()
-        return self._request("DELETE", f"{self._pods(ns)}/{quote(name, safe='')}", body)
+        return self._request("DELETE", f"{self._pods(ns)}/{quote(name, safe='')}", body, done_if=(404,))

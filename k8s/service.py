@@ -7,8 +7,15 @@
 - before the engine is restored from the SQLite journal, ``recovery.reconcile``
   makes the journal agree with the pods in the cluster (the cluster wins), so
   the restore re-binds exactly what runs and adopts it;
-- node health comes from the cluster (``NodeHealth``: Ready and not cordoned)
-  unless another health monitor is given.
+- node health comes from the cluster (``NodeHealth``: a cordoned node takes
+  no new gangs, a node NotReady past its toleration has its gangs moved)
+  unless another health monitor is given;
+- with ``leader=`` (or ``$HIVED_K8S_LEASE``) only the instance holding the
+  coordination.k8s.io Lease acts (k8s/leader.py): a standby reads nothing,
+  adopts nothing and refuses writes until it leads; then it recovers from the
+  cluster as on a restart. Job ids continue after the highest id found in the
+  journal *and* on any hived pod in the cluster, so they never repeat across
+  instances or a lost journal.
 
 The jupyter-server extension hosts it with
 ``c.HivedExtension.service_class = "hived.k8s.service.KubernetesSchedulerService"``
@@ -17,14 +24,18 @@ The jupyter-server extension hosts it with
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import os
+import re
 from typing import Any, Optional
 
+from hived.core.engine import RequestError
 from hived.jupyter_ext.service.service import SchedulerService
 
 from .launcher import KubernetesLauncher
+from .leader import Elector
 from .nodes import NodeHealth
 from .policy import load_policy
 from .recovery import reconcile
@@ -41,7 +52,28 @@ ENV = {
     "HIVED_SPEC_VERSION": "spec version written on pods (default: a hash of the spec)",
     "HIVED_K8S_POLICY": "pod policy file (YAML, k8s/policy.py; default: a job's own template fields must "
                         "meet the restricted profile and name no service account)",
+    "HIVED_K8S_LEASE": "name of the coordination.k8s.io Lease for leader election (default: none, "
+                       "this instance acts alone)",
+    "HIVED_K8S_LEASE_NAMESPACE": "namespace of that Lease (default: the pod's own namespace, else HIVED_K8S_NAMESPACE)",
+    "HIVED_K8S_NOTREADY_TOLERATION": "seconds a node may be NotReady before its gangs are moved (default 60)",
+    "HIVED_K8S_DEFAULT_GRACE": "grace period (s) of jobs that give none (default 30; never a force delete)",
+    "HIVED_K8S_PENDING_TIMEOUT": "seconds a gang's pods may stay Pending before it is torn down and retried "
+                                 "(default 600)",
+    "HIVED_K8S_FINISHED_POD_TTL": "seconds after which pods of ended jobs are deleted (default 3600)",
+    "HIVED_K8S_TEARDOWN_MARGIN": "seconds past the grace period after which pods never confirmed gone "
+                                 "(a lost node) no longer hold their cells (default 30)",
 }
+_JOB_ID = re.compile(r"j(\d+)")
+
+
+def leader_from_env() -> Optional[dict]:
+    """The ``leader=`` argument that HIVED_K8S_LEASE / HIVED_K8S_LEASE_NAMESPACE ask for (None: no election)."""
+    name = os.environ.get("HIVED_K8S_LEASE")
+    if not name:
+        return None
+    ns = (os.environ.get("HIVED_K8S_LEASE_NAMESPACE") or _own_namespace()
+          or os.environ.get("HIVED_K8S_NAMESPACE") or "default")
+    return {"name": name, "namespace": ns}
 
 
 def _own_namespace() -> Optional[str]:
@@ -63,6 +95,22 @@ def _load_template(path: Optional[str]) -> Any:
     return yaml.safe_load(text)
 
 
+def timestamped_logs() -> None:
+    """Give hived's loggers a timestamped handler when nothing else would print them (in a pod, the
+    jupyter-server host configures only its own logger: Python's last-resort handler has no time)."""
+    import time as _time
+    hived_log = logging.getLogger("hived")
+    if hived_log.handlers or logging.getLogger().handlers:
+        return
+    h = logging.StreamHandler()
+    fmt = logging.Formatter("%(asctime)s.%(msecs)03dZ %(levelname)s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S")
+    fmt.converter = _time.gmtime
+    h.setFormatter(fmt)
+    hived_log.addHandler(h)
+    if hived_log.level == logging.NOTSET:
+        hived_log.setLevel(logging.INFO)
+
+
 def launcher_from_env(nodes=None, **kw) -> KubernetesLauncher:
     """A KubernetesLauncher configured by the HIVED_K8S_* variables (see ENV)."""
     env = os.environ
@@ -75,7 +123,24 @@ def launcher_from_env(nodes=None, **kw) -> KubernetesLauncher:
         spec_version=env.get("HIVED_SPEC_VERSION", ""),
         watch_namespace=env.get("HIVED_K8S_WATCH_NAMESPACE") or None,
         policy=load_policy(env["HIVED_K8S_POLICY"]) if env.get("HIVED_K8S_POLICY") else None,
+        default_grace=_env_seconds("HIVED_K8S_DEFAULT_GRACE", 30.0),
+        pending_timeout=_env_seconds("HIVED_K8S_PENDING_TIMEOUT", 600.0),
+        teardown_margin=_env_seconds("HIVED_K8S_TEARDOWN_MARGIN", 30.0),
+        finished_pod_ttl=_env_seconds("HIVED_K8S_FINISHED_POD_TTL", 3600.0),
         nodes=nodes, **{"pipeline": True, **kw})
+
+
+def _env_seconds(name: str, default: float) -> float:
+    text = os.environ.get(name)
+    if not text:
+        return default
+    try:
+        v = float(text)
+    except ValueError:
+        raise ValueError(f"${name}: must be a number of seconds, got {text!r}") from None
+    if not v > 0:
+        raise ValueError(f"${name}: must be > 0 seconds, got {text!r}")
+    return v
 
 
 def spec_nodes(spec) -> list[str]:
@@ -103,24 +168,154 @@ def _spec_version(spec) -> str:
 class KubernetesSchedulerService(SchedulerService):
     """SchedulerService whose restart starts from the cluster's pods (k8s/recovery.py)."""
 
-    def __init__(self, spec_path, data_dir, launcher: Any = "kubernetes", *, health=None, **kw):
+    def __init__(self, spec_path, data_dir, launcher: Any = "kubernetes", *, health=None,
+                 leader: Any = "env", **kw):
+        timestamped_logs()
         if not isinstance(launcher, KubernetesLauncher):
             if launcher not in ("kubernetes", "local"):   # "local": hived serve's default flag
                 raise ValueError(f"launcher: the Kubernetes service needs a KubernetesLauncher, got {launcher!r}")
             launcher = launcher_from_env()
         if health is None:
-            health = NodeHealth(launcher.core, spec_nodes(spec_path), timeout_seconds=launcher.watch.timeout_seconds)
+            tol = _env_seconds("HIVED_K8S_NOTREADY_TOLERATION", 60.0)
+            health = NodeHealth(launcher.core, spec_nodes(spec_path), timeout_seconds=launcher.watch.timeout_seconds,
+                                notready_toleration=tol)
         self.cluster_recovery = None
+        self._allocatable: dict[str, tuple[float, float]] = {}   # node -> (cpus, memory GB) its kubelet admits
+        if leader == "env":
+            leader = leader_from_env()
+        # Standby until the Lease is ours: _recover (called by the base constructor) then waits.
+        self._standby = leader is not None
+        self._closing = False
+        self.elector: Optional[Elector] = None
         super().__init__(spec_path, data_dir, launcher=launcher, health=health, **kw)
         self._own_version = not launcher.spec_version
         if self._own_version:
             launcher.spec_version = _spec_version(spec_path)
+        if leader is not None:
+            self.elector = Elector(launcher.api, on_lead=self._on_lead, on_lose=self._on_lose, **leader)
+
+    # -- one active scheduler ---------------------------------------------
+    @property
+    def leading(self) -> bool:
+        return not self._standby
+
+    def _require_leader(self) -> None:
+        if self._standby:
+            holder = self.elector.holder() if self.elector else None
+            raise RequestError("leader", f"this hived instance ({self.elector.identity if self.elector else '?'}) "
+                               f"is a standby; the leader is {holder or 'not known yet'}: send requests there")
+
+    def start(self) -> "KubernetesSchedulerService":
+        if self.elector is not None and self._standby:
+            self.elector.start()      # the timer starts when the Lease is ours (_on_lead)
+            return self
+        return super().start()
+
+    def _on_lead(self) -> None:
+        with self._lock:
+            if not self._standby or self._closing:
+                return
+            self._standby = False
+            self.recovered = self._recover()
+            SchedulerService.start(self)
+
+    def _on_lose(self) -> None:
+        # Another instance may lead already: stop acting now. This instance's memory of the
+        # jobs is stale from here on; a restart makes it a standby again.
+        self._standby = True
+        self.last_error = "lost the leader Lease: stopped scheduling (restart this instance to stand by again)"
+        self._stop.set()
+        self._wake.set()
+
+    def tick(self) -> list[dict]:
+        if self._standby:
+            return []
+        return super().tick()
+
+    def submit(self, user: str, payload: dict) -> dict:
+        self._require_leader()
+        return super().submit(user, payload)
+
+    def cancel(self, job_id: str, user: str) -> dict:
+        self._require_leader()
+        return super().cancel(job_id, user)
+
+    def report_progress(self, job_id: str, done: float, total: float) -> dict:
+        self._require_leader()
+        return super().report_progress(job_id, done, total)
+
+    def set_health(self, node, gpu, healthy, reason="", _now=None) -> dict:
+        self._require_leader()
+        return super().set_health(node, gpu, healthy, reason, _now)
+
+    # -- node states (k8s/nodes.py) ----------------------------------------
+    def _health(self, now: float) -> list[str]:
+        self._release_drained(now)
+        if not isinstance(self.health, NodeHealth):
+            return super()._health(now)
+        for node, state, reason in self.health.poll_states():
+            self._node_state(node, state, reason, now)
+        changed = self.health.poll_capacity()
+        if changed:
+            with self._lock:
+                for node, cpus, mem in changed:
+                    self._allocatable[node] = (cpus, mem)
+                self._apply_allocatable([n for n, _, _ in changed], now)
+        return []
+
+    def _apply_allocatable(self, nodes, now: float) -> None:
+        """A node's CPUs/memory for placement: the spec's, capped by what its kubelet admits."""
+        view = self.eng.view
+        for node in nodes:
+            st = view.nodes.get(node)
+            if st is None or node not in self._allocatable:
+                continue
+            chain = self.spec.chains[st.chain]
+            cpus, mem = self._allocatable[node]
+            cpus, mem = min(cpus, chain.node_cpus), min(mem, chain.node_memory_gb)
+            st.cpus_free += cpus - st.cpus_total
+            st.memory_free_gb += mem - st.memory_total_gb
+            st.cpus_total, st.memory_total_gb = cpus, mem
+        self.eng.on_capacity_changed(list(self.spec.vcs), [], now)   # queued jobs are tried again
+
+    def _node_state(self, node: str, state: str, reason: str, now: float) -> None:
+        """ok: cells usable; cordoned: no new placements, running gangs stay; lost: gangs move."""
+        from .nodes import LOST, OK
+        with self._lock:
+            if state == LOST and (node, None) in self._unhealthy:
+                # already marked (cordoned): clear it first so the allocator names the gangs to move
+                self.eng.set_health(node, None, True, now)
+            if state == OK:
+                decisions = self.eng.set_health(node, None, True, now)
+                self._unhealthy.pop((node, None), None)
+            else:
+                decisions = self.eng.set_health(node, None, False, now, move=(state == LOST))
+                self._unhealthy[(node, None)] = reason
+            if state != OK:
+                log.warning("node %s: %s (%s)%s", node, state, reason,
+                            f"; moving {[d.job_id for d in decisions]}" if decisions else "")
+            self._write_live(now, also=[d.job_id for d in decisions])
+            self._execute(decisions, now)
+
+    def status(self) -> dict:
+        out = super().status()
+        if self.elector is not None:
+            out["leader"] = {"leading": not self._standby, "identity": self.elector.identity,
+                             "lease": f"{self.elector.namespace}/{self.elector.name}", "lost": self.elector.lost}
+        return out
+
+    def _continue_job_ids(self) -> None:
+        """Job ids go on after the highest one the journal or any hived pod in the cluster holds."""
+        seen = list(self.eng._jobs) + list(self._extra) + self.launcher.cluster_job_ids()
+        top = max((int(m.group(1)) for m in map(_JOB_ID.fullmatch, seen) if m), default=0)
+        self.eng._ids = itertools.count(top + 1)
 
     def reload_spec(self, path_or_text) -> dict:
         """Reconfigure while running. Unlike the base service (which refuses a spec that a running
         gang no longer fits), guaranteed gangs whose cells no longer fit their VC are downgraded to
         opportunistic on the same GPUs and their pods relabelled, as on a restart (HiveD 001 §4)."""
         from hived.core.spec import SpecError, load_spec
+        self._require_leader()
         try:
             new_spec = path_or_text if hasattr(path_or_text, "chains") else load_spec(path_or_text)
         except SpecError:
@@ -148,6 +343,9 @@ class KubernetesSchedulerService(SchedulerService):
             self._write(down, now)
         if self._own_version:
             self.launcher.spec_version = _spec_version(path_or_text)
+        with self._lock:
+            self._continue_job_ids()     # the new engine counts from 1 again
+            self._apply_allocatable(list(self._allocatable), self.clock())
         return {**out, "downgraded": down}
 
     def _downgrades_for(self, new_spec) -> list[str]:
@@ -174,16 +372,47 @@ class KubernetesSchedulerService(SchedulerService):
         return out
 
     def _recover(self) -> dict:
+        if self._standby:      # nothing is read or adopted before this instance leads
+            return {"jobs": 0, "adopted": [], "lost": [], "relaunch": [], "unrestorable": [], "standby": True}
         # The journal is open, the spec loaded, nothing restored yet: the cluster goes first.
         self.launcher.start()
         self.cluster_recovery = reconcile(self.store, self.launcher, lambda: self._new_engine(self.spec),
                                           self.clock())
         summary = super()._recover()
         summary["cluster"] = self.cluster_recovery.to_dict()
+        self._continue_job_ids()
+        self._hold_draining(self.cluster_recovery.draining, self.clock())
         return summary
 
+    def _hold_draining(self, draining: list, now: float) -> None:
+        """GPUs of gangs that recovery ended take no new job until their pods are gone."""
+        self._held = getattr(self, "_held", {})
+        for d in draining:
+            held = []
+            for node, gpu in d["gpus"]:
+                if node not in self.eng.alloc.tree.nodes or (node, gpu) in self._unhealthy:
+                    continue
+                self.eng.set_health(node, gpu, False, now, move=False)
+                self._unhealthy[(node, gpu)] = f"pods of ended job {d['job']} still stopping"
+                held.append((node, gpu))
+            if held:
+                self._held[d["job"]] = held
+                self.launcher.drain(d["job"], d["namespace"], d["pods"], d["grace"])
+
+    def _release_drained(self, now: float) -> None:
+        for jid in self.launcher.drained():
+            for node, gpu in getattr(self, "_held", {}).pop(jid, []):
+                if self._unhealthy.get((node, gpu), "").startswith("pods of ended job"):
+                    self.eng.set_health(node, gpu, True, now)
+                    self._unhealthy.pop((node, gpu), None)
+                    log.info("GPU %s/%s: the pods of ended job %s are gone; it takes jobs again", node, gpu, jid)
+
     def close(self) -> None:
+        with self._lock:
+            self._closing = True      # leadership won from now on starts nothing
         super().close()
+        if self.elector is not None:
+            self.elector.stop(release=True)    # after the timer stopped: a standby may act at once
         self.launcher.stop()
         if isinstance(self.health, NodeHealth):
             self.health.stop()

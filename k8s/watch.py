@@ -130,6 +130,7 @@ class ListWatch:
         self.pods: dict[tuple[str, str], dict] = {}
         self.resource_version: Optional[str] = None
         self.relists = 0            # how many times the watch had to list again (410 etc.)
+        self.listed_at = float("-inf")   # monotonic time of the last full list
         self.synced = threading.Event()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -159,6 +160,7 @@ class ListWatch:
             self.pods = fresh
             self.resource_version = rv
             self.relists += 1
+            self.listed_at = time.monotonic()
         for key, pod in old.items():
             if key not in fresh:
                 self._emit("DELETED", pod)

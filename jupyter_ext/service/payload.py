@@ -181,6 +181,7 @@ def job_dict(rec: JobRecord, queue_position: Optional[int] = None) -> dict:
             "pods": [{"rank": q.rank, "node": q.node, "gpus": list(q.gpus)} for q in p.pods]},
         "submitted": rec.submitted, "started": rec.started, "ended": rec.ended,
         "exit_code": rec.exit_code, "failure_class": rec.failure_class,
+        "last_error": rec.last_error or None,
         "preemptions": rec.preemptions, "attempts": rec.attempts,
         "queue_position": queue_position if rec.state is JobState.QUEUED else None,
         "reason": rec.reason or (rec.history[-1][2] if rec.history else ""),

@@ -1,6 +1,7 @@
 """Helpers shared by the k8s tests (plain functions; the fixtures are in conftest.py)."""
 from __future__ import annotations
 
+import json
 import time
 
 from hived.core.jobs import JobClass, JobRequest, Placement, PodGroup, PodPlacement
@@ -132,3 +133,63 @@ class Kubelet:
         except ApiException as e:
             if e.status != 404:
                 raise
+
+
+class Harness:
+    def __init__(self, kube, core, ns, uid, nodes, kubelet, tmp_path):
+        self.kube, self.core, self.ns, self.uid, self.kubelet = kube, core, ns, uid, kubelet
+        self.tmp = tmp_path
+        self.data = tmp_path / "data"
+        self.made = []
+        for i in range(2):
+            nodes.add(f"{uid}-n{i}")
+
+    def spec(self, name="spec.yaml", **kw) -> str:
+        p = self.tmp / name
+        p.write_text(json.dumps(spec_for(self.uid, **kw)))
+        return str(p)
+
+    def service(self, spec=None, launcher_kw=None, data=None, **kw):
+        from hived.k8s.launcher import KubernetesLauncher
+        from hived.k8s.service import KubernetesSchedulerService
+        lau = KubernetesLauncher(self.kube.kubeconfig, template={"image": "registry.example/train:1"},
+                                 namespace=self.ns, instance=self.uid, watch_timeout=1,
+                                 pipeline=True, **(launcher_kw or {}))   # as launcher_from_env builds it
+        svc = KubernetesSchedulerService(spec or self.spec(), data or self.data, launcher=lau, tick_seconds=0.05,
+                                         **{"leader": None, **kw})
+        self.made.append(svc)
+        return svc
+
+    def pods(self, job_id=None):
+        sel = f"{pb.L_INSTANCE}={self.uid}" + (f",{pb.L_JOB}={job_id}" if job_id else "")
+        items = self.core.list_namespaced_pod(self.ns, label_selector=sel).items
+        return sorted(items, key=lambda p: p.metadata.name)
+
+    def run_all(self, job_id):
+        for p in self.pods(job_id):
+            self.kubelet.run(self.ns, p.metadata.name)
+
+    @staticmethod
+    def tick_until(svc, pred, timeout=10.0, why=None):
+        from hived.k8s.watch import wait_for
+        decisions = []
+        ok = wait_for(lambda: decisions.extend(svc.tick()) or pred(), timeout, step=0.05)
+        assert ok, f"condition not reached; decisions {decisions}" + (f"; {why()}" if why else "")
+        return decisions
+
+    def start_jobs(self, svc, *payloads, users=("alice", "bob")):
+        ids = []
+        for payload, user in zip(payloads, users):
+            ids.append(svc.submit(user, payload)["id"])
+        self.tick_until(svc, lambda: all(len(self.pods(j)) == svc.eng.job(j).request.total_pods for j in ids))
+        for j in ids:
+            self.run_all(j)
+        self.tick_until(svc, lambda: all(svc.eng.job(j).state.value == "running" for j in ids))
+        return ids
+
+    def close_all(self):
+        for svc in self.made:
+            try:
+                svc.close()
+            except Exception:
+                pass

@@ -20,68 +20,12 @@ from hived.k8s.launcher import KubernetesLauncher  # noqa: E402
 from hived.k8s.service import KubernetesSchedulerService  # noqa: E402
 from hived.k8s.watch import wait_for  # noqa: E402
 
-from k8s_helpers import spec_for  # noqa: E402
+from k8s_helpers import Harness  # noqa: E402
 
 HERE = Path(__file__).parent
 JOB_4x2 = {"vc": "vca", "command": ["python", "train.py"], "job_class": "be", "pods": 4, "gpus": 2,
            "grace_period": 20}
 JOB_B = {"vc": "vcb", "command": "sleep 1000", "job_class": "be", "pods": 1, "gpus": 2}
-
-
-class Harness:
-    def __init__(self, kube, core, ns, uid, nodes, kubelet, tmp_path):
-        self.kube, self.core, self.ns, self.uid, self.kubelet = kube, core, ns, uid, kubelet
-        self.tmp = tmp_path
-        self.data = tmp_path / "data"
-        self.made = []
-        for i in range(2):
-            nodes.add(f"{uid}-n{i}")
-
-    def spec(self, name="spec.yaml", **kw) -> str:
-        p = self.tmp / name
-        p.write_text(json.dumps(spec_for(self.uid, **kw)))
-        return str(p)
-
-    def service(self, spec=None, **kw) -> KubernetesSchedulerService:
-        lau = KubernetesLauncher(self.kube.kubeconfig, template={"image": "registry.example/train:1"},
-                                 namespace=self.ns, instance=self.uid, watch_timeout=1,
-                                 pipeline=True)   # as launcher_from_env builds it for the service
-        svc = KubernetesSchedulerService(spec or self.spec(), self.data, launcher=lau, tick_seconds=0.05, **kw)
-        self.made.append(svc)
-        return svc
-
-    def pods(self, job_id=None):
-        sel = f"{pb.L_INSTANCE}={self.uid}" + (f",{pb.L_JOB}={job_id}" if job_id else "")
-        items = self.core.list_namespaced_pod(self.ns, label_selector=sel).items
-        return sorted(items, key=lambda p: p.metadata.name)
-
-    def run_all(self, job_id):
-        for p in self.pods(job_id):
-            self.kubelet.run(self.ns, p.metadata.name)
-
-    @staticmethod
-    def tick_until(svc, pred, timeout=10.0):
-        decisions = []
-        ok = wait_for(lambda: decisions.extend(svc.tick()) or pred(), timeout, step=0.05)
-        assert ok, f"condition not reached; decisions {decisions}"
-        return decisions
-
-    def start_jobs(self, svc, *payloads, users=("alice", "bob")):
-        ids = []
-        for payload, user in zip(payloads, users):
-            ids.append(svc.submit(user, payload)["id"])
-        self.tick_until(svc, lambda: all(len(self.pods(j)) == svc.eng.job(j).request.total_pods for j in ids))
-        for j in ids:
-            self.run_all(j)
-        self.tick_until(svc, lambda: all(svc.eng.job(j).state.value == "running" for j in ids))
-        return ids
-
-    def close_all(self):
-        for svc in self.made:
-            try:
-                svc.close()
-            except Exception:
-                pass
 
 
 @pytest.fixture
@@ -249,19 +193,6 @@ def test_pods_of_a_job_the_journal_ended_are_deleted(hv):
     svc2 = hv.service()
     assert [x.split(":")[0] for x in svc2.recovered["cluster"]["finished_teardown"]] == [a]
     assert svc2.get_job(a)["state"] == "cancelled" and a not in svc2.eng.alloc.grants()
-    assert all(p.metadata.deletion_timestamp is not None for p in hv.pods(a))
-
-
-def test_node_not_ready_moves_the_jobs_on_it(hv):
-    svc = hv.service()
-    svc.health.start()
-    (a,) = hv.start_jobs(svc, JOB_4x2)
-    node = svc.get_job(a)["placement"]["pods"][0]["node"]
-    from k8s_helpers import Nodes
-    Nodes(hv.core).set_ready(node, False)
-    hv.tick_until(svc, lambda: svc.eng.job(a).state.value != "running")
-    assert svc.eng.alloc.tree.nodes[node].bad == 8
-    assert svc.launcher.flush(10)      # the deletes are queued to the launcher's sender
     assert all(p.metadata.deletion_timestamp is not None for p in hv.pods(a))
 
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from hived.core.engine import Engine
-from hived.core.jobs import DecisionKind, JobClass, JobRequest, Placement, PodGroup
+from hived.core.jobs import Placement, PodGroup
 from hived.k8s import pod_builder as pb
 from hived.k8s.launcher import KubernetesLauncher
 from hived.k8s.nodes import NodeHealth, node_healthy
@@ -118,59 +118,78 @@ def test_bad_node_rule(node, ok):
     assert node_healthy(node) is ok
 
 
-def _drain(nh, want, timeout=10.0):
+def _drain(nh, want, timeout=10.0, states=False):
     got = []
-    assert wait_for(lambda: got.extend(nh.poll()) or want(got), timeout), f"health changes seen: {got}"
+    poll = nh.poll_states if states else nh.poll
+    assert wait_for(lambda: got.extend(poll()) or want(got), timeout), f"health changes seen: {got}"
     return got
 
 
-def test_not_ready_and_cordoned_nodes_mark_their_cells_unhealthy(kube, core, uid, nodes):
+class _Clock:
+    """The toleration's clock, moved by the test (no sleeping through a toleration)."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_cordon_holds_notready_past_toleration_is_lost(kube, core, uid, nodes):
     n0, n1, n2 = f"{uid}-n0", f"{uid}-n1", f"{uid}-n2"
     nodes.add(n0), nodes.add(n1)              # n2 is in the spec but not in the cluster
-    eng = Engine(spec_for(uid, nodes=3, vcs=(("vca", "T-NODE", 2),)))
-    nh = NodeHealth(core, [n0, n1, n2], timeout_seconds=1).start()
+    clock = _Clock()
+    nh = NodeHealth(core, [n0, n1, n2], timeout_seconds=1, notready_toleration=60, clock=clock).start()
     try:
-        first = nh.poll()
-        assert sorted((n, ok) for n, _, ok, _ in first) == [(n0, True), (n1, True), (n2, False)]
-        assert dict((n, r) for n, _, _, r in first)[n2] == "no Node object"
-        for node, gpu, ok, _ in first:
-            eng.set_health(node, gpu, ok, 0.0)
-        tree = eng.alloc.tree
-        assert (tree.nodes[n0].bad, tree.nodes[n1].bad, tree.nodes[n2].bad) == (0, 0, 8)
+        first = {n: (s, r) for n, s, r in nh.poll_states()}
+        assert first[n0][0] == first[n1][0] == "ok"
+        assert first[n2] == ("cordoned", "no Node object (within its 60s toleration)")
+        # kubectl cordon: no new pods there, the node is not lost
+        nodes.cordon(n0)
+        assert _drain(nh, lambda g: g, states=True) == [(n0, "cordoned", "cordoned (spec.unschedulable)")]
+        # NotReady: held (cordoned) inside the toleration ...
+        nodes.set_ready(n1, False)
+        assert _drain(nh, lambda g: g, states=True) == [
+            (n1, "cordoned", "Ready=False (KubeletNotReady) (within its 60s toleration)")]
+        clock.t = 59.0
+        assert nh.poll_states() == []
+        # ... lost past it (no event needed: the time alone decides), n2 too
+        clock.t = 61.0
+        assert sorted(nh.poll_states()) == [(n1, "lost", "Ready=False (KubeletNotReady) for more than 60s"),
+                                            (n2, "lost", "no Node object for more than 60s")]
+        # Ready again: back to ok, the toleration starts afresh next time
+        nodes.set_ready(n1, True)
+        nodes.cordon(n0, False)
+        got = _drain(nh, lambda g: len(g) >= 2, states=True)
+        assert sorted(got) == [(n0, "ok", ""), (n1, "ok", "")]
+        nodes.set_ready(n1, False)
+        assert _drain(nh, lambda g: g, states=True)[0][1] == "cordoned"
+        assert nh.unhealthy() == {n1: "Ready=False (KubeletNotReady) (within its 60s toleration)",
+                                  n2: "no Node object for more than 60s"}
+    finally:
+        nh.stop()
 
-        # a running 8-GPU job; its node goes NotReady: its cells go bad and the job is moved
-        jid = eng.submit(JobRequest(user="alice", vc="vca", job_class=JobClass.BE, groups=[PodGroup(1, 8)]), 1.0)
-        (start,) = eng.step(1.0)
-        node = start.placement.pods[0].node
-        other = n1 if node == n0 else n0
-        eng.on_started(jid, 1.0)
-        nodes.set_ready(node, False)
-        got = _drain(nh, lambda g: any(n == node for n, *_ in g))
-        assert got == [(node, None, False, "Ready=False (KubeletNotReady)")]
-        decisions = eng.set_health(node, None, False, 2.0)
-        assert tree.nodes[node].bad == 8
-        assert [(d.kind, d.job_id) for d in decisions] and all(d.job_id == jid for d in decisions)
-        assert decisions[0].kind in (DecisionKind.PREEMPT, DecisionKind.KILL)
 
-        # cordon the other node too: both bad
-        nodes.cordon(other)
-        got = _drain(nh, lambda g: any(n == other for n, *_ in g))
-        assert got == [(other, None, False, "cordoned (spec.unschedulable)")]
-        eng.set_health(other, None, False, 3.0)
-        assert tree.nodes[other].bad == 8
-        # uncordon + Ready again: healthy, and a new job can be placed there
-        nodes.cordon(other, False)
-        nodes.set_ready(node, True)
-        got = _drain(nh, lambda g: len(g) >= 2)
-        assert sorted(got) == sorted([(other, None, True, ""), (node, None, True, "")])
-        for n, g, ok, _ in got:
-            eng.set_health(n, g, ok, 4.0)
-        assert tree.nodes[node].bad == tree.nodes[other].bad == 0
-        # a deleted Node object is unhealthy as well
-        nodes.delete(other)
-        got = _drain(nh, lambda g: any(n == other for n, *_ in g))
-        assert got == [(other, None, False, "no Node object")]
-        assert nh.unhealthy() == {n2: "no Node object", other: "no Node object"}
+def test_generic_poll_reports_only_lost_nodes_as_unhealthy(kube, core, uid, nodes):
+    """A plain SchedulerService moves the jobs of an unhealthy node: a cordon must not say unhealthy."""
+    n0 = f"{uid}-n0"
+    nodes.add(n0)
+    clock = _Clock()
+    nh = NodeHealth(core, [n0], timeout_seconds=1, notready_toleration=5, clock=clock).start()
+    try:
+        assert nh.poll() == [(n0, None, True, "")]
+        nodes.cordon(n0)
+        time.sleep(0.5)
+        assert nh.poll() == []
+        nodes.set_ready(n0, False)
+        time.sleep(0.5)
+        assert nh.poll() == []
+        clock.t = 10.0
+        assert nh.poll() == [(n0, None, False, "Ready=False (KubeletNotReady) for more than 5s")]
+        # moving lost nodes' jobs is still the engine's: its cells go bad
+        eng = Engine(spec_for(uid, nodes=1, vcs=(("vca", "T-NODE", 1),)))
+        eng.set_health(n0, None, False, 0.0)
+        assert eng.alloc.tree.nodes[n0].bad == 8
     finally:
         nh.stop()
 

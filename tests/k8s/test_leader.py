@@ -1,0 +1,128 @@
+"""One active scheduler: two instances on one Lease; the standby acts only after it leads."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))   # k8s_helpers (pytest runs with --import-mode=importlib)
+
+import pytest  # noqa: E402
+
+from hived.core.engine import RequestError  # noqa: E402
+from hived.k8s.watch import wait_for  # noqa: E402
+
+from k8s_helpers import Harness  # noqa: E402
+
+JOB = {"vc": "vca", "command": "sleep 1000", "job_class": "be", "pods": 3, "gpus": 2}
+
+
+@pytest.fixture
+def hv(kube, core, ns, uid, nodes, kubelet, tmp_path):
+    h = Harness(kube, core, ns, uid, nodes, kubelet, tmp_path)
+    yield h
+    h.close_all()
+
+
+def _instance(hv, name, spec):
+    lease = {"namespace": hv.ns, "name": "hived-scheduler", "identity": name,
+             "lease_duration": 3, "renew_deadline": 2, "retry_period": 1}
+    return hv.service(spec, data=hv.tmp / f"data-{name}", leader=lease)
+
+
+def test_standby_stays_idle_then_takes_over_and_adopts(hv):
+    spec = hv.spec()
+    a = _instance(hv, "a", spec).start()
+    assert wait_for(lambda: a.leading, 15), a.status()
+    b = _instance(hv, "b", spec).start()
+    jid = a.submit("alice", JOB)["id"]
+    assert wait_for(lambda: len(hv.pods(jid)) == 3, 10)
+    hv.run_all(jid)
+    assert wait_for(lambda: a.get_job(jid)["state"] == "running", 10)
+    uids = {p.metadata.name: p.metadata.uid for p in hv.pods()}
+
+    # the standby: no engine state, no pod watch, writes refused with the leader named
+    time.sleep(4)                                   # longer than the lease: the leader keeps renewing
+    assert not b.leading and b.status()["leader"] == {"leading": False, "identity": "b",
+                                                       "lease": f"{hv.ns}/hived-scheduler", "lost": False}
+    assert b.recovered.get("standby") and b.list_jobs() == [] and not b.launcher._started
+    with pytest.raises(RequestError, match="standby; the leader is a"):
+        b.submit("alice", JOB)
+    assert b.tick() == []
+
+    # the leader stops: the standby leads, rebuilds the gang from its pods and relaunches nothing
+    a.close()
+    # handed back at once (holder cleared): b need not wait for the lease to lapse
+    assert b.elector.holder() in (None, "b")
+    assert wait_for(lambda: b.leading, 10), b.status()
+    assert wait_for(lambda: b.get_job(jid)["state"] == "running", 10)
+    assert jid in b.recovered["adopted"] and jid in " ".join(b.recovered["cluster"]["rebuilt"])
+    time.sleep(0.5)
+    assert {p.metadata.name: p.metadata.uid for p in hv.pods()} == uids
+    # its job ids go on after the cluster's, although its own journal never saw jid
+    nxt = b.submit("alice", {**JOB, "pods": 1})["id"]
+    assert int(nxt[1:]) > int(jid[1:])
+
+
+def test_a_leader_that_dies_is_replaced_after_the_lease_expires(hv):
+    spec = hv.spec()
+    a = _instance(hv, "a", spec).start()
+    assert wait_for(lambda: a.leading, 15)
+    b = _instance(hv, "b", spec).start()
+    time.sleep(1.5)
+    assert not b.leading
+    # a crash: nothing renews, nothing is handed back
+    a.elector.stop(release=False)
+    a.stop()
+    t0 = time.monotonic()
+    assert wait_for(lambda: b.leading, 15), b.status()
+    took = time.monotonic() - t0
+    assert 1.5 <= took <= 8, f"took over after {took:.1f}s with a 3 s lease"
+
+
+def test_job_ids_never_repeat_after_a_lost_journal(hv):
+    """Ended gangs are not rebuilt from their pods, but their ids are taken: a new job must not reuse one."""
+    import shutil
+    svc = hv.service()
+    (jid,) = hv.start_jobs(svc, {**JOB, "pods": 1})
+    for p in hv.pods(jid):
+        hv.kubelet.exit(hv.ns, p.metadata.name, 0)
+    hv.tick_until(svc, lambda: svc.get_job(jid)["state"] == "succeeded")
+    svc.close()
+    shutil.rmtree(hv.data)                          # the journal is lost; the finished pod remains
+    svc2 = hv.service()
+    assert jid in " ".join(svc2.recovered["cluster"]["ignored"])
+    nxt = svc2.submit("alice", {**JOB, "pods": 1})["id"]
+    assert int(nxt[1:]) > int(jid[1:])
+
+
+def test_settings_from_the_environment(monkeypatch):
+    from hived.k8s import service as S
+    monkeypatch.delenv("HIVED_K8S_LEASE", raising=False)
+    assert S.leader_from_env() is None
+    monkeypatch.setenv("HIVED_K8S_LEASE", "hived-scheduler")
+    monkeypatch.setenv("HIVED_K8S_LEASE_NAMESPACE", "hived")
+    assert S.leader_from_env() == {"name": "hived-scheduler", "namespace": "hived"}
+    monkeypatch.setenv("HIVED_K8S_PENDING_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match=r"\$HIVED_K8S_PENDING_TIMEOUT: must be a number of seconds, got 'soon'"):
+        S._env_seconds("HIVED_K8S_PENDING_TIMEOUT", 600.0)
+    monkeypatch.setenv("HIVED_K8S_PENDING_TIMEOUT", "0")
+    with pytest.raises(ValueError, match="must be > 0 seconds"):
+        S._env_seconds("HIVED_K8S_PENDING_TIMEOUT", 600.0)
+
+
+def test_a_leader_that_cannot_renew_stops_scheduling(hv):
+    """Renewals failing for the renew deadline (here: the API server is away) mean another instance
+    may lead already: this one stops acting at once and says why."""
+    a = _instance(hv, "a", hv.spec()).start()
+    assert wait_for(lambda: a.leading, 15)
+    hv.kube.stop_apiserver()
+    try:
+        assert wait_for(lambda: not a.leading, 15), a.status()
+    finally:
+        hv.kube.start_apiserver()
+    st = a.status()
+    assert st["leader"]["lost"] and "lost the leader Lease" in st["last_error"]
+    assert a.tick() == []
+    with pytest.raises(RequestError, match="standby"):
+        a.submit("alice", JOB)

@@ -7,7 +7,9 @@ from .base import NoRouteHandler
 from .cluster import (ClusterHandler, OpenAPIHandler, SpecReloadHandler, StatusHandler,
                       VCHandler, VCsHandler)
 from .exchange import ExchangeHandler
+from .health import HealthHandler, ReadyHandler
 from .jobs import CancelHandler, JobHandler, JobsHandler, LogsHandler
+from .tokens import TokensReloadHandler
 
 _SEG = r"([^/]+)"
 # (path under hived/api/, handler, OpenAPI path) - the test suite checks this
@@ -25,6 +27,9 @@ ROUTES = [
     ("exchange/(board|ledger|offers|requests)", ExchangeHandler,
      ("/exchange/board", "/exchange/ledger", "/exchange/offers", "/exchange/requests")),
     ("spec/reload", SpecReloadHandler, "/spec/reload"),
+    ("tokens/reload", TokensReloadHandler, "/tokens/reload"),
+    ("healthz", HealthHandler, "/healthz"),
+    ("readyz", ReadyHandler, "/readyz"),
 ]
 
 

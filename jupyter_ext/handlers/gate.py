@@ -1,0 +1,93 @@
+"""Jupyter's own routes belong to the account running the server, and to no one else.
+
+A Jupyter server hosting hived also serves Lab, contents, files, kernels,
+terminals, shutdown and whatever other extensions add. Any of them in the
+hands of a VC member is a shell on the scheduler host as the server's
+account. So every request is checked where tornado turns a matched route
+into a handler (``Application.get_handler_delegate``): routes added later by
+another extension pass through the same check.
+
+- hived's own handlers (``HivedHandler`` and subclasses) pass untouched;
+- with ``serve_jupyter`` off (``hived serve`` without ``--jupyter``), every
+  other route answers 404 to everyone, before its body is read;
+- with it on, they answer 403 unless the request is authenticated as the
+  server account (the server token, or a login cookie made from it).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from typing import Any
+
+from tornado import web
+
+from ..auth import is_server_account
+from .base import HivedHandler
+
+# a refused request's body is read and dropped up to this size (so that the
+# answer reaches the client cleanly); anything larger closes the connection
+DRAIN_BYTES = 64 * 1024
+
+
+@web.stream_request_body
+class RefusedHandler(web.RequestHandler):
+    """What a non-hived route is when Jupyter's routes are not served at all."""
+
+    def prepare(self) -> None:
+        self.request.connection.set_max_body_size(DRAIN_BYTES)
+        self.set_status(404)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"error": "not found: this server serves hived only, under hived/api/",
+                                "where": self.request.path}))
+
+    def data_received(self, chunk: bytes) -> None:
+        pass  # dropped unread
+
+    def check_xsrf_cookie(self) -> None:
+        pass  # refused anyway; never let an XSRF error replace the 404
+
+
+def _server_account_only(cls: type) -> type:
+    """A subclass of ``cls`` whose ``prepare`` first checks the caller is the server account."""
+
+    async def prepare(self, *args: Any, **kwargs: Any) -> None:
+        provider = self.settings.get("identity_provider")
+        user = None
+        if provider is not None:
+            user = provider.get_user(self)
+            if inspect.isawaitable(user):
+                user = await user
+        if user is None or not is_server_account(provider, user):
+            self.request.connection.set_max_body_size(DRAIN_BYTES) if hasattr(
+                self.request.connection, "set_max_body_size") else None
+            raise web.HTTPError(403, "Jupyter's own routes are for the server's account only")
+        result = cls.prepare(self, *args, **kwargs)
+        if inspect.isawaitable(result):
+            await result
+
+    return type(cls.__name__, (cls,), {"prepare": prepare, "__module__": cls.__module__,
+                                       "__qualname__": cls.__qualname__, "_hived_gated": True})
+
+
+_gated = functools.lru_cache(maxsize=None)(_server_account_only)
+
+
+def passes(target_class: type) -> bool:
+    """hived's own handlers, and tornado's bare 404 (it serves nothing)."""
+    return issubclass(target_class, HivedHandler) or target_class is web.ErrorHandler
+
+
+def install(web_app: web.Application, serve_jupyter: bool) -> None:
+    """Route every request of ``web_app`` through the gate."""
+    original = web_app.get_handler_delegate
+
+    def get_handler_delegate(request, target_class, target_kwargs=None, path_args=None, path_kwargs=None):
+        if not passes(target_class):
+            if not serve_jupyter:
+                target_class, target_kwargs, path_args, path_kwargs = RefusedHandler, {}, [], {}
+            elif not getattr(target_class, "_hived_gated", False):
+                target_class = _gated(target_class)
+        return original(request, target_class, target_kwargs, path_args, path_kwargs)
+
+    web_app.get_handler_delegate = get_handler_delegate

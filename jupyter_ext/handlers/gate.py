@@ -11,7 +11,9 @@ another extension pass through the same check.
 - with ``serve_jupyter`` off (``hived serve`` without ``--jupyter``), every
   other route answers 404 to everyone, before its body is read;
 - with it on, they answer 403 unless the request is authenticated as the
-  server account (the server token, or a login cookie made from it).
+  server account (the server token, or a login cookie made from it); the
+  login and logout pages stay open, since a browser has no other way in
+  (tokens in URLs are refused).
 """
 from __future__ import annotations
 
@@ -59,8 +61,6 @@ def _server_account_only(cls: type) -> type:
             if inspect.isawaitable(user):
                 user = await user
         if user is None or not is_server_account(provider, user):
-            self.request.connection.set_max_body_size(DRAIN_BYTES) if hasattr(
-                self.request.connection, "set_max_body_size") else None
             raise web.HTTPError(403, "Jupyter's own routes are for the server's account only")
         result = cls.prepare(self, *args, **kwargs)
         if inspect.isawaitable(result):
@@ -81,9 +81,11 @@ def passes(target_class: type) -> bool:
 def install(web_app: web.Application, serve_jupyter: bool) -> None:
     """Route every request of ``web_app`` through the gate."""
     original = web_app.get_handler_delegate
+    provider = web_app.settings.get("identity_provider")
+    login_pages = {getattr(provider, name, None) for name in ("login_handler_class", "logout_handler_class")}
 
     def get_handler_delegate(request, target_class, target_kwargs=None, path_args=None, path_kwargs=None):
-        if not passes(target_class):
+        if not passes(target_class) and not (serve_jupyter and target_class in login_pages):
             if not serve_jupyter:
                 target_class, target_kwargs, path_args, path_kwargs = RefusedHandler, {}, [], {}
             elif not getattr(target_class, "_hived_gated", False):

@@ -22,6 +22,7 @@ import inspect
 import json
 from typing import Any
 
+from jupyter_server.base.handlers import JupyterHandler
 from tornado import web
 
 from ..auth import is_server_account
@@ -51,22 +52,38 @@ class RefusedHandler(web.RequestHandler):
 
 
 def _server_account_only(cls: type) -> type:
-    """A subclass of ``cls`` whose ``prepare`` first checks the caller is the server account."""
+    """A subclass of ``cls`` that checks the caller is the server account
+    before any of the route's own code runs (its ``initialize`` included)."""
+
+    def initialize(self, **kwargs: Any) -> None:
+        self._hived_init = kwargs
 
     async def prepare(self, *args: Any, **kwargs: Any) -> None:
         provider = self.settings.get("identity_provider")
         user = None
         if provider is not None:
-            user = provider.get_user(self)
+            # the full check (token or login cookie) needs a Jupyter handler;
+            # a plain tornado one (a redirect, say) is judged by its token alone
+            user = provider.get_user(self) if isinstance(self, JupyterHandler) else provider.get_user_token(self)
             if inspect.isawaitable(user):
                 user = await user
         if user is None or not is_server_account(provider, user):
-            raise web.HTTPError(403, "Jupyter's own routes are for the server's account only")
+            # answered here, not through the handler's own error path (some
+            # override finish() and would never complete the answer)
+            self.clear()
+            self.set_status(403)
+            self.set_header("Content-Type", "application/json")
+            web.RequestHandler.finish(self, json.dumps({
+                "error": "Jupyter's own routes are for the server's account only", "where": self.request.path}))
+            return
+        cls.initialize(self, **self._hived_init)
         result = cls.prepare(self, *args, **kwargs)
         if inspect.isawaitable(result):
             await result
 
-    return type(cls.__name__, (cls,), {"prepare": prepare, "__module__": cls.__module__,
+    # every method reaches prepare (a 405 would come first and tell what the route takes)
+    return type(cls.__name__, (cls,), {"initialize": initialize, "prepare": prepare, "SUPPORTED_METHODS": web.RequestHandler.SUPPORTED_METHODS,
+                                       "__module__": cls.__module__,
                                        "__qualname__": cls.__qualname__, "_hived_gated": True})
 
 

@@ -214,6 +214,10 @@ def _parse_and_check(raw: bytes, schema_name: str, required: bool) -> tuple[Any,
         body = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
         return None, (f"body is not valid JSON: {_one_line(str(exc))[:160]}", "body")
+    try:  # "\ud800" escapes decode to strings no terminal, file or database can take
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return None, ("body holds a lone UTF-16 surrogate (an escape like \\ud800): not valid Unicode", "body")
     return body, schema.first_error(schema_name, body)
 
 

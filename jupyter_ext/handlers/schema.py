@@ -132,8 +132,16 @@ def _explain(err) -> str:
     if v == "not" and isinstance(err.instance, dict) and "gpus" in err.instance and "cell_type" in err.instance:
         return "give either gpus or cell_type, not both"
     if v == "pattern":
+        if isinstance(err.instance, str) and "\x00" in err.instance:
+            return "must not contain a NUL character"
+        if err.validator_value.startswith("^/"):
+            return "must be an absolute path"
         return f"must match {err.validator_value}"
     if v == "oneOf":
+        # right shape, wrong text: say what is wrong with the text
+        wording = [e for e in err.context or () if e.validator == "pattern"]
+        if wording:
+            return _explain(wording[0])
         return "must be a non-empty string or a non-empty list of strings"
     msg = err.message
     return msg if len(msg) <= 200 else msg[:200] + "..."

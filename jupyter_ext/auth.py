@@ -25,8 +25,12 @@ Cluster admins pass every check. Resources not starting with ``hived`` are
 allowed, so the class can also serve as the server-wide ``authorizer_class``.
 
 ``HivedIdentityProvider`` is for deployments without JupyterHub: it maps
-per-user tokens to user names, and (opt-in) lets holders of the server token
-name the user in an ``X-Hived-User`` header (a trusted front end or tests).
+per-user tokens (a reloadable file) to user names, takes tokens from the
+``Authorization`` header only, ties login cookies to the token they came
+from (so removing a token revokes its cookies too), tells the server account
+apart from everyone else (:func:`is_server_account`: Jupyter's own routes are
+its alone, see handlers/gate.py), and (opt-in) lets holders of the server
+token name the user in an ``X-Hived-User`` header (a trusted front end or tests).
 """
 from __future__ import annotations
 

@@ -25,13 +25,19 @@ Cluster admins pass every check. Resources not starting with ``hived`` are
 allowed, so the class can also serve as the server-wide ``authorizer_class``.
 
 ``HivedIdentityProvider`` is for deployments without JupyterHub: it maps
-per-user tokens to user names, and (opt-in) lets holders of the server token
-name the user in an ``X-Hived-User`` header (a trusted front end or tests).
+per-user tokens (a reloadable file) to user names, takes tokens from the
+``Authorization`` header only, ties login cookies to the token they came
+from (so removing a token revokes its cookies too), tells the server account
+apart from everyone else (:func:`is_server_account`: Jupyter's own routes are
+its alone, see handlers/gate.py), and (opt-in) lets holders of the server
+token name the user in an ``X-Hived-User`` header (a trusted front end or tests).
 """
 from __future__ import annotations
 
 import getpass
+import hashlib
 import hmac
+import json
 from dataclasses import dataclass, field
 from typing import Optional
 from urllib.parse import quote, unquote
@@ -126,13 +132,69 @@ class HivedAuthorizer(Authorizer):
         return decide(access, user.username, action, resource)
 
 
+class HivedUser(User):
+    """A user as hived's identity provider knows them.
+
+    ``server_account`` is True only for requests made with the server's own
+    token (or a login cookie minted from it): the account running the server.
+    ``credential`` fingerprints the token the identity came from, so that a
+    login cookie dies with its token.
+    """
+
+    def __init__(self, username: str, server_account: bool = False, credential: str = ""):
+        super().__init__(username)
+        self.server_account, self.credential = server_account, credential
+
+
+def fingerprint(token: str) -> str:
+    """What a login cookie keeps of a token: enough to tell it is still valid."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def read_tokens_file(path: str) -> dict[str, str]:
+    """``{token: username}`` from a JSON file; one-line ValueError naming what is wrong."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tokens = json.load(f)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror}") from None
+    except ValueError:
+        raise ValueError(f"{path}: not JSON; want an object {{token: username}}") from None
+    if not isinstance(tokens, dict) or not all(isinstance(v, str) and v for v in tokens.values()):
+        raise ValueError(f"{path}: want a JSON object {{token: username}} with non-empty names")
+    if any(not token for token in tokens):
+        raise ValueError(f"{path}: an empty token would let anyone in")
+    return tokens
+
+
+def is_server_account(identity_provider, user) -> bool:
+    """Whether ``user`` is the account running the server.
+
+    Providers that tell users apart define ``is_server_account``; with
+    jupyter-server's stock provider the only credential is the server's own.
+    """
+    check = getattr(identity_provider, "is_server_account", None)
+    return bool(check(user)) if check is not None else user is not None
+
+
 class HivedIdentityProvider(IdentityProvider):
-    """Token authentication that knows user names (when JupyterHub is not there)."""
+    """Token authentication that knows user names (when JupyterHub is not there).
+
+    Tokens are read from the ``Authorization`` header only, never from a URL:
+    URLs end up in proxy logs, browser history and ``Referer`` headers. A
+    login cookie names the token it came from and is refused as soon as that
+    token is gone (see :meth:`reload_tokens`).
+    """
 
     user_tokens = Dict(
         value_trait=Unicode(), default_value={}, config=True,
         help="Per-user tokens: {token: username}. A request with one of these "
              "tokens is that user.",
+    )
+    user_tokens_file = Unicode(
+        "", config=True,
+        help="JSON file {token: username} of per-user tokens, read at start and again on "
+             "reload_tokens() (SIGHUP to hived serve, or POST hived/api/tokens/reload).",
     )
     token_user = Unicode(
         config=True, help="User name of requests made with the server's own token "
@@ -152,14 +214,62 @@ class HivedIdentityProvider(IdentityProvider):
         except Exception:  # no passwd entry (containers)
             return "jupyter"
 
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        if self.user_tokens_file:
+            self.user_tokens = read_tokens_file(self.user_tokens_file)
+
+    def reload_tokens(self) -> int:
+        """Read the tokens file again; a removed token is refused from the next
+        request on, login cookies made from it included. A bad file changes nothing."""
+        if not self.user_tokens_file:
+            raise LookupError("this server has no tokens file (hived serve --user-tokens FILE)")
+        self.user_tokens = read_tokens_file(self.user_tokens_file)
+        self.log.info("hived: %d user token(s) loaded from %s", len(self.user_tokens), self.user_tokens_file)
+        return len(self.user_tokens)
+
+    def is_server_account(self, user) -> bool:
+        return bool(getattr(user, "server_account", False))
+
+    def get_token(self, handler) -> Optional[str]:
+        m = self.auth_header_pat.match(handler.request.headers.get("Authorization", ""))
+        return m.group(2).strip() if m else None
+
+    def _user_for(self, given: str, named: str = "") -> Optional[HivedUser]:
+        for token, name in self.user_tokens.items():
+            if hmac.compare_digest(token.encode("utf-8", "surrogatepass"), given.encode("utf-8", "surrogatepass")):
+                return HivedUser(name, credential=fingerprint(token))
+        if self.token and hmac.compare_digest(self.token.encode("utf-8", "surrogatepass"),
+                                              given.encode("utf-8", "surrogatepass")):
+            if named:
+                return HivedUser(named, credential=fingerprint(self.token))
+            return HivedUser(self.token_user, server_account=True, credential=fingerprint(self.token))
+        return None
+
     async def get_user_token(self, handler) -> Optional[User]:
         given = self.get_token(handler)
-        if given:
-            for token, name in self.user_tokens.items():
-                if hmac.compare_digest(token.encode(), given.encode()):
-                    return User(username=name)
-        server_user = await super().get_user_token(handler)
-        if server_user is None:
+        if not given:
             return None
         named = handler.request.headers.get(USER_HEADER, "").strip() if self.trust_user_header else ""
-        return User(username=named or self.token_user)
+        return self._user_for(given, named)
+
+    def process_login_form(self, handler) -> Optional[User]:
+        # the login page takes any valid token (form body, not URL)
+        given = handler.get_body_argument("password", default="") or ""
+        return self._user_for(given) if given else None
+
+    def user_to_cookie(self, user: User) -> str:
+        return json.dumps({"username": user.username, "credential": getattr(user, "credential", ""),
+                           "server_account": bool(getattr(user, "server_account", False))})
+
+    def user_from_cookie(self, cookie_value: str) -> Optional[User]:
+        doc = json.loads(cookie_value)
+        credential, name = doc.get("credential") or "", doc.get("username") or ""
+        if doc.get("server_account"):
+            ok = bool(self.token) and hmac.compare_digest(credential, fingerprint(self.token)) \
+                and name == self.token_user
+            return HivedUser(name, server_account=True, credential=credential) if ok else None
+        for token, owner in self.user_tokens.items():
+            if owner == name and hmac.compare_digest(credential, fingerprint(token)):
+                return HivedUser(name, credential=credential)
+        return None  # the token it came from is gone: revoked

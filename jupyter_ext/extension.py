@@ -9,6 +9,9 @@ Configure it like any jupyter-server component::
 starts: the API answers ``status`` with ``ok: false`` and everything else
 with a 503 naming the missing setting, so that an installed-but-unconfigured
 JupyterLab keeps working.
+
+Jupyter's own routes (Lab, contents, kernels, terminals, ...) are the server
+account's only; see handlers/gate.py and docs/security.md.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
 from jupyter_server.auth import Authorizer
-from traitlets import Float, Int, Type, Unicode, default
+from traitlets import Bool, Float, Int, Type, Unicode, default
 from traitlets.config import LoggingConfigurable
 
 from .auth import Access, HivedAuthorizer
@@ -35,6 +38,12 @@ class HivedExtension(LoggingConfigurable):
     follow_poll = Float(0.2, config=True, help="How often a follow request looks for new log text, in seconds.")
     api_threads = Int(8, config=True, help="Threads that run the API's calls into the service.")
     max_body_bytes = Int(1 << 20, config=True, help="Largest request body accepted, in bytes.")
+    serve_jupyter = Bool(
+        True, config=True,
+        help="Serve Jupyter's own routes (Lab, contents, files, kernels, terminals, shutdown, other "
+             "extensions) to the account running the server. Other users never reach them. "
+             "hived serve sets this False unless started with --jupyter.",
+    )
     service_class = Type(
         "hived.jupyter_ext.service.service.SchedulerService", klass=object, config=True,
         help="The scheduler service to host (constructor: spec_path, data_dir, launcher=, tick_seconds=).",
@@ -65,6 +74,8 @@ class HivedState:
         self._reload_lock = threading.Lock()
         # the handlers' calls into the service run here, off the IOLoop thread
         self.pool = ThreadPoolExecutor(max_workers=config.api_threads, thread_name_prefix="hived-api")
+        # request bodies are parsed and checked here: never behind a slow service call
+        self.parse_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hived-parse")
 
     def start(self) -> None:
         from hived.core.spec import load_spec
@@ -90,6 +101,7 @@ class HivedState:
 
     def stop(self) -> None:
         self.pool.shutdown(wait=False)
+        self.parse_pool.shutdown(wait=False)
         if self.service is not None:
             svc, self.service = self.service, None
             # close, not only stop: the data directory's lock goes with the server
@@ -113,7 +125,7 @@ def _version() -> str:
 
 
 def load(serverapp) -> HivedState:
-    from .handlers import handlers
+    from .handlers import gate, handlers
     cfg = HivedExtension(parent=serverapp)
     state = HivedState(cfg, cfg.authorizer_class(parent=serverapp, identity_provider=serverapp.identity_provider),
                        _version())
@@ -124,6 +136,7 @@ def load(serverapp) -> HivedState:
         serverapp.log.error("hived: service not started: %s", state.error)
     serverapp.web_app.settings["hived"] = state
     serverapp.web_app.add_handlers(".*$", handlers(serverapp.base_url))
+    gate.install(serverapp.web_app, cfg.serve_jupyter)
     serverapp.log.info("hived: REST API at %shived/api/ (spec %s, data %s)",
                        serverapp.base_url, cfg.spec_path or "-", cfg.data_dir)
     return state

@@ -58,7 +58,8 @@ def start_server(tmp: Path, tick: float = 0.5, timeout: float = 60.0):
     log_path = tmp / "serve.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen([os.path.join(bindir, "hived"), "serve", "--spec", str(spec),
-                                 "--data-dir", str(data), "--port", "0", "--tick", str(tick)],
+                                 "--data-dir", str(data), "--port", "0", "--tick", str(tick)]
+                                + (["--allow-root"] if os.geteuid() == 0 else []),
                                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     info_path = data / "server.json"
     deadline = time.monotonic() + timeout

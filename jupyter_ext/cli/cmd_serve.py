@@ -1,8 +1,14 @@
-"""``hived serve``: the scheduler daemon, a headless Jupyter server with hived's extension.
+"""``hived serve``: the scheduler daemon, a Jupyter server that serves hived and nothing else.
 
 Writes ``<data-dir>/server.json`` (``{"url","token","pid"}``, mode 0600) once
 listening, so that ``hived`` commands and ``HivedClient()`` on this machine
-find it without flags; removes it on exit.
+find it without flags; removes it on exit. The data directory is made 0700
+and everything the server writes is private to its account (umask 077).
+
+Jupyter's own routes (Lab, contents, kernels, terminals, shutdown, other
+extensions) are not served unless ``--jupyter`` is given, and then only to
+the server's account. The server token comes from ``--token-file`` or
+``$HIVED_TOKEN``, never from the command line (``ps`` shows it to everyone).
 """
 from __future__ import annotations
 
@@ -26,10 +32,20 @@ def register(subparsers, summary: str) -> None:
                    help="job store, logs and server.json")
     p.add_argument("--ip", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=8890, help="port (0: pick a free one)")
-    p.add_argument("--token", default=None,
-                   help="server token (default: $HIVED_TOKEN, else a random one written to server.json)")
+    p.add_argument("--token", default=None, help=argparse.SUPPRESS)  # refused: see run()
+    p.add_argument("--token-file", metavar="FILE", default=None,
+                   help="file holding the server token (default: $HIVED_TOKEN, else a random one "
+                        "written to server.json)")
     p.add_argument("--user-tokens", metavar="FILE", default=None,
-                   help='JSON file {"token": "username", ...}: per-user tokens (without JupyterHub)')
+                   help='JSON file {"token": "username", ...}: per-user tokens (without JupyterHub); '
+                        "re-read on SIGHUP or POST hived/api/tokens/reload, so removing a token revokes it")
+    p.add_argument("--allow-root", action="store_true",
+                   help="run even as root (then jobs of the local launcher run as root too)")
+    p.add_argument("--jupyter", action="store_true",
+                   help="also serve Jupyter's own routes (Lab, contents, kernels, terminals) to the "
+                        "server's account (its token only); other users never reach them")
+    p.add_argument("--certfile", default=None, help="TLS certificate (PEM): serve https")
+    p.add_argument("--keyfile", default=None, help="TLS private key (PEM) of --certfile")
     p.add_argument("--trust-user-header", action="store_true",
                    help="let holders of the server token name the user in X-Hived-User (trusted front ends, tests)")
     p.add_argument("--tick", type=float, default=0.5, help="seconds between scheduling rounds")
@@ -38,6 +54,20 @@ def register(subparsers, summary: str) -> None:
                         "in $KUBECONFIG or in-cluster config; restarts recover from pod annotations), "
                         "or an import path of a Launcher class")
     p.set_defaults(func=run)
+
+
+def _reload_tokens_on_sighup(app) -> None:
+    import signal
+    provider = app.identity_provider
+
+    def reload() -> None:
+        try:
+            provider.reload_tokens()
+        except (LookupError, ValueError) as exc:  # a bad file keeps the tokens in force
+            app.log.error("hived: tokens not reloaded: %s", exc)
+
+    if hasattr(signal, "SIGHUP") and hasattr(provider, "reload_tokens"):
+        app.io_loop.asyncio_loop.add_signal_handler(signal.SIGHUP, reload)
 
 
 def _free_port(ip: str) -> int:
@@ -50,18 +80,31 @@ def _free_port(ip: str) -> int:
 def build_config(args: argparse.Namespace, token: str):
     from traitlets.config import Config
     c = Config()
-    c.ServerApp.jpserver_extensions = {"hived.jupyter_ext": True}
+    jupyter = bool(getattr(args, "jupyter", False))
+    # other installed server extensions (Lab, LSP, terminals, ...) only when asked for
+    c.ServerApp.jpserver_extensions = {**({} if jupyter else {name: False for name in _installed_extensions()}),
+                                       "hived.jupyter_ext": True}
     c.ServerApp.ip = args.ip
     c.ServerApp.port = args.port or _free_port(args.ip)
     c.ServerApp.port_retries = 0  # a taken port is an error, not a surprise elsewhere
     c.ServerApp.open_browser = False
-    c.ServerApp.root_dir = str(Path(args.data_dir).resolve())
-    c.ServerApp.allow_root = True
+    # Lab's files are the server account's own working directory, never the data directory
+    c.ServerApp.root_dir = os.getcwd()
+    c.ServerApp.allow_root = bool(getattr(args, "allow_root", False))
     c.ServerApp.identity_provider_class = "hived.jupyter_ext.auth.HivedIdentityProvider"
     c.IdentityProvider.token = token
     if args.user_tokens:
-        c.HivedIdentityProvider.user_tokens = json.loads(Path(args.user_tokens).read_text())
+        c.HivedIdentityProvider.user_tokens_file = str(Path(args.user_tokens).resolve())
     c.HivedIdentityProvider.trust_user_header = bool(args.trust_user_header)
+    c.HivedExtension.serve_jupyter = jupyter
+    if not jupyter:
+        c.ServerApp.terminals_enabled = False
+        # bodies larger than hived accepts are refused before they are read
+        c.ServerApp.max_body_size = c.HivedExtension.max_body_bytes = 1 << 20
+        c.ServerApp.max_buffer_size = 2 << 20
+    if getattr(args, "certfile", None):
+        c.ServerApp.certfile = str(Path(args.certfile).resolve())
+        c.ServerApp.keyfile = str(Path(args.keyfile).resolve()) if args.keyfile else ""
     c.HivedExtension.spec_path = str(Path(args.spec).resolve())
     c.HivedExtension.data_dir = str(Path(args.data_dir).resolve())
     c.HivedExtension.tick_seconds = args.tick
@@ -72,7 +115,54 @@ def build_config(args: argparse.Namespace, token: str):
     return c
 
 
+def _installed_extensions() -> list[str]:
+    """Server extensions enabled by the config files on Jupyter's path."""
+    from jupyter_core.paths import jupyter_config_path
+    from jupyter_server.extension.config import ExtensionConfigManager
+    found = ExtensionConfigManager(read_config_path=jupyter_config_path()).get_jpserver_extensions()
+    return sorted(name for name, enabled in found.items() if enabled and name != "hived.jupyter_ext")
+
+
+def server_token(args: argparse.Namespace) -> str:
+    """The server token: --token-file, else $HIVED_TOKEN (taken out of the
+    environment so that nothing started from here inherits it), else random."""
+    from_env = os.environ.pop("HIVED_TOKEN", "")
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text().strip()
+        except OSError as exc:
+            raise ValueError(f"--token-file {args.token_file}: cannot read: {exc.strerror}") from None
+        if not token:
+            raise ValueError(f"--token-file {args.token_file}: the file is empty")
+        return token
+    return from_env.strip() or secrets.token_hex(24)
+
+
+def _refusal(args: argparse.Namespace) -> str:
+    """Why these arguments cannot start a server ('' when they can)."""
+    if args.token is not None:
+        return ("--token is refused: a token on the command line is visible to every user of this "
+                "machine (ps, /proc); use --token-file FILE or $HIVED_TOKEN")
+    if os.geteuid() == 0 and not args.allow_root:
+        return ("refusing to run as root: jobs of the local launcher would run as root too; run it "
+                "under a dedicated account, or pass --allow-root if you mean it")
+    if bool(args.certfile) != bool(args.keyfile):
+        return "--certfile and --keyfile go together"
+    for flag in ("certfile", "keyfile"):
+        path = getattr(args, flag)
+        if path and not Path(path).is_file():
+            return f"--{flag} {path}: no such file"
+    return ""
+
+
 def run(args: argparse.Namespace) -> int:
+    refusal = _refusal(args)
+    if refusal:
+        print(f"hived serve: {refusal}", file=sys.stderr)
+        return 2
+    if os.geteuid() == 0:
+        print("hived serve: running as root (--allow-root): every job of the local launcher runs as "
+              "root, and anyone holding an admin token controls a root process", file=sys.stderr)
     spec = Path(args.spec)
     if not spec.is_file():
         print(f"hived serve: no spec file at {spec}", file=sys.stderr)
@@ -84,16 +174,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"hived serve: {exc}", file=sys.stderr)
         return 2
     if args.user_tokens:
+        from hived.jupyter_ext.auth import read_tokens_file
         try:
-            tokens = json.loads(Path(args.user_tokens).read_text())
-            assert isinstance(tokens, dict) and all(isinstance(v, str) for v in tokens.values())
-        except (OSError, ValueError, AssertionError):
-            print(f"hived serve: {args.user_tokens}: want a JSON object {{token: username}}", file=sys.stderr)
+            read_tokens_file(args.user_tokens)
+        except ValueError as exc:
+            print(f"hived serve: {exc}", file=sys.stderr)
             return 2
+    try:
+        token = server_token(args)
+    except ValueError as exc:
+        print(f"hived serve: {exc}", file=sys.stderr)
+        return 2
+    os.umask(0o077)  # the journal, logs and server.json are this account's alone
     data_dir = Path(args.data_dir).expanduser()
     data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.chmod(0o700)
     args.data_dir = str(data_dir)
-    token = args.token or os.environ.get("HIVED_TOKEN") or secrets.token_hex(24)
 
     from jupyter_server.serverapp import ServerApp
     app = ServerApp.instance(config=build_config(args, token))
@@ -111,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
     with os.fdopen(fd, "w") as f:
         json.dump(info, f)
     print(f"hived serve: {app.connection_url}hived/api/ (data {data_dir}, server.json written)", flush=True)
+    _reload_tokens_on_sighup(app)
     try:
         app.start()
     finally:

@@ -8,7 +8,9 @@ from .cluster import (ClusterHandler, OpenAPIHandler, SpecReloadHandler, StatusH
                       VCHandler, VCsHandler)
 from .exchange import ExchangeHandler
 from .gc import GcHandler
+from .health import HealthHandler, ReadyHandler
 from .jobs import CancelHandler, JobHandler, JobsHandler, LogsHandler
+from .tokens import TokensReloadHandler
 
 _SEG = r"([^/]+)"
 # (path under hived/api/, handler, OpenAPI path) - the test suite checks this
@@ -27,6 +29,9 @@ ROUTES = [
      ("/exchange/board", "/exchange/ledger", "/exchange/offers", "/exchange/requests")),
     ("spec/reload", SpecReloadHandler, "/spec/reload"),
     ("gc", GcHandler, "/gc"),
+    ("tokens/reload", TokensReloadHandler, "/tokens/reload"),
+    ("healthz", HealthHandler, "/healthz"),
+    ("readyz", ReadyHandler, "/readyz"),
 ]
 
 

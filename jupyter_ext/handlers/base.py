@@ -22,6 +22,10 @@ from ..auth import job_resource
 from ..service.degraded import ServiceDegraded
 from . import schema
 
+# a refused request's body is read and dropped up to this size, so that the
+# refusal reaches the client cleanly; a larger one closes the connection
+DRAIN_BYTES = 64 * 1024
+
 
 class ApiError(web.HTTPError):
     def __init__(self, status: int, message: str, where: Optional[str] = None):
@@ -40,15 +44,16 @@ def service_errors(where_default: Optional[str] = None) -> Iterator[None]:
     - ``RequestError(field, problem)`` (core) and ``SpecError(path, problem)``: 400
     - ``LookupError`` (unknown job / VC): 404
     - ``PermissionError``: 403
-    - ``ValueError``: 400; anything else is a bug and stays a 500.
-    - ``ServiceDegraded`` (the journal cannot commit; nothing changed): 503
+    - ``ValueError``: 400; ``ServiceDegraded``: 503 with its reason;
+      anything else is a bug and stays a 500 (logged, not shown).
     """
     try:
         yield
     except ApiError:
         raise
-    except ServiceDegraded as exc:   # nothing changed; the journal cannot commit (disk full...)
-        raise ApiError(503, exc.reason, "service") from None
+    except ServiceDegraded as exc:
+        raise ApiError(503, f"service degraded, nothing was changed; try again later: {exc.reason}",
+                       "service") from None
     except LookupError as exc:
         msg = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
         raise ApiError(404, msg or "not found", where_default) from None
@@ -64,15 +69,38 @@ def service_errors(where_default: Optional[str] = None) -> Iterator[None]:
         raise
 
 
+@web.stream_request_body
 class HivedHandler(APIHandler):
+    """Bodies are streamed so that nothing is read before the caller is known
+    and the declared size is within ``max_body_bytes``."""
+
     auth_resource = "hived"
+    public = False  # True: answers without a token (health checks)
 
     async def prepare(self) -> None:
+        self._body_parts: list[bytes] = []
+        self.request.connection.set_max_body_size(DRAIN_BYTES)  # until we know who asks
         # every hived route needs a user: jupyter-server leaves current_user
         # None for requests without a valid token, password cookie or Hub login
         await super().prepare()
+        if self.public:
+            return
         if self.current_user is None:
+            if "token" in self.request.query_arguments:
+                raise ApiError(403, "tokens are not accepted in URLs (they end up in logs and browser "
+                                    "history); send Authorization: token ...", "query.token")
             raise ApiError(403, "not authenticated: give a token (Authorization: token ...)", "Authorization")
+        limit = self.hived.config.max_body_bytes
+        declared = self.request.headers.get("Content-Length", "0")
+        if not declared.isdigit():
+            raise ApiError(400, "Content-Length is not a number", "Content-Length")
+        if int(declared) > limit:
+            raise ApiError(413, f"body is {int(declared)} bytes, the limit is {limit}", "body")
+        self.request.connection.set_max_body_size(limit)
+
+    def data_received(self, chunk: bytes) -> None:
+        if not self._finished:
+            self._body_parts.append(chunk)
 
     # -- context ----------------------------------------------------------
     @property
@@ -112,31 +140,29 @@ class HivedHandler(APIHandler):
         """The job, after checking the user may ``action`` it.
 
         A job the user may not even read answers 403 (not 404): the id space
-        is not secret, and a clear refusal is easier to act on.
+        is not secret, and a clear refusal is easier to act on. The refusal
+        names neither the job's owner nor its VC: those are not the caller's
+        to know.
         """
         with service_errors(f"jobs/{job_id}"):
             job = await self.run(self.svc.get_job, job_id)
-        verb = "see" if action == "read" else "cancel"
-        await self.require(action, job_resource(job["vc"], job["user"]),
-                           f"{verb} job {job_id} of {job['user']!r} in VC {job['vc']!r}", f"jobs/{job_id}")
+        resource, where = job_resource(job["vc"], job["user"]), f"jobs/{job_id}"
+        await self.require("read", resource, f"see job {job_id}", where)
+        if action != "read":
+            await self.require(action, resource, f"cancel job {job_id}", where)
         return job
 
     # -- JSON -------------------------------------------------------------
-    def json_body(self, schema_name: str, required: bool = True) -> dict:
-        raw = self.request.body or b""
+    async def json_body(self, schema_name: str, required: bool = True) -> dict:
+        """The body, parsed and checked against the OpenAPI schema off the
+        IOLoop thread (a megabyte of JSON must not stall other requests)."""
+        raw = b"".join(self._body_parts)
         limit = self.hived.config.max_body_bytes
         if len(raw) > limit:
             raise ApiError(413, f"body is {len(raw)} bytes, the limit is {limit}", "body")
-        if not raw.strip():
-            if required:
-                raise ApiError(400, "a JSON object body is required", "body")
-            body: Any = {}
-        else:
-            try:
-                body = json.loads(raw, parse_constant=_reject_constant)
-            except (ValueError, RecursionError) as exc:
-                raise ApiError(400, f"body is not valid JSON: {str(exc)[:160]}", "body") from None
-        problem = schema.first_error(schema_name, body)
+        loop = asyncio.get_running_loop()
+        body, problem = await loop.run_in_executor(self.hived.parse_pool, _parse_and_check, raw,
+                                                   schema_name, required)
         if problem:
             raise ApiError(400, *problem)
         return body
@@ -170,12 +196,33 @@ class HivedHandler(APIHandler):
         elif isinstance(exc, web.HTTPError) and exc.log_message:
             message = exc.log_message % exc.args if exc.args else exc.log_message
         elif status_code == 403:
-            message = "not authenticated: give the server token (Authorization: token ...)"
+            message = "not authenticated: give a token (Authorization: token ...)"
+        elif status_code >= 500:
+            # a bug: the traceback goes to the server's log, never to the caller
+            message = f"{responses.get(status_code, 'error')}: the server's log has the details"
         else:
             message = responses.get(status_code, "error")
         if where is None:
             where = self.request.path
-        self.finish(json.dumps({"error": message, "where": where}))
+        self.finish(json.dumps({"error": _one_line(str(message)), "where": where}))
+
+
+def _parse_and_check(raw: bytes, schema_name: str, required: bool) -> tuple[Any, Optional[tuple[str, str]]]:
+    if not raw.strip():
+        return {}, (("a JSON object body is required", "body") if required else None)
+    try:
+        body = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        return None, (f"body is not valid JSON: {_one_line(str(exc))[:160]}", "body")
+    try:  # "\ud800" escapes decode to strings no terminal, file or database can take
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return None, ("body holds a lone UTF-16 surrogate (an escape like \\ud800): not valid Unicode", "body")
+    return body, schema.first_error(schema_name, body)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _jsonable(value: Any) -> Any:

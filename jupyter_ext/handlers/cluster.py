@@ -1,6 +1,7 @@
 """Read-only views (status, cluster, VCs), the OpenAPI document and spec reload."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ..auth import vc_resource
@@ -94,10 +95,21 @@ class VCHandler(HivedHandler):
 class SpecReloadHandler(HivedHandler):
     async def post(self):
         await self.require("write", "hived:admin", "reload the spec (cluster admins only)", "spec/reload")
-        body = self.json_body("SpecReload", required=False)
-        source = body.get("spec") or body.get("path") or self.hived.config.spec_path
+        body = await self.json_body("SpecReload", required=False)
+        configured = self.hived.config.spec_path
+        if "path" in body and not _same_file(body["path"], configured):
+            # the server reads the file, and a parse error quotes it: only the
+            # file the operator named may be read this way
+            raise ApiError(400, "by path, only the server's own spec file can be reloaded; "
+                                "send another spec's text in 'spec'", "body.path")
+        source = body.get("spec") or configured
         if not source:
             raise ApiError(400, "no spec given and none configured", "body.spec")
         with service_errors("body.spec" if "spec" in body else "body.path"):
             result = await self.run(self.hived.reload, source)
         self.reply(result if isinstance(result, dict) else {"ok": True})
+
+
+def _same_file(path: Any, configured: str) -> bool:
+    return isinstance(path, str) and bool(configured) and \
+        os.path.realpath(path) == os.path.realpath(configured)

@@ -28,7 +28,7 @@ class ExchangeHandler(HivedHandler):
     async def post(self, what: str):
         if what not in ("offers", "requests"):
             raise ApiError(404, f"only offers and requests can be posted, not {what!r}", f"exchange/{what}")
-        body = self.json_body("ExchangePost")
+        body = await self.json_body("ExchangePost")
         vc = body["vc"]
         if vc not in self.hived.access.vc_users:
             raise ApiError(400, f"no VC named {vc!r}", "body.vc")

@@ -13,7 +13,7 @@ STATES = ("queued", "placed", "running", "preempting", "succeeded", "failed", "c
 
 class JobsHandler(HivedHandler):
     async def post(self):
-        body = self.json_body("JobSubmit")
+        body = await self.json_body("JobSubmit")
         vc = body["vc"]
         if vc not in self.hived.access.vc_users:
             raise ApiError(400, f"no VC named {vc!r}; VCs: {', '.join(sorted(self.hived.access.vc_users))}", "body.vc")
@@ -46,7 +46,7 @@ class JobHandler(HivedHandler):
 
 class CancelHandler(HivedHandler):
     async def post(self, job_id: str):
-        self.json_body("Cancel", required=False)
+        await self.json_body("Cancel", required=False)
         job = await self.job_or_404(job_id, "write")
         if job["state"] in TERMINAL_STATES:
             raise ApiError(409, f"job {job_id} already {job['state']}", f"jobs/{job_id}")

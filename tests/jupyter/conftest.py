@@ -80,14 +80,16 @@ class LiveServer:
         self.data_dir = data_dir
         tokens = data_dir / "tokens.json"
         tokens.write_text(json.dumps(TOKENS))
+        token_file = data_dir / "server-token"
+        token_file.write_text("tok-server\n")
         env = dict(os.environ)
         for k in ("HIVED_URL", "HIVED_TOKEN", "HIVED_USER", "HIVED_VC"):
             env.pop(k, None)
         self.log = open(data_dir / "serve.log", "w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hived.jupyter_ext.cli.main", "serve", "--spec", str(SPEC),
-             "--data-dir", str(data_dir), "--port", "0", "--token", "tok-server",
-             "--user-tokens", str(tokens), "--tick", "0.05", "--launcher", launcher],
+             "--data-dir", str(data_dir), "--port", "0", "--token-file", str(token_file),
+             "--allow-root", "--user-tokens", str(tokens), "--tick", "0.05", "--launcher", launcher],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 60
         info = data_dir / "server.json"

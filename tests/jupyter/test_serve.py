@@ -11,7 +11,7 @@ from .conftest import SPEC
 
 
 def serve(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "hived.jupyter_ext.cli.main", "serve", *args],
+    return subprocess.run([sys.executable, "-m", "hived.jupyter_ext.cli.main", "serve", "--allow-root", *args],
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -149,7 +149,7 @@ def test_against_a_running_hived_serve(tmp_path):
     env.pop("HIVED_URL", None)
     exe = [sys.executable, "-m", "hived.jupyter_ext.cli.main"]
     srv = subprocess.Popen(exe + ["serve", "--spec", SPEC, "--data-dir", str(d), "--port", "0",
-                                  "--trust-user-header", "--tick", "0.1"],
+                                  "--trust-user-header", "--tick", "0.1", "--allow-root"],
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 60

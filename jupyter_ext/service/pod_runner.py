@@ -19,8 +19,9 @@ Why a wrapper process instead of starting the command directly:
   a job's ``LD_PRELOAD`` cannot reach a privileged process.
 
 Usage: ``python pod_runner.py SPEC.json``; SPEC holds argv, env, workdir,
-account, cgroup, log_dir, max_bytes, keep, pod_file, exit_file and a header line. Standard library only, so it
-starts fast and does not depend on the service's imports.
+account, cgroup, log_dir, max_bytes, keep, pod_file, exit_file and a header
+line. Standard library only, so it starts fast and does not depend on the
+service's imports.
 """
 from __future__ import annotations
 
@@ -310,7 +311,11 @@ def main(spec_path: str) -> int:
                                  preexec_fn=_enter(cgroup, account, spec.get("workdir")))
     except OSError as exc:
         # command missing: 127 is what a shell would say
-        log.write(f"hived: cannot start {spec['argv'][0]!r}: {exc}\n".encode())
+        hint = ""
+        if account and isinstance(exc, PermissionError):
+            hint = (f" (the job runs as uid {account['uid']}: the program and every folder above it "
+                    "must be open to that account)")
+        log.write(f"hived: cannot start {spec['argv'][0]!r}: {exc}{hint}\n".encode())
         _atomic_write(spec["exit_file"], {"exit_code": 127, "ended": time.time()})
         return 127
     fd = child.stdout.fileno()

@@ -97,6 +97,7 @@ class _Pod:
     proc: Optional[subprocess.Popen] = None   # None when adopted after a restart
     cgroup: Optional[str] = None
     mark: str = ""                             # HIVED_POD value in its processes' environment
+    legacy: bool = False                       # adopted from a runner that predates SIGTERM forwarding
     exit_code: Optional[int] = None
     done: bool = False
     lost: bool = False
@@ -337,7 +338,10 @@ class LocalLauncher:
         for pod in job.pods:
             if pod.pid and not pod.done and _pid_alive(pod.pid, pod.start_ticks):
                 try:
-                    os.kill(pod.pid, sig)
+                    if pod.legacy:   # a runner of an older hived: it expects its group signalled
+                        os.killpg(pod.pid, signal.SIGKILL if sig == signal.SIGUSR1 else sig)
+                    else:
+                        os.kill(pod.pid, sig)
                 except (ProcessLookupError, PermissionError):
                     pass
 
@@ -361,8 +365,8 @@ class LocalLauncher:
         """Kill a pod whose runner cannot: its cgroup, its runner's group, and every
         process carrying its HIVED_POD mark (daemons re-parented to init)."""
         local_cgroups.kill(pod.cgroup)
-        if runner_too and pod.pid and _pid_alive(pod.pid, pod.start_ticks):
-            try:
+        if pod.pid and (runner_too or not _pid_alive(pod.pid, pod.start_ticks)):
+            try:   # the runner's group: the command unless it moved out
                 os.killpg(pod.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
@@ -471,7 +475,8 @@ class LocalLauncher:
                 job.pods.append(_Pod(pod.rank, None, None, None, done=True,
                                      exit_code=int(_read_json(exit_file)["exit_code"])))
                 continue
-            p = _Pod(pod.rank, info["pid"], info.get("start_ticks"), cgroup=info.get("cgroup"), mark=mark)
+            p = _Pod(pod.rank, info["pid"], info.get("start_ticks"), cgroup=info.get("cgroup"), mark=mark,
+                     legacy="cgroup" not in info)
             alive = _pid_alive(p.pid, p.start_ticks)
             if not alive and not exit_file.exists():
                 job.pods.append(p)

@@ -283,6 +283,7 @@ def _enter(cgroup: str | None, account: dict | None, workdir: str | None):
 class _Flags:
     term = False
     kill = False
+    child = True     # a child may have ended: look for orphans to reap
 
 
 def main(spec_path: str) -> int:
@@ -295,6 +296,7 @@ def main(spec_path: str) -> int:
     signal.signal(signal.SIGTERM, lambda *_: setattr(flags, "term", True))
     signal.signal(signal.SIGUSR1, lambda *_: setattr(flags, "kill", True))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, lambda *_: setattr(flags, "child", True))
     _become_subreaper()
     cgroup = _setup_cgroup(spec["cgroup"]) if spec.get("cgroup") else None
     pod = Pod(cgroup)
@@ -342,7 +344,9 @@ def main(spec_path: str) -> int:
         if flags.term and not term_sent:
             term_sent = True
             pod.signal_all(signal.SIGTERM)
-        pod.reap_orphans(child.pid)
+        if flags.child:   # scanning /proc costs: only when a child ended
+            flags.child = False
+            pod.reap_orphans(child.pid)
         if child.poll() is None:
             continue
         if not flags.term and not swept:

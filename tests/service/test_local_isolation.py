@@ -232,3 +232,22 @@ def test_a_shell_string_command_gets_its_whole_grace_period(make_service, tmp_pa
     assert ckpt.exists() and ckpt.read_text() == "saved"
     assert "\ncheckpointed\n" in _log(svc, j)
     assert 3.0 <= took < 9.0, took    # the handler's 3 s, never the 10 s deadline's SIGKILL
+
+
+def test_a_pod_gets_its_memory_and_cpu_limits_where_the_cgroup_offers_them(tmp_path, monkeypatch):
+    from hived.core.jobs import JobRequest, Placement, PodGroup, PodPlacement
+    from hived.jupyter_ext.service.local_launcher import LocalLauncher
+    monkeypatch.setenv("HIVED_CGROUPS", "auto")
+    la = LocalLauncher(tmp_path / "jobs")
+    base = la.cgroup_base
+    offered = set((base / "cgroup.subtree_control").read_text().split()) if base else set()
+    if not {"memory", "cpu"} <= offered:
+        pytest.skip(f"this host's cgroup v2 offers no memory/cpu controller to hived (offered: {offered or 'none'})")
+    hog = "x = bytearray(1 << 30); print('allocated', flush=True)"
+    req = JobRequest(user="alice", vc="vca", command=[PY, "-c", hog],
+                     groups=[PodGroup(pods=1, gpus=0, cpus=0.5, memory_gb=0.25)])
+    la.launch("m", req, Placement("T", (PodPlacement(0, "node0", ()),)), 1)
+    ev = wait_until(lambda: next((e for e in la.poll() if e.kind == "exited"), None), timeout=30, what="exit")
+    text = la.logs("m")[0]
+    assert "memory.max=268435456" in text and "cpu.max=50000 100000" in text, text
+    assert ev.exit_code == -signal.SIGKILL and "\nallocated\n" not in text   # the kernel's OOM kill

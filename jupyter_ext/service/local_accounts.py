@@ -93,8 +93,11 @@ class JobAccounts:
         self.file = Path(state_dir) / "accounts.json"
         self.euid = os.geteuid()
 
-    def for_job(self, user: str, vc: str) -> Optional[Account]:
-        """The account to switch to, or None to run as the server's own account."""
+    def for_job(self, user: str, vc: str, allocate: bool = True) -> Optional[Account]:
+        """The account to switch to, or None to run as the server's own account.
+
+        ``allocate=False`` (a check at submission, before the VC is known to
+        exist) raises what would be refused but hands out no VC uid."""
         mapped = self.mapping(user, vc) if self.mapping else None
         if self.euid != 0:
             if mapped is not None and resolve(mapped).uid != self.euid:
@@ -114,6 +117,8 @@ class JobAccounts:
             raise AccountError(f"no unix account for user {user!r} in VC {vc!r}: hived runs as root and "
                                "runs no job as root; map one in the spec, or set HIVED_JOB_ACCOUNT=vc "
                                "(a uid per VC) or HIVED_JOB_ACCOUNT=server (run jobs as root)")
+        if not allocate:
+            return None
         uid = self._vc_uid(vc)
         return Account(uid, uid, (), f"hived-{vc}")
 

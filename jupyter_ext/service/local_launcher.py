@@ -301,7 +301,7 @@ class LocalLauncher:
 
     def check_account(self, request: JobRequest) -> None:
         """Raises AccountError when the job could not be given an account (see local_accounts)."""
-        self.accounts.for_job(request.user, request.vc)
+        self.accounts.for_job(request.user, request.vc, allocate=False)
 
     @staticmethod
     def _argv(command) -> list[str]:

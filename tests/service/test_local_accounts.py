@@ -35,6 +35,9 @@ def test_mapping_first_then_a_uid_per_vc_kept_across_restarts(tmp_path):
     assert again.for_job("bob", "vcb").uid == other.uid and again.for_job("x", "vca").uid == first.uid
     assert json.loads((tmp_path / "accounts.json").read_text()) == {"vca": first.uid, "vcb": other.uid}
     assert (tmp_path / "accounts.json").stat().st_mode & 0o077 == 0
+    # a check at submission (the VC not yet authorised) hands out nothing
+    assert again.for_job("eve", "no-such-vc", allocate=False) is None
+    assert "no-such-vc" not in json.loads((tmp_path / "accounts.json").read_text())
 
 
 @root_only

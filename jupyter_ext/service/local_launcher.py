@@ -15,11 +15,12 @@ These files are what lets a restarted service adopt pods it did not start
 What a job gets (docs/security.md, "Local mode"): an environment built from
 an allow-list (never the server's own), its own account when the service runs
 as root (local_accounts.py), its own cgroup or a process-tree sweep
-(local_cgroups.py, pod_runner.py), and directories only its account can read:
-``work`` and the log folders are 0700 and owned by the job's account, log
-files 0600; the ``attempt-*`` folders (the spec files hold the job's env) are
-0700 and the service's own; ``<job>`` and the jobs folder are 0711, so a job
-can reach its own folder without listing anyone else's.
+(local_cgroups.py, pod_runner.py), and folders no other job can read:
+``work`` is 0700 and owned by the job's account; the log folders (0700, files
+0600) and the ``attempt-*`` folders (0700; the spec files hold the job's env)
+are the service's own, since a privileged runner writes there; ``<job>`` and
+the jobs folder are 0711, so a job can reach its own folder without listing
+anyone else's.
 """
 from __future__ import annotations
 
@@ -272,11 +273,11 @@ class LocalLauncher:
             self._events.append(LauncherEvent(job_id, "started", attempt=attempt))
 
     def _job_dirs(self, job_id: str, account: Optional[Account]) -> tuple[Path, Path]:
-        """``<job>`` (0711), ``<job>/logs`` (0711) and ``<job>/work`` (0700, the job's account's)."""
+        """``<job>`` (0711) and ``<job>/logs`` (0700), ours; ``<job>/work`` (0700), the job's account's."""
         jdir = self.job_dir(job_id)
-        for d in (jdir, jdir / "logs"):
-            d.mkdir(mode=0o711, exist_ok=True)
-            os.chmod(d, 0o711)
+        for d, mode in ((jdir, 0o711), (jdir / "logs", 0o700)):
+            d.mkdir(mode=mode, exist_ok=True)
+            os.chmod(d, mode)
         work = jdir / "work"
         work.mkdir(mode=0o700, exist_ok=True)
         os.chmod(work, 0o700)

@@ -61,11 +61,9 @@ class SegmentLog:
     across rotations, and a new attempt appends to the same stream.
     """
 
-    def __init__(self, directory: str, max_bytes: int, keep: int, owner: dict | None = None):
+    def __init__(self, directory: str, max_bytes: int, keep: int):
         self.dir, self.max_bytes, self.keep = directory, max(1, max_bytes), max(1, keep)
-        self.owner = owner
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        self._own(directory)
         segs = segments(directory)
         if segs:
             start = segs[-1]
@@ -75,15 +73,11 @@ class SegmentLog:
             self.start, self.size = 0, 0
         self.f = self._open(seg_path(directory, self.start))
 
-    def _own(self, path: str) -> None:
-        """The log belongs to the job's account; nobody else may read it."""
-        if self.owner:
-            os.chown(path, self.owner["uid"], self.owner["gid"])
-
-    def _open(self, path: str):
-        f = open(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
-        self._own(path)
-        return f
+    @staticmethod
+    def _open(path: str):
+        # The log folder is the service's own, never the job's: a job that could
+        # plant a symlink here would have a root runner append to any file.
+        return open(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600), "ab")
 
     def write(self, data: bytes) -> None:
         while data:
@@ -304,7 +298,7 @@ def main(spec_path: str) -> int:
     _atomic_write(spec["pod_file"], {"pid": os.getpid(), "pgid": os.getpgid(0),
                                      "start_ticks": proc_start_ticks(os.getpid()),
                                      "rank": spec["rank"], "attempt": spec["attempt"], "cgroup": cgroup})
-    log = SegmentLog(spec["log_dir"], spec["max_bytes"], spec["keep"], owner=account)
+    log = SegmentLog(spec["log_dir"], spec["max_bytes"], spec["keep"])
     log.write(spec["header"].encode() + b"\n")
     log.write(f"[hived] {_limits(cgroup)}\n".encode())
     try:

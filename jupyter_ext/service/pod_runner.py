@@ -159,6 +159,7 @@ class Pod:
     def __init__(self, cgroup: str | None):
         self.cgroup = cgroup
         self.me = os.getpid()
+        self.command: int | None = None   # the command's pid: Popen reaps it, never we
 
     def pids(self) -> list[int]:
         """Live (non-zombie) processes of the pod."""
@@ -200,13 +201,14 @@ class Pod:
                     os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-            self.reap_orphans(None)
+            self.reap_orphans()
             time.sleep(0.01)
 
-    def reap_orphans(self, keep: int | None) -> None:
-        """Collect the exit status of adopted orphans (not of the command itself)."""
+    def reap_orphans(self) -> None:
+        """Collect the exit status of adopted orphans. Not the command's: reaped
+        behind Popen's back, its exit code would read as 0."""
         for pid, (ppid, state) in _proc_table().items():
-            if ppid == self.me and state == "Z" and pid != keep:
+            if ppid == self.me and state == "Z" and pid != self.command:
                 try:
                     os.waitpid(pid, os.WNOHANG)
                 except ChildProcessError:
@@ -314,6 +316,7 @@ def main(spec_path: str) -> int:
         log.write(f"hived: cannot start {spec['argv'][0]!r}: {exc}{hint}\n".encode())
         _atomic_write(spec["exit_file"], {"exit_code": 127, "ended": time.time()})
         return 127
+    pod.command = child.pid
     fd = child.stdout.fileno()
     os.set_blocking(fd, False)
     sel = selectors.DefaultSelector()
@@ -340,7 +343,7 @@ def main(spec_path: str) -> int:
             pod.signal_all(signal.SIGTERM)
         if flags.child:   # scanning /proc costs: only when a child ended
             flags.child = False
-            pod.reap_orphans(child.pid)
+            pod.reap_orphans()
         if child.poll() is None:
             continue
         if not flags.term and not swept:

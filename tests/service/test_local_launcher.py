@@ -66,8 +66,9 @@ def test_gang_member_failure_stops_the_gang(tmp_path):
     assert time.time() - t0 < 10
 
 
-def test_sigterm_grace_then_sigkill_to_the_whole_group(tmp_path):
-    la = LocalLauncher(tmp_path)
+@pytest.mark.parametrize("cgroups", ["auto", "off"])
+def test_sigterm_grace_then_sigkill_to_the_whole_group(tmp_path, cgroups):
+    la = LocalLauncher(tmp_path, cgroups=cgroups)
     # ignores SIGTERM and starts a grandchild in the same group
     stubborn = ("import signal, subprocess, sys, time, os\n"
                 "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"

@@ -24,6 +24,7 @@ anyone else's.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pwd
@@ -179,7 +180,7 @@ class LocalLauncher:
         os.chmod(self.root, 0o711)
         self.accounts = JobAccounts(self.root, accounts, job_account)
         self.cgroup_base = local_cgroups.cgroup_base(self.root, cgroups)
-        self.tag = self.root.resolve().as_posix()
+        self.tag = hashlib.sha256(self.root.resolve().as_posix().encode()).hexdigest()[:12]   # HIVED_POD
         self.max_log_bytes, self.keep_logs = max_log_bytes, keep_logs
         self.gpu_ids = gpu_ids or {}
         self.python = python

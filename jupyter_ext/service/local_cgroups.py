@@ -9,8 +9,10 @@ the pod runner falls back to sweeping its process tree.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -76,9 +78,16 @@ def kill(path: Optional[str]) -> None:
         pass
 
 
-def remove(path: Optional[str]) -> None:
-    if path:
+def remove(path: Optional[str], wait: float = 1.0) -> None:
+    """Remove an emptied cgroup; processes just killed may take a moment to leave it."""
+    if not path:
+        return
+    deadline = time.monotonic() + wait
+    while True:
         try:
             os.rmdir(path)
-        except OSError:
-            pass
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                return   # gone already, not ours, or a live process still holds it
+        time.sleep(0.05)

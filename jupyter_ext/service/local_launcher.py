@@ -179,7 +179,10 @@ class LocalLauncher:
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o711)
         self.accounts = JobAccounts(self.root, accounts, job_account)
-        self.cgroup_base = local_cgroups.cgroup_base(self.root, cgroups)
+        self._cgroups = cgroups
+        self.cgroup_base = local_cgroups.cgroup_base(self.root, cgroups)   # None: process-tree sweep
+        if self.cgroup_base is not None:   # made again at the next launch: none left while idle
+            local_cgroups.remove(str(self.cgroup_base), wait=0)
         self.tag = hashlib.sha256(self.root.resolve().as_posix().encode()).hexdigest()[:12]   # HIVED_POD
         self.max_log_bytes, self.keep_logs = max_log_bytes, keep_logs
         self.gpu_ids = gpu_ids or {}
@@ -241,6 +244,9 @@ class LocalLauncher:
                     "HIVED_JOB_DIR": str(work), "HIVED_POD": mark, "PYTHONUNBUFFERED": "1",
                 })
                 cgroup = None
+                if self.cgroup_base is not None and not self.cgroup_base.exists():
+                    # removed when the last job ended (nothing is left behind on the host)
+                    self.cgroup_base = local_cgroups.cgroup_base(self.root, self._cgroups)
                 if self.cgroup_base is not None:
                     cpus, mem = resources[pod.rank] if pod.rank < len(resources) else (None, None)
                     cgroup = {"path": str(self.cgroup_base / f"{job_id}.a{attempt}.r{pod.rank}"),
@@ -420,7 +426,6 @@ class LocalLauncher:
             return
         # the runner died before its pod ended (killed): what it ran may live on
         self._sweep(pod)
-        local_cgroups.remove(pod.cgroup)
         if job.killed:
             pod.exit_code = -signal.SIGKILL
         elif rc is not None:
@@ -437,6 +442,10 @@ class LocalLauncher:
             code, tail = (bad.exit_code if bad else 0), self.tail(job.job_id, rank)
         self._events.append(LauncherEvent(job.job_id, "exited", code, tail, job.attempt))
         del self._jobs[job.job_id]
+        for pod in job.pods:
+            local_cgroups.remove(pod.cgroup)
+        if not self._jobs:
+            local_cgroups.remove(self.cgroup_base and str(self.cgroup_base))
 
     @staticmethod
     def _all_done(job: _Job) -> bool:
@@ -493,6 +502,7 @@ class LocalLauncher:
         for pod in job.pods:
             if pod.pid:
                 self._sweep(pod, runner_too=True)
+                local_cgroups.remove(pod.cgroup)
 
     def running(self) -> list[str]:
         with self._lock:

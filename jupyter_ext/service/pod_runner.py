@@ -285,6 +285,18 @@ class _Flags:
 def main(spec_path: str) -> int:
     with open(spec_path) as f:
         spec = json.load(f)
+    cgroup = _setup_cgroup(spec["cgroup"]) if spec.get("cgroup") else None
+    try:
+        return _run(spec, cgroup)
+    finally:
+        if cgroup:
+            try:
+                os.rmdir(cgroup)
+            except OSError:
+                pass   # still populated (we are being killed): the launcher removes it
+
+
+def _run(spec: dict, cgroup: str | None) -> int:
     flags = _Flags()
     # SIGTERM from the launcher: pass it on to every process of the pod and wait
     # for them (the grace period); SIGUSR1: the grace is over, kill them all.
@@ -294,7 +306,6 @@ def main(spec_path: str) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, lambda *_: setattr(flags, "child", True))
     _become_subreaper()
-    cgroup = _setup_cgroup(spec["cgroup"]) if spec.get("cgroup") else None
     pod = Pod(cgroup)
     account = spec.get("account")
     _atomic_write(spec["pod_file"], {"pid": os.getpid(), "pgid": os.getpgid(0),
@@ -362,11 +373,6 @@ def main(spec_path: str) -> int:
     rc = child.wait()
     log.write(f"[hived] rank {spec['rank']} attempt {spec['attempt']} exited with code {rc}\n".encode())
     _atomic_write(spec["exit_file"], {"exit_code": rc, "ended": time.time()})
-    if cgroup:
-        try:
-            os.rmdir(cgroup)
-        except OSError:
-            pass
     return rc if rc >= 0 else 128 - rc
 
 

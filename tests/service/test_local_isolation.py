@@ -178,7 +178,8 @@ def test_a_daemonised_child_dies_with_its_job(make_service, tmp_path, monkeypatc
     wait_until(lambda: pid_file.exists() and pid_file.read_text() and "\nstarted\n" in _log(svc, j),
                what="daemon started")
     daemon = int(pid_file.read_text())
-    runner = json.loads((tmp_path / "data" / "jobs" / j / "attempt-1" / "rank-0.pod.json").read_text())["pid"]
+    pod = json.loads((tmp_path / "data" / "jobs" / j / "attempt-1" / "rank-0.pod.json").read_text())
+    runner = pod["pid"]
     assert _alive(daemon) and os.getsid(daemon) != os.getsid(runner)   # out of the job's session and group
     if ending == "cancel":
         svc.cancel(j, "alice")
@@ -192,6 +193,8 @@ def test_a_daemonised_child_dies_with_its_job(make_service, tmp_path, monkeypatc
     assert ("process-tree sweep" in _log(svc, j)) == (not expect_cgroup)
     if cgroups == "auto" and local_cgroups.cgroup2_mount() is not None and os.geteuid() == 0:
         assert expect_cgroup
+    if pod["cgroup"]:   # and nothing of it is left on the host
+        wait_until(lambda: not os.path.exists(pod["cgroup"]), timeout=5, what="the pod's cgroup removed")
 
 
 GRACEFUL = """import os, signal, sys, time

@@ -256,3 +256,33 @@ def test_a_pod_gets_its_memory_and_cpu_limits_where_the_cgroup_offers_them(tmp_p
     text = la.logs("m")[0]
     assert "memory.max=268435456" in text and "cpu.max=50000 100000" in text, text
     assert ev.exit_code == -signal.SIGKILL and "\nallocated\n" not in text   # the kernel's OOM kill
+
+
+@root_only
+def test_hived_serve_started_with_a_token_keeps_it_from_jobs(open_data):
+    """As an operator starts it: `hived serve` with its token in the environment."""
+    import subprocess
+    from hived.jupyter_ext.client import HivedClient
+    spec = str(Path(__file__).with_name("spec_small.yaml"))
+    env = {k: v for k, v in os.environ.items() if k not in ("HIVED_JOB_ACCOUNT", "HIVED_URL", "HIVED_DATA_DIR")}
+    env.update(SECRETS)
+    srv = subprocess.Popen([PY, "-m", "hived.jupyter_ext.cli.main", "serve", "--spec", spec, "--data-dir",
+                            str(open_data), "--port", "0", "--trust-user-header", "--tick", "0.1"],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: srv.poll() is not None or (open_data / "server.json").exists(), timeout=60,
+                   what="hived serve up")
+        assert srv.poll() is None, srv.stdout.read().decode()[-2000:]
+        alice, bob = (HivedClient(data_dir=str(open_data), user=u) for u in ("alice", "bob"))
+        b = bob.submit({"vc": "vcb", "command": 'echo b-secret > "$HIVED_JOB_DIR/x"; sleep 30'})["id"]
+        wait_until(lambda: (open_data / "jobs" / b / "work" / "x").exists(), what="B wrote its file")
+        a = alice.submit({"vc": "vca", "command": f"env; cat {open_data}/jobs/{b}/work/x || echo A-DENIED"})["id"]
+        assert alice.wait(a, poll=0.1, timeout=30)["state"] == "succeeded"
+        text = alice.logs(a)["text"]
+        assert "A-DENIED" in text.splitlines() and "b-secret" not in text
+        for value in SECRETS.values():
+            assert value not in text
+        bob.cancel(b)
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)

@@ -83,3 +83,18 @@ def test_cgroup_limits_and_settings(tmp_path):
     assert local_cgroups.cgroup_base(tmp_path, "off") is None
     with pytest.raises(ValueError, match=r"\$HIVED_CGROUPS: must be auto or off, got 'yes'"):
         local_cgroups.cgroup_base(tmp_path, "yes")
+
+
+@pytest.mark.parametrize("name, value, words", [
+    ("HIVED_JOB_ACCOUNT", "root", "$HIVED_JOB_ACCOUNT: must be one of vc, server, refuse, got 'root'"),
+    ("HIVED_JOB_UIDS", "9-1", "$HIVED_JOB_UIDS: must be FIRST-LAST with 0 < FIRST <= LAST, got '9-1'"),
+    ("HIVED_CGROUPS", "maybe", "$HIVED_CGROUPS: must be auto or off, got 'maybe'"),
+])
+def test_bad_settings_refuse_the_service_and_leave_the_data_dir_free(make_service, monkeypatch, tmp_path,
+                                                                      name, value, words):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError) as info:
+        make_service(tmp_path / "d")
+    assert str(info.value) == words
+    monkeypatch.delenv(name)
+    assert make_service(tmp_path / "d").launcher is not None    # nothing held on to the directory

@@ -156,24 +156,35 @@ def _become_subreaper() -> bool:
 class Pod:
     """The processes of one pod: its cgroup when it has one, else this process's subtree."""
 
-    def __init__(self, cgroup: str | None):
-        self.cgroup = cgroup
+    def __init__(self, cgroup: str | None, subreaper: bool):
+        self.cgroup, self.subreaper = cgroup, subreaper
         self.me = os.getpid()
         self.command: int | None = None   # the command's pid: Popen reaps it, never we
 
+    def _has_children(self) -> bool:
+        """Any child left, running or not yet reaped? As a subreaper, none means
+        the pod's whole process tree is gone: no need to scan /proc."""
+        self.reap_orphans()
+        try:
+            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return False
+        return True
+
     def pids(self) -> list[int]:
         """Live (non-zombie) processes of the pod."""
-        table = _proc_table()
+        found: set[int] = set()
         if self.cgroup:
             try:
                 with open(os.path.join(self.cgroup, "cgroup.procs")) as f:
-                    found = [int(x) for x in f.read().split()]
+                    found = {int(x) for x in f.read().split()}
             except OSError:
-                found = []
-            # a pod process that left the cgroup is still ours while it is below us
-            found = set(found) | set(descendants(self.me, table))
-        else:
-            found = descendants(self.me, table)
+                pass
+        if self.subreaper and not self._has_children():
+            return sorted(found)
+        # a pod process that left the cgroup is still ours while it is below us
+        table = _proc_table()
+        found |= set(descendants(self.me, table))
         return [p for p in found if p in table and table[p][1] not in ("Z", "X")]
 
     def signal_all(self, sig: int) -> None:
@@ -206,13 +217,19 @@ class Pod:
 
     def reap_orphans(self) -> None:
         """Collect the exit status of adopted orphans. Not the command's: reaped
-        behind Popen's back, its exit code would read as 0."""
-        for pid, (ppid, state) in _proc_table().items():
-            if ppid == self.me and state == "Z" and pid != self.command:
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
+        behind Popen's back, its exit code would read as 0; orphans that end after
+        it wait until Popen has it (the next call, at the latest the last one)."""
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid == self.command:
+                return
+            try:
+                os.waitpid(info.si_pid, 0)
+            except ChildProcessError:
+                pass
 
 
 def _setup_cgroup(cg: dict) -> str | None:
@@ -305,8 +322,7 @@ def _run(spec: dict, cgroup: str | None) -> int:
     signal.signal(signal.SIGUSR1, lambda *_: setattr(flags, "kill", True))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, lambda *_: setattr(flags, "child", True))
-    _become_subreaper()
-    pod = Pod(cgroup)
+    pod = Pod(cgroup, _become_subreaper())
     account = spec.get("account")
     _atomic_write(spec["pod_file"], {"pid": os.getpid(), "pgid": os.getpgid(0),
                                      "start_ticks": proc_start_ticks(os.getpid()),
@@ -331,10 +347,18 @@ def _run(spec: dict, cgroup: str | None) -> int:
     fd = child.stdout.fileno()
     os.set_blocking(fd, False)
     sel = selectors.DefaultSelector()
-    sel.register(fd, selectors.EVENT_READ)
+    sel.register(fd, selectors.EVENT_READ, "output")
+    try:   # wakes the loop the moment the command ends (Linux 5.3+; else within 0.2 s)
+        sel.register(os.pidfd_open(child.pid), selectors.EVENT_READ, "ended")
+    except (AttributeError, OSError):
+        pass
     eof, term_sent, swept, drain_until = False, False, False, None
     while True:
-        for _key, _ in (sel.select(timeout=0.2) if not eof else ()):
+        for key, _ in sel.select(timeout=0.2):
+            if key.data == "ended":
+                sel.unregister(key.fd)
+                os.close(key.fd)
+                continue
             try:
                 data = os.read(fd, 65536)
             except BlockingIOError:
@@ -342,17 +366,15 @@ def _run(spec: dict, cgroup: str | None) -> int:
             if not data:
                 eof = True
                 sel.unregister(fd)
-                break
+                continue
             log.write(data)
-        if eof:
-            time.sleep(0.1)   # nothing to read any more: poll the processes instead
         if flags.kill:
             pod.kill_all()
             flags.kill = False
         if flags.term and not term_sent:
             term_sent = True
             pod.signal_all(signal.SIGTERM)
-        if flags.child:   # scanning /proc costs: only when a child ended
+        if flags.child:
             flags.child = False
             pod.reap_orphans()
         if child.poll() is None:
@@ -360,8 +382,8 @@ def _run(spec: dict, cgroup: str | None) -> int:
         if not flags.term and not swept:
             # the command is done: whatever it left behind (daemons included) goes with it
             swept = True
-            pod.kill_all()
-        if pod.pids():
+            pod.kill_all()   # returns once none is left
+        elif pod.pids():
             continue   # terminating: the grace period is the pod's until the launcher says kill
         if eof:
             break
@@ -371,6 +393,7 @@ def _run(spec: dict, cgroup: str | None) -> int:
         elif time.monotonic() > drain_until:
             break
     rc = child.wait()
+    pod.reap_orphans()
     log.write(f"[hived] rank {spec['rank']} attempt {spec['attempt']} exited with code {rc}\n".encode())
     _atomic_write(spec["exit_file"], {"exit_code": rc, "ended": time.time()})
     return rc if rc >= 0 else 128 - rc

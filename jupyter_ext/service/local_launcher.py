@@ -270,7 +270,7 @@ class LocalLauncher:
                 # environment is minimal: the job's goes through the spec file, so
                 # nothing of it (LD_PRELOAD ...) reaches the runner, root or not.
                 proc = subprocess.Popen([self.python, "-I", "-S", RUNNER, str(spec_path)],
-                                        env={"PATH": env["PATH"]},
+                                        env={"PATH": base_env["PATH"]},
                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL, start_new_session=True,
                                         close_fds=True)

@@ -241,6 +241,9 @@ def main() -> int:
     say(f"  using {where}")
     spec_summary(spec)
 
+    # The demo's jobs run this very interpreter, which may live where only its owner can
+    # reach (a root-owned pyenv): run them as the demo's own account, not a uid per VC.
+    os.environ.setdefault("HIVED_JOB_ACCOUNT", "server")
     data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="hived-demo-"))
     svc = SchedulerService(source, data_dir, tick_seconds=0.2)
     say(f"\n  scheduler service started in this process: store {data_dir / 'hived.db'}, "

@@ -11,11 +11,23 @@ Layout under the launcher's root directory (``<data_dir>/jobs``)::
 
 These files are what lets a restarted service adopt pods it did not start
 (it is no longer their parent) and still learn their exit codes.
+
+What a job gets (docs/security.md, "Local mode"): an environment built from
+an allow-list (never the server's own), its own account when the service runs
+as root (local_accounts.py), its own cgroup or a process-tree sweep
+(local_cgroups.py, pod_runner.py), and folders no other job can read:
+``work`` is 0700 and owned by the job's account; the log folders (0700, files
+0600) and the ``attempt-*`` folders (0700; the spec files hold the job's env)
+are the service's own, since a privileged runner writes there; ``<job>`` and
+the jobs folder are 0711, so a job can reach its own folder without listing
+anyone else's.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import pwd
 import shlex
 import signal
 import subprocess
@@ -28,12 +40,55 @@ from typing import Optional
 
 from hived.core.jobs import JobRequest, Placement
 
+from . import local_cgroups
 from .launcher import LauncherEvent
-from .pod_runner import proc_start_ticks, seg_path, segments
+from .local_accounts import Account, AccountError, JobAccounts
+from .pod_runner import SegmentLog, proc_start_ticks, seg_path, segments
 
 RUNNER = str(Path(__file__).with_name("pod_runner.py"))
 LOG_TAIL_BYTES = 4096
 GANG_KILL_GRACE = 5.0   # when one pod of a gang fails, the others get this long
+RUNNER_KILL_GRACE = 3.0  # a runner told to kill its pod that is still there this much later is killed
+# what a job keeps of the server's environment: nothing that could be a secret
+ENV_ALLOWED = ("PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR")
+ENV_ALLOWED_PREFIXES = ("LC_",)
+
+
+def job_environment(server_env: dict, account: Optional[Account], work: Path) -> dict:
+    """The allow-listed part of the server's environment plus the account's identity."""
+    env = {k: v for k, v in server_env.items()
+           if k in ENV_ALLOWED or k.startswith(ENV_ALLOWED_PREFIXES)}
+    env.setdefault("PATH", os.defpath)
+    if account is None:     # the server's own account
+        try:
+            pw = pwd.getpwuid(os.geteuid())
+            name, home = pw.pw_name, pw.pw_dir
+        except KeyError:
+            name, home = str(os.geteuid()), str(work)
+    else:
+        name, home = account.name, account.home or str(work)
+    env.update({"HOME": home, "USER": name, "LOGNAME": name})
+    return env
+
+
+def _pod_resources(request: JobRequest) -> list[tuple]:
+    """(cpus, memory_gb) of each rank, groups in order."""
+    return [(g.cpus, g.memory_gb) for g in request.groups for _ in range(g.pods)]
+
+
+def _searchable_by(path: Path, account: Account) -> Optional[str]:
+    """The first folder on the way to ``path`` that ``account`` cannot pass, or None."""
+    for d in [*reversed(path.parents), path]:
+        st = d.stat()
+        if st.st_uid == account.uid:
+            ok = st.st_mode & 0o100
+        elif st.st_gid == account.gid or st.st_gid in account.groups:
+            ok = st.st_mode & 0o010
+        else:
+            ok = st.st_mode & 0o001
+        if not ok:
+            return f"{d} (mode {st.st_mode & 0o777:04o})"
+    return None
 
 
 @dataclass
@@ -42,6 +97,9 @@ class _Pod:
     pid: Optional[int] = None
     start_ticks: Optional[int] = None
     proc: Optional[subprocess.Popen] = None   # None when adopted after a restart
+    cgroup: Optional[str] = None
+    mark: str = ""                             # HIVED_POD value in its processes' environment
+    legacy: bool = False                       # adopted from a runner that predates SIGTERM forwarding
     exit_code: Optional[int] = None
     done: bool = False
     lost: bool = False
@@ -53,8 +111,9 @@ class _Job:
     attempt: int
     dir: Path
     pods: list[_Pod] = field(default_factory=list)
-    kill_at: Optional[float] = None     # SIGKILL the groups at this monotonic time
+    kill_at: Optional[float] = None     # SIGKILL the pods at this monotonic time
     killed: bool = False
+    hard_kill_at: Optional[float] = None  # runners still alive then are killed themselves
     terminating: bool = False
     cause: Optional[_Pod] = None        # the pod whose failure stopped the gang
 
@@ -69,6 +128,21 @@ def _pid_alive(pid: int, start_ticks: Optional[int]) -> bool:
     if fields[0] in ("Z", "X"):
         return False
     return start_ticks is None or int(fields[19]) == start_ticks
+
+
+def _marked(mark: str) -> list[int]:
+    """Processes whose environment carries ``HIVED_POD=mark`` (a pod's, wherever they went)."""
+    needle = f"\0HIVED_POD={mark}\0".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if needle in b"\0" + f.read():
+                        found.append(int(name))
+            except OSError:
+                pass
+    return found
 
 
 def _read_json(path: Path) -> Optional[dict]:
@@ -91,12 +165,25 @@ class LocalLauncher:
     reaches ``max_log_bytes``; the newest ``keep_logs`` segments are kept.
     ``gpu_ids``: optional map (node, gpu index) -> the id to put in
     CUDA_VISIBLE_DEVICES (a UUID from discovery); default the index itself.
+    ``accounts``: (user, vc) -> the spec's unix account or None
+    (``local_accounts.spec_account``); ``job_account``: what unmapped jobs run
+    as when the service is root (``vc``, ``server`` or ``refuse``; default
+    ``$HIVED_JOB_ACCOUNT`` or ``vc``); ``cgroups``: ``auto`` or ``off``
+    (default ``$HIVED_CGROUPS`` or ``auto``).
     """
 
     def __init__(self, root: str | os.PathLike, *, max_log_bytes: int = 10 << 20, keep_logs: int = 5,
-                 gpu_ids: Optional[dict] = None, python: str = sys.executable):
+                 gpu_ids: Optional[dict] = None, python: str = sys.executable,
+                 accounts=None, job_account: Optional[str] = None, cgroups: Optional[str] = None):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o711)
+        self.accounts = JobAccounts(self.root, accounts, job_account)
+        self._cgroups = cgroups
+        self.cgroup_base = local_cgroups.cgroup_base(self.root, cgroups)   # None: process-tree sweep
+        if self.cgroup_base is not None:   # made again at the next launch: none left while idle
+            local_cgroups.remove(str(self.cgroup_base), wait=0)
+        self.tag = hashlib.sha256(self.root.resolve().as_posix().encode()).hexdigest()[:12]   # HIVED_POD
         self.max_log_bytes, self.keep_logs = max_log_bytes, keep_logs
         self.gpu_ids = gpu_ids or {}
         self.python = python
@@ -121,21 +208,32 @@ class LocalLauncher:
 
     def launch(self, job_id: str, request: JobRequest, placement: Placement, attempt: int) -> None:
         argv = self._argv(request.command)
+        try:
+            account = self.accounts.for_job(request.user, request.vc)
+        except AccountError as exc:
+            # the service fails the job; its log says why
+            self._job_dirs(job_id, None)
+            log = SegmentLog(str(self._log_dir(job_id, 0)), self.max_log_bytes, self.keep_logs)
+            log.write(f"hived: attempt {attempt} not started: {exc}\n".encode())
+            log.f.close()
+            raise
         with self._lock:
             if job_id in self._jobs and not self._all_done(self._jobs[job_id]):
                 raise RuntimeError(f"launch: job {job_id} still has running pods")
+            jdir, work = self._job_dirs(job_id, account)
             adir = self._attempt_dir(job_id, attempt)
-            adir.mkdir(parents=True, exist_ok=True)
-            work = self.job_dir(job_id) / "work"
-            work.mkdir(exist_ok=True)
+            adir.mkdir(mode=0o700, exist_ok=True)
             world = len(placement.pods)
             # the marker first: a restart that finds it knows processes may exist
             _atomic_write(adir / "launched.json", {"attempt": attempt, "world_size": world,
                                                     "time": time.time()})
             job = _Job(job_id, attempt, adir)
+            base_env = job_environment(dict(os.environ), account, work)
+            resources = _pod_resources(request)
             for pod in placement.pods:
                 gpus = [str(self.gpu_ids.get((pod.node, g), g)) for g in pod.gpus]
-                env = dict(os.environ)
+                mark = f"{self.tag}:{job_id}:{attempt}:{pod.rank}"
+                env = dict(base_env)
                 env.update({str(k): str(v) for k, v in (request.env or {}).items()})
                 env.update({
                     "CUDA_VISIBLE_DEVICES": ",".join(gpus),
@@ -143,29 +241,75 @@ class LocalLauncher:
                     "HIVED_JOB_ID": job_id, "HIVED_VC": request.vc, "HIVED_USER": request.user,
                     "HIVED_RANK": str(pod.rank), "HIVED_WORLD_SIZE": str(world),
                     "HIVED_ATTEMPT": str(attempt), "HIVED_NODE": pod.node,
-                    "HIVED_JOB_DIR": str(work), "PYTHONUNBUFFERED": "1",
+                    "HIVED_JOB_DIR": str(work), "HIVED_POD": mark, "PYTHONUNBUFFERED": "1",
                 })
+                cgroup = None
+                if self.cgroup_base is not None and not self.cgroup_base.exists():
+                    # removed when the last job ended (nothing is left behind on the host)
+                    self.cgroup_base = local_cgroups.cgroup_base(self.root, self._cgroups)
+                if self.cgroup_base is not None:
+                    cpus, mem = resources[pod.rank] if pod.rank < len(resources) else (None, None)
+                    cgroup = {"path": str(self.cgroup_base / f"{job_id}.a{attempt}.r{pod.rank}"),
+                              **local_cgroups.pod_limits(cpus, mem)}
                 spec = {
-                    "argv": argv, "rank": pod.rank, "attempt": attempt,
-                    "workdir": request.workdir or None,
+                    "argv": argv, "env": env, "rank": pod.rank, "attempt": attempt,
+                    "workdir": request.workdir or str(work),
+                    "account": account.as_runner() if account else None, "cgroup": cgroup,
                     "log_dir": str(self._log_dir(job_id, pod.rank)),
                     "max_bytes": self.max_log_bytes, "keep": self.keep_logs,
                     "pod_file": str(adir / f"rank-{pod.rank}.pod.json"),
                     "exit_file": str(adir / f"rank-{pod.rank}.exit.json"),
                     "header": f"[hived] job {job_id} rank {pod.rank}/{world} attempt {attempt} "
-                              f"on {pod.node} GPUs {','.join(gpus) or '-'}: {shlex.join(argv)}",
+                              f"on {pod.node} GPUs {','.join(gpus) or '-'}"
+                              f"{f' as uid {account.uid}' if account else ''}: {shlex.join(argv)}",
                 }
                 spec_path = adir / f"rank-{pod.rank}.spec.json"
                 _atomic_write(spec_path, spec)
                 # -I -S: the runner needs the standard library only; skipping site
-                # and user paths saves a third of its start-up, once per pod
-                proc = subprocess.Popen([self.python, "-I", "-S", RUNNER, str(spec_path)], env=env,
+                # and user paths saves a third of its start-up, once per pod. Its own
+                # environment is minimal: the job's goes through the spec file, so
+                # nothing of it (LD_PRELOAD ...) reaches the runner, root or not.
+                proc = subprocess.Popen([self.python, "-I", "-S", RUNNER, str(spec_path)],
+                                        env={"PATH": base_env["PATH"]},
                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL, start_new_session=True,
                                         close_fds=True)
-                job.pods.append(_Pod(pod.rank, proc.pid, proc_start_ticks(proc.pid), proc))
+                job.pods.append(_Pod(pod.rank, proc.pid, proc_start_ticks(proc.pid), proc,
+                                     cgroup=cgroup and cgroup["path"], mark=mark))
             self._jobs[job_id] = job
             self._events.append(LauncherEvent(job_id, "started", attempt=attempt))
+
+    def _job_dirs(self, job_id: str, account: Optional[Account]) -> tuple[Path, Path]:
+        """``<job>`` (0711) and ``<job>/logs`` (0700), ours; ``<job>/work`` (0700), the job's account's."""
+        jdir = self.job_dir(job_id)
+        for d, mode in ((jdir, 0o711), (jdir / "logs", 0o700)):
+            d.mkdir(mode=mode, exist_ok=True)
+            os.chmod(d, mode)
+        work = jdir / "work"
+        work.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(work, 0o700)
+        if account is not None:
+            os.chown(work, account.uid, account.gid)
+            self._open_path_for(work, account)
+        return jdir, work
+
+    def _open_path_for(self, work: Path, account: Account) -> None:
+        """The job's account must be able to reach its own folder: the data folder
+        (the jobs folder's parent, ours) gets search permission for others (0711,
+        no listing); a folder above it that denies search is the operator's to fix."""
+        data = self.root.parent
+        st = data.stat()
+        if st.st_uid == os.geteuid() and st.st_mode & 0o011 != 0o011:
+            os.chmod(data, (st.st_mode & 0o7700) | 0o011)
+        blocked = _searchable_by(work, account)
+        if blocked:
+            raise AccountError(f"jobs run as uid {account.uid} cannot reach their folder {work}: {blocked} "
+                               "denies search to others; allow it (chmod o+x) or put the data directory "
+                               "elsewhere")
+
+    def check_account(self, request: JobRequest) -> None:
+        """Raises AccountError when the job could not be given an account (see local_accounts)."""
+        self.accounts.for_job(request.user, request.vc, allocate=False)
 
     @staticmethod
     def _argv(command) -> list[str]:
@@ -179,7 +323,12 @@ class LocalLauncher:
         return argv
 
     def terminate(self, job_id: str, grace_period: float) -> None:
-        """SIGTERM every pod's group now, SIGKILL them after ``grace_period`` s."""
+        """SIGTERM every process of every pod now; kill what is left after ``grace_period`` s.
+
+        The pod runner passes SIGTERM on to all its pod's processes and stays
+        until they are gone, so the grace period holds whatever the command
+        form (a ``sh -c`` string whose shell dies at once included).
+        """
         with self._lock:
             job = self._jobs.get(job_id)
             if job is None or self._all_done(job):
@@ -195,15 +344,46 @@ class LocalLauncher:
 
     def _signal(self, job: _Job, sig: int) -> None:
         for pod in job.pods:
-            if pod.pid and not pod.done:
+            if pod.pid and not pod.done and _pid_alive(pod.pid, pod.start_ticks):
                 try:
-                    os.killpg(pod.pid, sig)
+                    if pod.legacy:   # a runner of an older hived: it expects its group signalled
+                        os.killpg(pod.pid, signal.SIGKILL if sig == signal.SIGUSR1 else sig)
+                    else:
+                        os.kill(pod.pid, sig)
                 except (ProcessLookupError, PermissionError):
                     pass
 
     def _kill(self, job: _Job) -> None:
-        job.killed = True
-        self._signal(job, signal.SIGKILL)
+        """The grace is over: the runners kill their pods (and we kill the cgroups ourselves)."""
+        if not job.killed:
+            job.killed = True
+            job.hard_kill_at = time.monotonic() + RUNNER_KILL_GRACE
+        self._signal(job, signal.SIGUSR1)
+        for pod in job.pods:
+            if not pod.done:
+                local_cgroups.kill(pod.cgroup)
+
+    def _hard_kill(self, job: _Job) -> None:
+        """A runner that did not finish its pod in time: kill it and everything it had."""
+        for pod in job.pods:
+            if not pod.done:
+                self._sweep(pod, runner_too=True)
+
+    def _sweep(self, pod: _Pod, runner_too: bool = False) -> None:
+        """Kill a pod whose runner cannot: its cgroup, its runner's group, and every
+        process carrying its HIVED_POD mark (daemons re-parented to init)."""
+        local_cgroups.kill(pod.cgroup)
+        if pod.pid and (runner_too or not _pid_alive(pod.pid, pod.start_ticks)):
+            try:   # the runner's group: the command unless it moved out
+                os.killpg(pod.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if pod.mark:
+            for pid in _marked(pod.mark):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
     def poll(self) -> list[LauncherEvent]:
         with self._lock:
@@ -213,6 +393,9 @@ class LocalLauncher:
                     continue
                 if job.kill_at is not None and now >= job.kill_at and not job.killed:
                     self._kill(job)
+                if job.hard_kill_at is not None and now >= job.hard_kill_at:
+                    self._hard_kill(job)
+                    job.hard_kill_at = None
                 for pod in job.pods:
                     if not pod.done:
                         self._check_pod(job, pod)
@@ -240,20 +423,17 @@ class LocalLauncher:
         info = _read_json(job.dir / f"rank-{pod.rank}.exit.json")
         if info is not None:
             pod.exit_code = int(info["exit_code"])
-        elif job.killed:
-            pod.exit_code = -signal.SIGKILL     # we killed the wrapper before it could write
+            return
+        # the runner died before its pod ended (killed): what it ran may live on
+        self._sweep(pod)
+        if job.killed:
+            pod.exit_code = -signal.SIGKILL
         elif rc is not None:
             pod.exit_code = rc if rc <= 0 or rc < 128 else -(rc - 128)
         else:
             pod.lost = True                     # gone without a word while we were away
 
     def _finish(self, job: _Job) -> None:
-        # the group may still hold stragglers (daemonised grandchildren)
-        for pod in job.pods:
-            try:
-                os.killpg(pod.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, TypeError):
-                pass
         bad = job.cause or next((p for p in job.pods if p.lost or p.exit_code != 0), None)
         rank = bad.rank if bad else 0
         if bad is not None and bad.lost:
@@ -262,6 +442,10 @@ class LocalLauncher:
             code, tail = (bad.exit_code if bad else 0), self.tail(job.job_id, rank)
         self._events.append(LauncherEvent(job.job_id, "exited", code, tail, job.attempt))
         del self._jobs[job.job_id]
+        for pod in job.pods:
+            local_cgroups.remove(pod.cgroup)
+        if not self._jobs:
+            local_cgroups.remove(self.cgroup_base and str(self.cgroup_base))
 
     @staticmethod
     def _all_done(job: _Job) -> bool:
@@ -287,6 +471,7 @@ class LocalLauncher:
         job = _Job(job_id, attempt, adir)
         for pod in placement.pods:
             pod_file, exit_file = adir / f"rank-{pod.rank}.pod.json", adir / f"rank-{pod.rank}.exit.json"
+            mark = f"{self.tag}:{job_id}:{attempt}:{pod.rank}"
             info = _read_json(pod_file)
             # the runner writes its pod file first thing; give a just-started one a moment
             deadline = time.monotonic() + 2.0
@@ -301,22 +486,23 @@ class LocalLauncher:
                 job.pods.append(_Pod(pod.rank, None, None, None, done=True,
                                      exit_code=int(_read_json(exit_file)["exit_code"])))
                 continue
-            alive = _pid_alive(info["pid"], info.get("start_ticks"))
+            p = _Pod(pod.rank, info["pid"], info.get("start_ticks"), cgroup=info.get("cgroup"), mark=mark,
+                     legacy="cgroup" not in info)
+            alive = _pid_alive(p.pid, p.start_ticks)
             if not alive and not exit_file.exists():
+                job.pods.append(p)
                 self._kill_known(job)   # a gang with a lost member is not worth keeping
                 return False
-            job.pods.append(_Pod(pod.rank, info["pid"], info.get("start_ticks")))
+            job.pods.append(p)
         with self._lock:
             self._jobs[job_id] = job
         return True
 
     def _kill_known(self, job: _Job) -> None:
         for pod in job.pods:
-            if pod.pid and _pid_alive(pod.pid, pod.start_ticks):
-                try:
-                    os.killpg(pod.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            if pod.pid:
+                self._sweep(pod, runner_too=True)
+                local_cgroups.remove(pod.cgroup)
 
     def running(self) -> list[str]:
         with self._lock:

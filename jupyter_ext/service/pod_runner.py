@@ -6,12 +6,22 @@ Why a wrapper process instead of starting the command directly:
 - the exit code is written to a file, so that a service restarted after a
   crash (no longer the parent, so it cannot ``wait()``) still learns how the
   pod ended;
-- the wrapper is the leader of the pod's process group, so SIGTERM/SIGKILL to
-  the group reaches the command and everything it started.
+- the wrapper is the one that knows every process of the pod: it puts the
+  command in the pod's cgroup when there is one, and it is a child subreaper,
+  so daemonised (``setsid`` double-forked) descendants are re-parented to it
+  rather than to init. SIGTERM to the wrapper is passed on to every process of
+  the pod, which then has its grace period (the wrapper waits for them all);
+  SIGUSR1 kills them all; when the command ends on its own, whatever it left
+  running is killed with it;
+- when the service runs as root, the wrapper stays root (the job cannot signal
+  or tamper with it) and the command runs under the job's account; the
+  command's environment comes from the spec file, never the wrapper's own, so
+  a job's ``LD_PRELOAD`` cannot reach a privileged process.
 
-Usage: ``python pod_runner.py SPEC.json``; SPEC holds argv, log_dir, max_bytes,
-keep, pod_file, exit_file and a header line. Standard library only, so it
-starts fast and does not depend on the service's imports.
+Usage: ``python pod_runner.py SPEC.json``; SPEC holds argv, env, workdir,
+account, cgroup, log_dir, max_bytes, keep, pod_file, exit_file and a header
+line. Standard library only, so it starts fast and does not depend on the
+service's imports.
 """
 from __future__ import annotations
 
@@ -53,7 +63,7 @@ class SegmentLog:
 
     def __init__(self, directory: str, max_bytes: int, keep: int):
         self.dir, self.max_bytes, self.keep = directory, max(1, max_bytes), max(1, keep)
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
         segs = segments(directory)
         if segs:
             start = segs[-1]
@@ -61,7 +71,13 @@ class SegmentLog:
             self.start, self.size = start, size
         else:
             self.start, self.size = 0, 0
-        self.f = open(seg_path(directory, self.start), "ab")
+        self.f = self._open(seg_path(directory, self.start))
+
+    @staticmethod
+    def _open(path: str):
+        # The log folder is the service's own, never the job's: a job that could
+        # plant a symlink here would have a root runner append to any file.
+        return open(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600), "ab")
 
     def write(self, data: bytes) -> None:
         while data:
@@ -77,7 +93,7 @@ class SegmentLog:
         self.f.close()
         self.start += self.size
         self.size = 0
-        self.f = open(seg_path(self.dir, self.start), "ab")
+        self.f = self._open(seg_path(self.dir, self.start))
         for old in segments(self.dir)[:-self.keep]:
             try:
                 os.unlink(seg_path(self.dir, old))
@@ -97,49 +113,287 @@ def segments(directory: str) -> list[int]:
     return sorted(int(n[:-4]) for n in names if n.endswith(".log") and n[:-4].isdigit())
 
 
+def _proc_table() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, state) for every process on the host, from /proc."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().decode(errors="replace").rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue   # exited while we looked
+        table[int(name)] = (int(fields[1]), fields[0])
+    return table
+
+
+def descendants(root: int, table: dict | None = None) -> list[int]:
+    """Every process below ``root`` in the process tree, zombies included."""
+    table = _proc_table() if table is None else table
+    kids: dict[int, list[int]] = {}
+    for pid, (ppid, _state) in table.items():
+        kids.setdefault(ppid, []).append(pid)
+    out, todo = [], list(kids.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(kids.get(pid, ()))
+    return out
+
+
+def _become_subreaper() -> bool:
+    """Orphans of the pod (``setsid`` double forks included) are re-parented to
+    this process instead of init, so they stay in its tree and can be swept."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0   # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+class Pod:
+    """The processes of one pod: its cgroup when it has one, else this process's subtree."""
+
+    def __init__(self, cgroup: str | None, subreaper: bool):
+        self.cgroup, self.subreaper = cgroup, subreaper
+        self.me = os.getpid()
+        self.command: int | None = None   # the command's pid: Popen reaps it, never we
+
+    def _has_children(self) -> bool:
+        """Any child left, running or not yet reaped? As a subreaper, none means
+        the pod's whole process tree is gone: no need to scan /proc."""
+        self.reap_orphans()
+        try:
+            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return False
+        return True
+
+    def pids(self) -> list[int]:
+        """Live (non-zombie) processes of the pod."""
+        found: set[int] = set()
+        if self.cgroup:
+            try:
+                with open(os.path.join(self.cgroup, "cgroup.procs")) as f:
+                    found = {int(x) for x in f.read().split()}
+            except OSError:
+                pass
+        if self.subreaper and not self._has_children():
+            return sorted(found)
+        # a pod process that left the cgroup is still ours while it is below us
+        table = _proc_table()
+        found |= set(descendants(self.me, table))
+        return [p for p in found if p in table and table[p][1] not in ("Z", "X")]
+
+    def signal_all(self, sig: int) -> None:
+        for pid in self.pids():
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def kill_all(self, deadline: float = 5.0) -> None:
+        """SIGKILL every process of the pod until none is left (forks racing the sweep included)."""
+        if self.cgroup:
+            try:
+                with open(os.path.join(self.cgroup, "cgroup.kill"), "w") as f:
+                    f.write("1")
+            except OSError:
+                pass   # kernel before 5.14: the loop below does it
+        end = time.monotonic() + deadline
+        while True:
+            left = self.pids()
+            if not left or time.monotonic() > end:
+                return
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            self.reap_orphans()
+            time.sleep(0.01)
+
+    def reap_orphans(self) -> None:
+        """Collect the exit status of adopted orphans. Not the command's: reaped
+        behind Popen's back, its exit code would read as 0; orphans that end after
+        it wait until Popen has it (the next call, at the latest the last one)."""
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid == self.command:
+                return
+            try:
+                os.waitpid(info.si_pid, 0)
+            except ChildProcessError:
+                pass
+
+
+def _setup_cgroup(cg: dict) -> str | None:
+    """Create the pod's cgroup and apply its limits; None when that is not possible."""
+    path = cg["path"]
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        return None
+    for name in ("memory.max", "cpu.max"):
+        value = cg.get(name)
+        if value is not None and os.path.exists(os.path.join(path, name)):
+            try:
+                with open(os.path.join(path, name), "w") as f:
+                    f.write(str(value))
+            except OSError:
+                pass
+    return path
+
+
+def _limits(path: str | None) -> str:
+    if not path:
+        return "no cgroup (process-tree sweep)"
+    out = []
+    for name in ("memory.max", "cpu.max"):
+        try:
+            with open(os.path.join(path, name)) as f:
+                out.append(f"{name}={f.read().strip()}")
+        except OSError:
+            pass
+    return f"cgroup {path}" + (f" ({', '.join(out)})" if out else " (no limits available)")
+
+
+def _enter(cgroup: str | None, account: dict | None, workdir: str | None):
+    """Runs in the command's process between fork and exec: join the pod's cgroup
+    while still privileged, drop to the job's account, then enter the workdir as
+    that account (so a workdir the account cannot open is refused)."""
+    def fail(what: str, exc: OSError) -> None:
+        os.write(2, f"hived: cannot {what}: {exc.strerror or exc}\n".encode())
+        os._exit(127)
+
+    def enter() -> None:
+        if cgroup:
+            try:
+                with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                    f.write("0")
+            except OSError as exc:
+                fail(f"join cgroup {cgroup}", exc)
+        if account:
+            try:
+                os.setgroups(account.get("groups") or [])
+                os.setresgid(account["gid"], account["gid"], account["gid"])
+                os.setresuid(account["uid"], account["uid"], account["uid"])
+            except OSError as exc:
+                fail(f"switch to uid {account['uid']}", exc)
+        if workdir:
+            try:
+                os.chdir(workdir)
+            except OSError as exc:
+                fail(f"enter workdir {workdir!r}", exc)
+    return enter
+
+
+class _Flags:
+    term = False
+    kill = False
+    child = True     # a child may have ended: look for orphans to reap
+
+
 def main(spec_path: str) -> int:
     with open(spec_path) as f:
         spec = json.load(f)
-    # Our own group: the launcher signals the whole group. The command gets
-    # the default SIGTERM action (handlers, unlike SIG_IGN, reset on exec);
-    # the wrapper itself keeps running to drain the output and record the exit.
-    signal.signal(signal.SIGTERM, lambda *_: None)
-    signal.signal(signal.SIGINT, lambda *_: None)
+    cgroup = _setup_cgroup(spec["cgroup"]) if spec.get("cgroup") else None
+    try:
+        return _run(spec, cgroup)
+    finally:
+        if cgroup:
+            try:
+                os.rmdir(cgroup)
+            except OSError:
+                pass   # still populated (we are being killed): the launcher removes it
+
+
+def _run(spec: dict, cgroup: str | None) -> int:
+    flags = _Flags()
+    # SIGTERM from the launcher: pass it on to every process of the pod and wait
+    # for them (the grace period); SIGUSR1: the grace is over, kill them all.
+    # The command gets default dispositions again at exec.
+    signal.signal(signal.SIGTERM, lambda *_: setattr(flags, "term", True))
+    signal.signal(signal.SIGUSR1, lambda *_: setattr(flags, "kill", True))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, lambda *_: setattr(flags, "child", True))
+    pod = Pod(cgroup, _become_subreaper())
+    account = spec.get("account")
     _atomic_write(spec["pod_file"], {"pid": os.getpid(), "pgid": os.getpgid(0),
                                      "start_ticks": proc_start_ticks(os.getpid()),
-                                     "rank": spec["rank"], "attempt": spec["attempt"]})
+                                     "rank": spec["rank"], "attempt": spec["attempt"], "cgroup": cgroup})
     log = SegmentLog(spec["log_dir"], spec["max_bytes"], spec["keep"])
     log.write(spec["header"].encode() + b"\n")
+    log.write(f"[hived] {_limits(cgroup)}\n".encode())
     try:
         child = subprocess.Popen(spec["argv"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, cwd=spec.get("workdir"))
+                                 stdin=subprocess.DEVNULL, env=spec.get("env"),
+                                 preexec_fn=_enter(cgroup, account, spec.get("workdir")))
     except OSError as exc:
-        # command or working directory missing: 127 is what a shell would say
-        log.write(f"hived: cannot start {spec['argv'][0]!r}: {exc}\n".encode())
+        # command missing: 127 is what a shell would say
+        hint = ""
+        if account and isinstance(exc, PermissionError):
+            hint = (f" (the job runs as uid {account['uid']}: the program and every folder above it "
+                    "must be open to that account)")
+        log.write(f"hived: cannot start {spec['argv'][0]!r}: {exc}{hint}\n".encode())
         _atomic_write(spec["exit_file"], {"exit_code": 127, "ended": time.time()})
         return 127
+    pod.command = child.pid
     fd = child.stdout.fileno()
     os.set_blocking(fd, False)
     sel = selectors.DefaultSelector()
-    sel.register(fd, selectors.EVENT_READ)
-    eof, drain_until = False, None
-    while not eof:
-        for _key, _ in sel.select(timeout=0.2):
+    sel.register(fd, selectors.EVENT_READ, "output")
+    try:   # wakes the loop the moment the command ends (Linux 5.3+; else within 0.2 s)
+        sel.register(os.pidfd_open(child.pid), selectors.EVENT_READ, "ended")
+    except (AttributeError, OSError):
+        pass
+    eof, term_sent, swept, drain_until = False, False, False, None
+    while True:
+        for key, _ in sel.select(timeout=0.2):
+            if key.data == "ended":
+                sel.unregister(key.fd)
+                os.close(key.fd)
+                continue
             try:
                 data = os.read(fd, 65536)
             except BlockingIOError:
                 continue
             if not data:
-                eof = True   # everything the command wrote is in
-                break
+                eof = True
+                sel.unregister(fd)
+                continue
             log.write(data)
-        if not eof and child.poll() is not None:
-            # grandchildren may keep the pipe open: drain briefly, not forever
-            if drain_until is None:
-                drain_until = time.monotonic() + 0.5
-            elif time.monotonic() > drain_until:
-                break
+        if flags.kill:
+            pod.kill_all()
+            flags.kill = False
+        if flags.term and not term_sent:
+            term_sent = True
+            pod.signal_all(signal.SIGTERM)
+        if flags.child:
+            flags.child = False
+            pod.reap_orphans()
+        if child.poll() is None:
+            continue
+        if not flags.term and not swept:
+            # the command is done: whatever it left behind (daemons included) goes with it
+            swept = True
+            pod.kill_all()   # returns once none is left
+        elif pod.pids():
+            continue   # terminating: the grace period is the pod's until the launcher says kill
+        if eof:
+            break
+        # every process is gone; what they wrote is in the pipe
+        if drain_until is None:
+            drain_until = time.monotonic() + 0.5
+        elif time.monotonic() > drain_until:
+            break
     rc = child.wait()
+    pod.reap_orphans()
     log.write(f"[hived] rank {spec['rank']} attempt {spec['attempt']} exited with code {rc}\n".encode())
     _atomic_write(spec["exit_file"], {"exit_code": rc, "ended": time.time()})
     return rc if rc >= 0 else 128 - rc

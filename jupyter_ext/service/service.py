@@ -200,9 +200,11 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             from .local_gpus import match_local
             self.local = match_local(self.spec, self.eng.alloc)
         if launcher == "local":
+            from .local_accounts import spec_account
             from .local_launcher import LocalLauncher
             launcher = LocalLauncher(jobs_dir, gpu_ids=self.local.gpu_ids if self.local else None,
-                                     max_log_bytes=log_bytes, keep_logs=log_keep)
+                                     max_log_bytes=log_bytes, keep_logs=log_keep,
+                                     accounts=lambda user, vc: spec_account(self.spec, user, vc))
         self.launcher = launcher
         self._check_workdir = type(launcher).__name__ == "LocalLauncher"
         if health == "auto":   # NVML health checks for the GPUs of this machine, if any
@@ -605,6 +607,12 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
     def _check_for_launcher(self, req) -> None:
         """Refuse at submission what the launcher would refuse at launch (a job's own Kubernetes
         template fields), so a bad job is never queued only to fail when its turn comes."""
+        check_account = getattr(self.launcher, "check_account", None)   # local: the job's unix account
+        if check_account is not None:
+            try:
+                check_account(req)
+            except ValueError as e:
+                raise RequestError("user", str(e)) from None
         if req.k8s_template is None:
             return
         validate = getattr(self.launcher, "validate", None)

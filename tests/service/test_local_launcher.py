@@ -66,8 +66,9 @@ def test_gang_member_failure_stops_the_gang(tmp_path):
     assert time.time() - t0 < 10
 
 
-def test_sigterm_grace_then_sigkill_to_the_whole_group(tmp_path):
-    la = LocalLauncher(tmp_path)
+@pytest.mark.parametrize("cgroups", ["auto", "off"])
+def test_sigterm_grace_then_sigkill_to_the_whole_group(tmp_path, cgroups):
+    la = LocalLauncher(tmp_path, cgroups=cgroups)
     # ignores SIGTERM and starts a grandchild in the same group
     stubborn = ("import signal, subprocess, sys, time, os\n"
                 "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -165,3 +166,26 @@ def test_adopt_after_restart(tmp_path):
     assert sorted(second.running()) == ["alive"]
     second.terminate("alive", 0.5)
     assert wait_exit(second, "alive").exit_code in (-signal.SIGTERM, -signal.SIGKILL, 143)
+
+
+def test_a_killed_runner_leaves_no_daemon_behind(tmp_path):
+    """Without a cgroup, a daemon whose supervisor was killed (by the job itself, when
+    hived is not root) is found by the HIVED_POD mark in its environment."""
+    la = LocalLauncher(tmp_path, cgroups="off")
+    daemon = ("import os, time\n"
+              "if os.fork() == 0:\n"
+              "    os.setsid()\n"
+              "    if os.fork() == 0:\n"
+              "        open(os.environ['HIVED_JOB_DIR'] + '/d.pid', 'w').write(str(os.getpid()))\n"
+              "        time.sleep(300)\n"
+              "    os._exit(0)\n"
+              "os.wait(); print('ready', flush=True); time.sleep(300)\n")
+    la.launch("k", req([PY, "-c", daemon]), placement([0]), 1)
+    wait_until(lambda: "\nready\n" in la.logs("k")[0])
+    pid = int((tmp_path / "k" / "work" / "d.pid").read_text())
+    runner = la._jobs["k"].pods[0].pid
+    os.kill(runner, signal.SIGKILL)
+    ev = wait_exit(la, "k")
+    assert ev.exit_code == -signal.SIGKILL
+    wait_until(lambda: not os.path.exists(f"/proc/{pid}") or
+               open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z", timeout=5)

@@ -1,0 +1,158 @@
+"""Which Unix account a local job runs as.
+
+A hived running as root never runs a job as root unless the operator says so:
+
+1. the spec's account mapping (``ClusterSpec.unix_account(user, vc)``: a name,
+   a numeric ``uid`` or ``uid:gid``) decides when it names an account;
+2. otherwise ``$HIVED_JOB_ACCOUNT`` decides: ``vc`` (the default) gives each VC
+   its own uid from ``$HIVED_JOB_UIDS`` (default 1900000000-1900099999), kept
+   in ``accounts.json`` beside the jobs so a VC keeps its uid across restarts;
+   ``refuse`` fails such jobs with the reason; ``server`` runs them as the
+   server's own account (root), an explicit opt-in.
+
+A hived not running as root cannot switch accounts: every job runs as the
+server's account, and a mapping naming another account is refused.
+"""
+from __future__ import annotations
+
+import fcntl
+import grp
+import json
+import os
+import pwd
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+MODES = ("vc", "server", "refuse")
+DEFAULT_UIDS = (1_900_000_000, 1_900_099_999)
+
+
+class AccountError(ValueError):
+    """A job cannot be given an account; the message says why and what to change."""
+
+
+@dataclass(frozen=True)
+class Account:
+    uid: int
+    gid: int
+    groups: tuple[int, ...] = ()
+    name: str = ""
+    home: Optional[str] = None      # None: the job's own directory serves as HOME
+
+    def as_runner(self) -> dict:
+        return {"uid": self.uid, "gid": self.gid, "groups": list(self.groups)}
+
+
+def resolve(text: str) -> Account:
+    """``name``, ``uid`` or ``uid:gid`` -> Account; raises AccountError."""
+    text = str(text).strip()
+    try:
+        if text.replace(":", "").isdigit() and text.count(":") <= 1:
+            uid_s, _, gid_s = text.partition(":")
+            uid = int(uid_s)
+            try:
+                pw = pwd.getpwuid(uid)
+            except KeyError:
+                pw = None
+            gid = int(gid_s) if gid_s else (pw.pw_gid if pw else uid)
+            if pw is not None:
+                return Account(uid, gid, tuple(os.getgrouplist(pw.pw_name, gid)), pw.pw_name, pw.pw_dir)
+            return Account(uid, gid, (), str(uid))
+        pw = pwd.getpwnam(text)
+    except KeyError:
+        raise AccountError(f"unix account {text!r}: no such user on this host") from None
+    return Account(pw.pw_uid, pw.pw_gid, tuple(os.getgrouplist(pw.pw_name, pw.pw_gid)), pw.pw_name, pw.pw_dir)
+
+
+def spec_account(spec, user: str, vc: str) -> Optional[str]:
+    """The spec's mapping for (user, vc), or None (also for specs without mappings)."""
+    lookup = getattr(spec, "unix_account", None)
+    return lookup(user, vc) if callable(lookup) else None
+
+
+def uid_range(text: Optional[str]) -> tuple[int, int]:
+    if not text:
+        return DEFAULT_UIDS
+    lo, sep, hi = text.partition("-")
+    if not sep or not lo.strip().isdigit() or not hi.strip().isdigit() or int(lo) > int(hi) or int(lo) == 0:
+        raise ValueError(f"$HIVED_JOB_UIDS: must be FIRST-LAST with 0 < FIRST <= LAST, got {text!r}")
+    return int(lo), int(hi)
+
+
+class JobAccounts:
+    """Decides the account of each job (see the module docstring)."""
+
+    def __init__(self, state_dir: Path, mapping: Optional[Callable[[str, str], Optional[str]]] = None,
+                 mode: Optional[str] = None, uids: Optional[tuple[int, int]] = None):
+        self.mapping = mapping
+        self.mode = mode or os.environ.get("HIVED_JOB_ACCOUNT") or "vc"
+        if self.mode not in MODES:
+            raise ValueError(f"$HIVED_JOB_ACCOUNT: must be one of {', '.join(MODES)}, got {self.mode!r}")
+        self.uids = uids or uid_range(os.environ.get("HIVED_JOB_UIDS"))
+        self.file = Path(state_dir) / "accounts.json"
+        self.euid = os.geteuid()
+
+    def for_job(self, user: str, vc: str, allocate: bool = True) -> Optional[Account]:
+        """The account to switch to, or None to run as the server's own account.
+
+        ``allocate=False`` (a check at submission, before the VC is known to
+        exist) raises what would be refused but hands out no VC uid."""
+        mapped = self.mapping(user, vc) if self.mapping else None
+        if self.euid != 0:
+            if mapped is not None and resolve(mapped).uid != self.euid:
+                raise AccountError(f"the spec maps user {user!r} in VC {vc!r} to unix account {mapped!r}, "
+                                   f"but hived runs as uid {self.euid}, not root, and cannot switch accounts")
+            return None
+        if mapped is not None:
+            acc = resolve(mapped)
+            if acc.uid == 0:
+                raise AccountError(f"the spec maps user {user!r} in VC {vc!r} to root; hived runs no job as "
+                                   "root through a mapping (HIVED_JOB_ACCOUNT=server runs unmapped jobs "
+                                   "as the server's account)")
+            return acc
+        if self.mode == "server":
+            return None
+        if self.mode == "refuse":
+            raise AccountError(f"no unix account for user {user!r} in VC {vc!r}: hived runs as root and "
+                               "runs no job as root; map one in the spec, or set HIVED_JOB_ACCOUNT=vc "
+                               "(a uid per VC) or HIVED_JOB_ACCOUNT=server (run jobs as root)")
+        if not allocate:
+            return None
+        uid = self._vc_uid(vc)
+        return Account(uid, uid, (), f"hived-{vc}")
+
+    def _vc_uid(self, vc: str) -> int:
+        """The VC's uid from the range, given once and kept for good."""
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.file.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                table = json.loads(self.file.read_text())
+            except FileNotFoundError:
+                table = {}
+            if vc in table:
+                return int(table[vc])
+            taken = {int(u) for u in table.values()}
+            for uid in range(self.uids[0], self.uids[1] + 1):
+                if uid in taken or _exists(uid):
+                    continue
+                table[vc] = uid
+                tmp = self.file.with_suffix(".tmp")
+                tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
+                os.chmod(tmp, 0o600)
+                os.replace(tmp, self.file)
+                return uid
+        raise AccountError(f"VC {vc!r}: no free uid left in $HIVED_JOB_UIDS "
+                           f"{self.uids[0]}-{self.uids[1]} for a new VC")
+
+
+def _exists(uid: int) -> bool:
+    """Taken by a real user or group of this host: never hand it to a VC."""
+    for lookup in (pwd.getpwuid, grp.getgrgid):
+        try:
+            lookup(uid)
+            return True
+        except KeyError:
+            pass
+    return False

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import json
 import math
+import re
 from http.client import responses
 from typing import Any, Iterator, Optional
 import asyncio
@@ -180,11 +181,11 @@ class HivedHandler(APIHandler):
         return value
 
     def reply(self, doc: Any, status: int = 200) -> None:
+        self.reply_text(to_json(doc), status)
+
+    def reply_text(self, text: str, status: int = 200) -> None:
+        """Answer JSON already encoded (off the IOLoop, for large documents)."""
         self.set_status(status)
-        try:
-            text = json.dumps(doc, default=_jsonable, allow_nan=False)
-        except ValueError:  # a non-finite float somewhere: JSON has no spelling for it
-            text = json.dumps(_finite(doc), default=_jsonable, allow_nan=False)
         self.finish(text)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
@@ -207,6 +208,10 @@ class HivedHandler(APIHandler):
         self.finish(json.dumps({"error": _one_line(str(message)), "where": where}))
 
 
+# a surrogate escape, or a surrogate encoded as UTF-8 (json decodes those too)
+_MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+
+
 def _parse_and_check(raw: bytes, schema_name: str, required: bool) -> tuple[Any, Optional[tuple[str, str]]]:
     if not raw.strip():
         return {}, (("a JSON object body is required", "body") if required else None)
@@ -215,7 +220,8 @@ def _parse_and_check(raw: bytes, schema_name: str, required: bool) -> tuple[Any,
     except (ValueError, RecursionError) as exc:
         return None, (f"body is not valid JSON: {_one_line(str(exc))[:160]}", "body")
     try:  # "\ud800" escapes decode to strings no terminal, file or database can take
-        json.dumps(body, ensure_ascii=False).encode("utf-8")
+        if _MAYBE_SURROGATE.search(raw):
+            json.dumps(body, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         return None, ("body holds a lone UTF-16 surrogate (an escape like \\ud800): not valid Unicode", "body")
     return body, schema.first_error(schema_name, body)
@@ -223,6 +229,13 @@ def _parse_and_check(raw: bytes, schema_name: str, required: bool) -> tuple[Any,
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def to_json(doc: Any) -> str:
+    try:
+        return json.dumps(doc, default=_jsonable, allow_nan=False)
+    except ValueError:  # a non-finite float somewhere: JSON has no spelling for it
+        return json.dumps(_finite(doc), default=_jsonable, allow_nan=False)
 
 
 def _jsonable(value: Any) -> Any:

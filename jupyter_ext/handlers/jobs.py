@@ -6,7 +6,7 @@ import time
 
 from ..auth import job_resource, vc_resource
 from ..client import TERMINAL_STATES
-from .base import ApiError, HivedHandler, service_errors
+from .base import ApiError, HivedHandler, service_errors, to_json
 
 STATES = ("queued", "placed", "running", "preempting", "succeeded", "failed", "cancelled")
 
@@ -18,9 +18,11 @@ class JobsHandler(HivedHandler):
         if vc not in self.hived.access.vc_users:
             raise ApiError(400, f"no VC named {vc!r}; VCs: {', '.join(sorted(self.hived.access.vc_users))}", "body.vc")
         await self.require("write", vc_resource(vc), f"submit to VC {vc!r} (not in its users)", "body.vc")
+        svc, user = self.svc, self.username
         with service_errors("body"):
-            job = await self.run(self.svc.submit, self.username, body)
-        self.reply(job, status=201)
+            # the answer echoes the command and env (up to a megabyte): encoded off the IOLoop too
+            text = await self.run(lambda: to_json(svc.submit(user, body)))
+        self.reply_text(text, status=201)
 
     async def get(self):
         vc = self.get_query_argument("vc", None) or None

@@ -8,12 +8,14 @@ from .cluster import (ClusterHandler, OpenAPIHandler, SpecReloadHandler, StatusH
                       VCHandler, VCsHandler)
 from .exchange import ExchangeHandler
 from .jobs import CancelHandler, JobHandler, JobsHandler, LogsHandler
+from .summary import SummaryHandler
 
 _SEG = r"([^/]+)"
 # (path under hived/api/, handler, OpenAPI path) - the test suite checks this
 # table against openapi.json in both directions
 ROUTES = [
     ("status", StatusHandler, "/status"),
+    ("summary", SummaryHandler, "/summary"),
     ("openapi.json", OpenAPIHandler, "/openapi.json"),
     ("cluster", ClusterHandler, "/cluster"),
     ("vcs", VCsHandler, "/vcs"),

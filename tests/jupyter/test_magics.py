@@ -130,7 +130,7 @@ def test_interrupt_detaches_and_the_job_keeps_running(ip, live_server, capsys):
 
 
 @pytest.mark.parametrize("line,says", [
-    ("--vc vcb echo x", "user 'alice' may not submit to VC 'vcb' (not in its users) (at body.vc) [HTTP 403]"),
+    ("--vc vcb echo x", "vc: user 'alice' may not submit to VC 'vcb' (not in its users)"),
     ("--vc nope echo x", "no VC named 'nope'"),
     ("--gpus 9 echo x", "hived: "),                                    # never fits vca's 8 GPUs
     ("--workdir /no/such/dir echo x", "/no/such/dir does not exist"),
@@ -165,7 +165,7 @@ def test_user_in_no_vc_is_told_so(ip, capsys, monkeypatch):
     ip.run_line_magic("reload_ext", "hived.jupyter_ext")
     ip.run_line_magic("gpu_submit", "echo x")
     err = capsys.readouterr().err
-    assert err == "hived: user 'eve' is in no VC of this cluster (at --vc) [HTTP 403]\n"
+    assert err == "hived: --vc: user 'eve' is in no VC of this cluster\n"
     monkeypatch.setenv("HIVED_TOKEN", "tok-root")           # in every VC: must choose
     ip.run_line_magic("reload_ext", "hived.jupyter_ext")
     ip.run_cell("%gpu_submit echo x")

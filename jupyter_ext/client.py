@@ -28,6 +28,10 @@ DEFAULT_DATA_DIR = "~/.hived"
 USER_HEADER = "X-Hived-User"  # honoured only by servers configured to trust it (see docs/jupyter.md)
 
 
+# ``where`` values that name a whole request or a route, not a field of it
+_NOT_FIELDS = ("body", "query", "cluster", "vcs", "status", "summary", "jobs", "exchange")
+
+
 class HivedError(Exception):
     """A refusal or failure from the service; ``str(e)`` is one readable line."""
 
@@ -43,7 +47,7 @@ class HivedError(Exception):
         field = self.where or ""
         if field.startswith(("body.", "query.")):
             field = field.split(".", 1)[1]
-        if "/" in field or field in ("body", "query"):
+        if "/" in field or field in _NOT_FIELDS:
             return ""   # a route or the whole request: the message says what was wrong
         return field
 

@@ -88,6 +88,4 @@ class JobStatusWidget(W.HTML):
         )
 
     def text(self) -> str:
-        job = getattr(self, "job", {}) or {}
-        name = f"{visible(job['name'])}: " if job.get("name") else ""
-        return name + " | ".join(visible(f) for f in status_facts(job))
+        return " | ".join(visible(f) for f in status_facts(getattr(self, "job", {}) or {}))

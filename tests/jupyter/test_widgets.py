@@ -109,7 +109,7 @@ async def test_stranger_sees_one_error_line(service, client_for, dashboards):
     from hived.jupyter_ext.widgets import ClusterDashboard
     dash = await dashboards(ClusterDashboard, client=client_for("eve"))
     assert dash.refreshes == 0
-    assert dash.last_error.startswith("hived: cluster: user 'eve' may not see")
+    assert dash.last_error.startswith("hived: user 'eve' may not see")
     assert 'class="hived-error"' in dash.message.value and "\n" not in dash.last_error
 
 

@@ -26,7 +26,7 @@ SCHEMA: dict = {
     "properties": {
         "vc": {"type": "string", "minLength": 1,
                "description": "virtual cluster the job runs in (default: $HIVED_VC)"},
-        "gpus": {"type": "integer", "minimum": 0, "maximum": 1024,
+        "gpus": {"type": "integer", "minimum": 1, "maximum": 1024,
                  "description": "GPUs per pod"},
         "cell": {"type": "string", "minLength": 1,
                  "description": "one cell of this type per pod, e.g. 'V100-NODE'; instead of gpus"},

@@ -48,7 +48,8 @@ def test_vc_from_environment_or_required():
 
 @pytest.mark.parametrize("raw,key,words", [
     ({"vc": "a", "gpu": 1}, "gpu", "unknown key; allowed:"),
-    ({"vc": "a", "gpus": -1}, "gpus", "must be >= 0, got -1"),
+    ({"vc": "a", "gpus": -1}, "gpus", "must be >= 1, got -1"),
+    ({"vc": "a", "gpus": 0}, "gpus", "must be >= 1, got 0"),
     ({"vc": "a", "gpus": "2"}, "gpus", 'must be an integer, got "2"'),
     ({"vc": "a", "gpus": 1.5}, "gpus", "must be an integer"),
     ({"vc": "a", "pods": 0}, "pods", "must be >= 1"),

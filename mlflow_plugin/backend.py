@@ -122,12 +122,13 @@ class HivedProjectBackend(AbstractBackend):
             raise HivedBackendError(f"hived backend: --run-id {existing}: "
                                     f"{str(exc.message).splitlines()[0]}") from None
         run_id = run.info.run_id
+        if cli is not None and cli.get("run_name"):
+            # MLflow names the run only after a plugin returns; a refused or failed blocking
+            # run never would be
+            MlflowClient(tracking_uri).set_tag(run_id, MLFLOW_RUN_NAME, cli["run_name"])
         submitted = self._submit(cfg, client, project.name or "mlflow", entry_point, command,
                                  work_dir, run_id, experiment_id, tracking_uri,
                                  created=not existing)
-        if cli is not None and cli.get("run_name"):
-            # MLflow names the run only after a plugin returns; a failed blocking run never would be
-            MlflowClient(tracking_uri).set_tag(run_id, MLFLOW_RUN_NAME, cli["run_name"])
         if cli is not None and not cfg.detach:
             return self._block(submitted)
         if cfg.detach or cli is not None:

@@ -317,3 +317,15 @@ def test_submit_flags_build_the_same_body_in_every_door(tmp_path):
     assert {k: v for k, v in cli.items() if k != "command"} == {k: v for k, v in magic.items() if k != "command"}
     old = build_payload(_submit_parser().parse_args(["--cell", "T-NODE.T-SOCKET", "true"]), None, "")
     assert old["cell_type"] == "T-NODE.T-SOCKET"              # the old magics spelling still works
+
+
+def test_simulate_says_when_its_filters_left_no_jobs(capsys, tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("job_id,tenant,submit,duration,gpus\na,t1,0,3600,8\nb,t2,60,600,1\n")
+    code, _, err = hived(capsys, "simulate", "--trace", str(trace), "--out", str(tmp_path / "o"),
+                         "--tenants", "t2", "--from-day", "5")
+    assert code == 2 and err == f"hived simulate: --trace: no jobs in {trace} after the filters --tenants, " \
+                                "--from-day\n"
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    assert "required with --trace" in " ".join(capsys.readouterr().out.split())

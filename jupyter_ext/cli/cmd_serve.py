@@ -7,6 +7,8 @@ find it without flags; removes it on exit.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import inspect
 import json
 import os
 import secrets
@@ -102,7 +104,9 @@ def run(args: argparse.Namespace) -> int:
     if state is None or state.service is None:
         print(f"hived serve: service did not start: {getattr(state, 'error', 'extension not loaded')}",
               file=sys.stderr)
-        app.cleanup_extensions() if hasattr(app, "cleanup_extensions") else None
+        cleanup = app.cleanup_extensions() if hasattr(app, "cleanup_extensions") else None
+        if inspect.isawaitable(cleanup):   # a coroutine in jupyter-server 2: run it, don't drop it
+            asyncio.run(cleanup)
         return 1
     info_path = data_dir / "server.json"
     info = {"url": app.connection_url, "token": token, "pid": os.getpid()}

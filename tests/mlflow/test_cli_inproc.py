@@ -102,9 +102,9 @@ def test_cli_run_id_continues_an_existing_run(tracking_uri, cfg):
 
 
 def test_refused_runs_end_failed_never_running(tracking_uri, cfg, tmp_path):
-    """Too many GPUs, a gang that never fits, a bad workdir: the service refuses, the run is FAILED."""
+    """Too many GPUs, a gang larger than the cluster, a bad workdir: the service refuses, the run is FAILED."""
     client = MlflowClient(tracking_uri)
-    for n, (extra, says) in enumerate(((dict(gpus=64), "gpus"), (dict(pods=3, gpus=4), "never fits"),
+    for n, (extra, says) in enumerate(((dict(gpus=64), "gpus"), (dict(pods=3, gpus=4), "groups"),
                                        (dict(workdir=str(tmp_path / "none")), "workdir"))):
         name = f"refused-{n}"
         result, runs = _mlflow_run(tracking_uri, dict(cfg, **extra), name)

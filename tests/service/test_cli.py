@@ -329,3 +329,10 @@ def test_simulate_says_when_its_filters_left_no_jobs(capsys, tmp_path):
     with pytest.raises(SystemExit):
         main(["simulate", "--help"])
     assert "required with --trace" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_second_server_on_a_busy_data_dir_is_refused_cleanly(served):
+    code, out, err = served("serve", "--spec", SPEC, "--data-dir", str(served.data_dir), "--port", "0")
+    lines = [line for line in (out + err).splitlines() if line.startswith("hived serve:")]
+    assert code != 0 and len(lines) == 1 and "another hived service" in lines[0], out + err
+    assert "never awaited" not in out + err and "Traceback" not in out + err

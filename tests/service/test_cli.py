@@ -336,3 +336,18 @@ def test_a_second_server_on_a_busy_data_dir_is_refused_cleanly(served):
     lines = [line for line in (out + err).splitlines() if line.startswith("hived serve:")]
     assert code != 0 and len(lines) == 1 and "another hived service" in lines[0], out + err
     assert "never awaited" not in out + err and "Traceback" not in out + err
+
+
+def test_served_exchange_prints_tables_and_documented_codes(served):
+    code, out, err = served("exchange", "offer", "--vc", "vca", "--cell-type", "T-NODE.T-SOCKET", "--count", "1",
+                            "--duration", "1h", "--user", "ada")
+    assert code == 0, err
+    assert out.splitlines()[0].split() == ["ID", "KIND", "VC", "CELLS", "COUNT", "FROM", "TO"]
+    assert "offer  vca" in out and "no exchanges" in out
+    code, out, _ = served("exchange", "board", "--user", "ada")
+    assert code == 0 and "offer  vca" in out and not out.lstrip().startswith("{")
+    code, out, _ = served("exchange", "board", "--user", "ada", "--json")
+    assert json.loads(out)["offers"][0]["vc"] == "vca"
+    code, _, err = served("exchange", "offer", "--vc", "vcb", "--cell-type", "T-NODE.T-SOCKET", "--count", "1",
+                          "--duration", "1h", "--user", "ada")
+    assert code == 3 and err.startswith("hived exchange: ") and "hived: " not in err and "may not trade" in err

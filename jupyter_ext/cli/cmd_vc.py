@@ -58,5 +58,5 @@ def run(args, backend) -> int:
         return cs.OK
     rows = [[n, f"{v['gpus_used']}/{v['gpus_total']}", len(v["running"]), len(v["queue"]),
              ", ".join(f"{k} x{c}" for k, c in v["cells"].items())] for n, v in vcs.items()]
-    print(cs.table(rows, ["VC", "GPUS USED", "RUNNING", "QUEUED", "CELLS"]))
+    print(cs.table(rows, ["VC", "GPUS USED", "RUNNING", "QUEUED", "CELLS"], shrink=("CELLS",)))
     return cs.OK

@@ -53,6 +53,9 @@ class HivedError(Exception):
 
     def line(self) -> str:
         """``field: problem``, the one-line form every door prints (docs/cli.md)."""
+        if not self.status:   # no answer at all: where we looked is the useful part
+            return self.message if not self.where or self.where in self.message \
+                else f"{self.message} (looked in {self.where})"
         field = self.field
         if field and not self.message.startswith(field + ":"):
             return f"{field}: {self.message}"

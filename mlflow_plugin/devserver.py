@@ -103,16 +103,18 @@ def main(argv=None) -> int:
     # Ctrl-C does: it runs in its own session, so nothing else would reach it
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
-    proc, info = start_server(tmp, tick=args.tick)
-    print(f"export HIVED_URL={info['url']} HIVED_TOKEN={info['token']} HIVED_VC={VC}", flush=True)
-    print(f"# log: {tmp / 'serve.log'}; Ctrl-C or SIGTERM (kill {os.getpid()}) stops it",
-          file=sys.stderr, flush=True)
-    try:
+    proc = None
+    try:     # from the start: a signal during the prints must still stop the child
+        proc, info = start_server(tmp, tick=args.tick)
+        print(f"export HIVED_URL={info['url']} HIVED_TOKEN={info['token']} HIVED_VC={VC}", flush=True)
+        print(f"# log: {tmp / 'serve.log'}; Ctrl-C or SIGTERM (kill {os.getpid()}) stops it",
+              file=sys.stderr, flush=True)
         proc.wait()
     except KeyboardInterrupt:
         pass
     finally:
-        stop_server(proc)
+        if proc is not None:
+            stop_server(proc)
     return 0
 
 

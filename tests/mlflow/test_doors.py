@@ -114,9 +114,12 @@ def test_run_id_of_an_old_run_says_it_resumes_its_checkpoint(cfg, tracking_uri):
 def test_devserver_stops_its_hived_serve_on_sigterm(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "hived.mlflow_plugin.devserver", str(tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = None
     try:
         line = proc.stdout.readline()
         assert line.startswith("export HIVED_URL="), line + proc.stderr.read()
+        # the export line comes before the log line: wait for both, then signal
+        assert "SIGTERM" in proc.stderr.readline()
         child = json.loads((tmp_path / "hived-data" / "server.json").read_text())["pid"]
         os.kill(child, 0)                               # the child server runs
         proc.send_signal(signal.SIGTERM)
@@ -132,3 +135,8 @@ def test_devserver_stops_its_hived_serve_on_sigterm(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+        if child is not None:
+            try:
+                os.killpg(child, signal.SIGKILL)   # never leave a server behind, even on failure
+            except ProcessLookupError:
+                pass

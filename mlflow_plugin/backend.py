@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 import statistics
 from typing import Optional
 
@@ -96,6 +98,27 @@ def absolute_tracking_uri(uri: Optional[str]) -> Optional[str]:
     return prefix + os.path.abspath(path) + sep + query
 
 
+def follow_in_background(submitted: HivedSubmittedRun, cfg: BackendConfig,
+                         tracking_uri: Optional[str]) -> None:
+    """Keep a detached run in step with its job while nobody waits on it: a preempted run
+    whose code ended it on SIGTERM goes back to RUNNING, and the run gets its terminal
+    status when the job ends. A process of its own session (it outlives `mlflow run`);
+    the token travels in its environment, never on its command line."""
+    log_path = os.path.join(checkpoint_dir_for(submitted.run_id, cfg.checkpoint_dir), "follow.log")
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    env = dict(os.environ)
+    if submitted.client.token:
+        env["HIVED_TOKEN"] = submitted.client.token
+    argv = [sys.executable, "-m", "hived.mlflow_plugin", "follow", submitted.run_id, "--quiet"]
+    if tracking_uri:
+        argv += ["--tracking-uri", tracking_uri]
+    with open(log_path, "ab") as log:
+        subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                         start_new_session=True, close_fds=True)
+    _logger.info("=== a background follower keeps run %s in step with job %s (log: %s) ===",
+                 submitted.run_id, submitted.job_id, log_path)
+
+
 class HivedProjectBackend(AbstractBackend):
     def run(self, project_uri, entry_point, params, version, backend_config,
             tracking_uri, experiment_id):
@@ -134,6 +157,8 @@ class HivedProjectBackend(AbstractBackend):
         if cfg.detach or cli is not None:
             _logger.info("=== hived job %s runs MLflow run %s (detached) ===",
                          submitted.job_id, run_id)
+            if cfg.detach and cfg.follow:
+                follow_in_background(submitted, cfg, tracking_uri)
         elif cfg.mlflow.get("SYNCHRONOUS"):
             # mlflow.projects.run(synchronous=True) waits next; the local backend's command
             # writes to this process's stdout meanwhile, so the job's output does too

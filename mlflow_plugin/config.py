@@ -45,6 +45,9 @@ SCHEMA: dict = {
         "token": {"type": "string"},
         "workdir": {"type": "string", "minLength": 1},
         "detach": {"type": "boolean"},
+        "follow": {"type": "boolean",
+                   "description": "with detach: a background process keeps the run in step with its job "
+                                  "(default true)"},
         "name": {"type": "string", "maxLength": 200},
         "checkpoint_dir": {"type": "string", "minLength": 1},
         "env": {"type": "object", "additionalProperties": {"type": "string"},
@@ -85,6 +88,7 @@ class BackendConfig:
     token: Optional[str] = None
     workdir: Optional[str] = None
     detach: bool = False
+    follow: bool = True
     name: Optional[str] = None
     checkpoint_dir: Optional[str] = None
     env: dict = field(default_factory=dict)

@@ -140,3 +140,49 @@ def test_devserver_stops_its_hived_serve_on_sigterm(tmp_path):
                 os.killpg(child, signal.SIGKILL)   # never leave a server behind, even on failure
             except ProcessLookupError:
                 pass
+
+
+CATCHES_SIGTERM = '''
+import os, signal, sys, time
+import mlflow
+run = mlflow.start_run()
+if os.environ.get("HIVED_RESUMED") == "1":
+    mlflow.log_metric("resumed", 1)
+    mlflow.end_run()
+    sys.exit(0)
+def stop(*_):
+    mlflow.end_run(status="FAILED")     # the user's code closes its run on SIGTERM
+    os._exit(143)
+signal.signal(signal.SIGTERM, stop)
+mlflow.log_metric("started", 1)
+while True:
+    time.sleep(0.1)
+'''
+
+
+def test_a_detached_run_that_ends_itself_on_sigterm_waits_running(cfg, hived_server, tracking_uri, tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "MLproject").write_text("name: catches\nentry_points:\n  main:\n    command: python job.py\n")
+    (project / "job.py").write_text(CATCHES_SIGTERM)
+    client = MlflowClient(tracking_uri)
+    sub = mlflow.projects.run(str(project), backend="hived", env_manager="local", synchronous=False,
+                              backend_config=dict(cfg, gpus=VC_GPUS, grace_period=5, detach=True, poll=0.2))
+    run_id = sub.run_id
+    hived = HivedClient(hived_server["url"], hived_server["token"])
+    deadline = time.monotonic() + 60
+    while not client.get_metric_history(run_id, "started"):
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.2)
+    te = hived.submit({"vc": VC, "command": "sleep 6", "job_class": "te", "gpus": VC_GPUS, "name": "te"})
+    # nobody calls wait(): the background follower keeps the run in step
+    while client.get_run(run_id).data.tags.get("hived.preemptions") != "1":
+        assert time.monotonic() < deadline + 30, "the preemption was never noted"
+        time.sleep(0.2)
+    time.sleep(1.0)
+    assert hived.job(te["id"])["state"] in ("placed", "running")     # the BE job still waits
+    assert client.get_run(run_id).info.status == "RUNNING"           # not the FAILED its code set
+    while client.get_run(run_id).info.status != "FINISHED":
+        assert time.monotonic() < deadline + 90, client.get_run(run_id).info.status
+        time.sleep(0.5)
+    assert client.get_metric_history(run_id, "resumed")

@@ -28,6 +28,10 @@ DEFAULT_DATA_DIR = "~/.hived"
 USER_HEADER = "X-Hived-User"  # honoured only by servers configured to trust it (see docs/jupyter.md)
 
 
+# ``where`` values that name a whole request or a route, not a field of it
+_NOT_FIELDS = ("body", "query", "cluster", "vcs", "status", "summary", "jobs", "exchange")
+
+
 class HivedError(Exception):
     """A refusal or failure from the service; ``str(e)`` is one readable line."""
 
@@ -37,10 +41,28 @@ class HivedError(Exception):
         self.message = message
         self.where = where
 
+    @property
+    def field(self) -> str:
+        """The request field the refusal is about ("" when it is about a route or the whole body)."""
+        field = self.where or ""
+        if field.startswith(("body.", "query.")):
+            field = field.split(".", 1)[1]
+        if "/" in field or field in _NOT_FIELDS:
+            return ""   # a route or the whole request: the message says what was wrong
+        return field
+
+    def line(self) -> str:
+        """``field: problem``, the one-line form every door prints (docs/cli.md)."""
+        if not self.status:   # no answer at all: where we looked is the useful part
+            return self.message if not self.where or self.where in self.message \
+                else f"{self.message} (looked in {self.where})"
+        field = self.field
+        if field and not self.message.startswith(field + ":"):
+            return f"{field}: {self.message}"
+        return self.message
+
     def __str__(self) -> str:
-        where = f" (at {self.where})" if self.where else ""
-        code = f" [HTTP {self.status}]" if self.status else ""
-        return f"hived: {self.message}{where}{code}"
+        return f"hived: {self.line()}"
 
 
 class HivedUnreachable(HivedError):
@@ -177,7 +199,12 @@ class HivedClient:
 
     # -- routes -----------------------------------------------------------
     def status(self) -> dict:
+        """Who the service takes us for: user, admin, VCs, version."""
         return self._call("GET", "status")
+
+    def summary(self) -> dict:
+        """The service in numbers: jobs per state, recovery at start, unhealthy GPUs."""
+        return self._call("GET", "summary")
 
     def cluster(self) -> dict:
         return self._call("GET", "cluster")

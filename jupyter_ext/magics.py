@@ -20,6 +20,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 
 from .client import TERMINAL_STATES, HivedClient, HivedError
+from .submit_flags import add_submit_flags, body_from_args
+from .terminal_text import visible
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,22 +38,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _submit_parser() -> _Parser:
     p = _Parser(prog="%gpu_submit", description="Submit a job to hived (TE by default).", add_help=True)
-    p.add_argument("--vc", help="VC to submit to (default: $HIVED_VC, or your only VC)")
-    size = p.add_mutually_exclusive_group()
-    size.add_argument("--gpus", type=int, help="GPUs per pod (default 1)")
-    size.add_argument("--cell", dest="cell_type", help="one cell of this type per pod, e.g. NODE")
-    p.add_argument("--pods", type=int, default=None, help="pods in the gang (default 1)")
-    p.add_argument("--affinity", choices=["hard", "soft"], default=None)
-    kind = p.add_mutually_exclusive_group()
-    kind.add_argument("--be", action="store_true", help="best-effort batch job (preemptible by TE)")
-    kind.add_argument("--opportunistic", action="store_true", help="low priority on any idle cell")
-    p.add_argument("--allow-opportunistic", action="store_true", help="may run low priority when the VC is full")
-    p.add_argument("--grace", type=float, default=None, help="grace period in seconds (SIGTERM to SIGKILL)")
-    p.add_argument("--name", default=None)
-    p.add_argument("--retries", type=int, default=None, dest="max_retries",
-                   help="retries after a failure (default: the failure's class decides)")
-    p.add_argument("--workdir", default=None, help="working directory (default: the notebook's)")
-    p.add_argument("--env", action="append", default=[], metavar="K=V", help="environment variable (repeatable)")
+    # the same flags as `hived submit` (one builder for every door)
+    add_submit_flags(p, vc_help="VC to submit to (default: $HIVED_VC, or your only VC)")
     p.add_argument("--detach", action="store_true", help="return once submitted; do not follow")
     p.add_argument("command", nargs=argparse.REMAINDER, help="command (line form) or interpreter (cell form)")
     return p
@@ -85,25 +73,12 @@ def build_payload(args: argparse.Namespace, cell: Optional[str], line: str = "")
         command = command_text(line, args.command) or shlex.join(words)
     else:
         raise UsageError("%gpu_submit: give a command (line form) or a script body (cell form)")
-    payload: dict = {"command": command, "job_class": "be" if args.be else
-                     "opportunistic" if args.opportunistic else "te",
-                     "workdir": args.workdir or os.getcwd()}
-    for key, value in (("vc", args.vc), ("gpus", args.gpus), ("cell_type", args.cell_type),
-                       ("pods", args.pods), ("affinity", args.affinity),
-                       ("grace_period", args.grace), ("name", args.name),
-                       ("max_retries", args.max_retries)):
-        if value is not None:
-            payload[key] = value
-    if args.allow_opportunistic:
-        payload["allow_opportunistic"] = True
-    if args.env:
-        env = {}
-        for item in args.env:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise UsageError(f"%gpu_submit: --env wants KEY=VALUE, got {item!r}")
-            env[key] = value
-        payload["env"] = env
+    args.vc = args.vc or os.environ.get("HIVED_VC")
+    try:
+        payload = body_from_args(args, command)
+    except ValueError as exc:
+        raise UsageError(f"%gpu_submit: {exc}") from None
+    payload.setdefault("job_class", "te")
     return payload
 
 
@@ -143,13 +118,14 @@ class HivedMagics(Magics):
 
     @staticmethod
     def _fail(exc: HivedError) -> None:
-        print(str(exc), file=sys.stderr)
+        print(visible(str(exc)), file=sys.stderr)
 
     # -- magics -----------------------------------------------------------
     @line_cell_magic
     def gpu_submit(self, line: str, cell: Optional[str] = None):
-        """%gpu_submit [--vc V] [--gpus N | --cell TYPE] [--pods K] [--affinity hard|soft]
-        [--be | --opportunistic] [--grace S] [--name N] [--retries R] [--detach] command ...
+        """%gpu_submit [--vc V] [--gpus N | --cell-type TYPE] [--pods K] [--affinity hard|soft]
+        [--te | --be | --opportunistic] [--grace S] [--name N] [--retries R] [--env K=V]
+        [--label K=V] [--detach] command ...  (the flags of `hived submit`)
 
         Cell form: %%gpu_submit [options] [interpreter] - the cell body is the
         script (a shell script, or ``interpreter -c body``)."""
@@ -223,7 +199,7 @@ class HivedMagics(Magics):
             t, state, reason = ((entry.get("time"), entry.get("state"), entry.get("reason"))
                                 if isinstance(entry, dict) else entry)
             stamp = time.strftime("%H:%M:%S", time.localtime(t)) if isinstance(t, (int, float)) else t
-            print(f"  {stamp} {state}{': ' + reason if reason else ''}")
+            print(f"  {stamp} {state}{': ' + visible(reason) if reason else ''}")
         self.shell.user_ns["_gpu_job"] = job
 
     @line_magic
@@ -255,15 +231,16 @@ class HivedMagics(Magics):
             job = self.client.cancel(self._job_id(line))
         except HivedError as exc:
             return self._fail(exc)
-        print(f"{job['id']}: {job['state']}")
+        from .cli.cmd_cancel import said
+        print(f"{job['id']}: {said(job)}")
 
     @line_magic
     def gpu_jobs(self, line: str):
-        """%gpu_jobs [--vc V] [--state S] [--user U] - the jobs you may see."""
+        """%gpu_jobs [--vc V] [--state S] [--owner U] - the jobs you may see."""
         p = _Parser(prog="%gpu_jobs")
         p.add_argument("--vc")
         p.add_argument("--state")
-        p.add_argument("--user")
+        p.add_argument("--owner", "--user", dest="user", help="only this user's jobs (as `hived jobs --owner`)")
         args = p.parse_args(shlex.split(line))
         from .widgets_job import fmt_seconds, elapsed, placement_text
         try:
@@ -273,8 +250,10 @@ class HivedMagics(Magics):
         if not jobs:
             print("no jobs")
         for j in jobs:
-            print(f"{j['id']:<14} {j['state']:<10} {j['vc']:<10} {j['user']:<10} {j['job_class']:<4} "
-                  f"{fmt_seconds(elapsed(j)):>7} {j.get('name') or ''} {placement_text(j)}".rstrip())
+            state = j["state"] + (f" ({visible(j['wait_reason'])})" if j.get("wait_reason") else "")
+            print(f"{j['id']:<14} {state:<10} {visible(j['vc']):<10} {visible(j['user']):<10} "
+                  f"{j['job_class']:<4} {fmt_seconds(elapsed(j)):>7} {visible(j.get('name') or '')} "
+                  f"{visible(placement_text(j))}".rstrip())
         self.shell.user_ns["_gpu_jobs"] = jobs
 
 

@@ -11,6 +11,8 @@ from typing import Optional
 
 import ipywidgets as W
 
+from .terminal_text import visible
+
 STATE_COLOURS = {
     "queued": "#b58900", "placed": "#268bd2", "running": "#2aa198", "preempting": "#cb4b16",
     "succeeded": "#859900", "failed": "#dc322f", "cancelled": "#6c71c4",
@@ -49,8 +51,10 @@ def status_facts(job: dict) -> list[str]:
     facts = [f"{job.get('id')} {state}"]
     if state == "queued" and job.get("queue_position") is not None:
         facts.append(f"position {job['queue_position']} in {job.get('vc')}'s queue")
-    if state == "queued" and job.get("attempts") and job.get("reason"):
-        facts.append(str(job["reason"]))  # why it is back in the queue (retry, preemption)
+    if state in ("queued", "placed") and job.get("wait_reason"):
+        facts.append(visible(job["wait_reason"]))  # what it waits for, when the service says
+    elif state == "queued" and job.get("attempts") and job.get("reason"):
+        facts.append(visible(job["reason"]))  # why it is back in the queue (retry, preemption)
     where = placement_text(job)
     if where:
         facts.append(where)
@@ -84,4 +88,4 @@ class JobStatusWidget(W.HTML):
         )
 
     def text(self) -> str:
-        return " | ".join(status_facts(getattr(self, "job", {}) or {}))
+        return " | ".join(visible(f) for f in status_facts(getattr(self, "job", {}) or {}))

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 import statistics
 from typing import Optional
 
@@ -34,7 +36,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PROJECT_BACKEND, MLFLOW_RUN_NAME
 from hived.jupyter_ext.client import HivedClient, HivedError, HivedUnreachable
 from hived.mlflow_plugin.config import BackendConfig, HivedBackendError, parse_config
 from hived.mlflow_plugin.history import KIND_TAG, SIGNATURE_TAG, MlflowHistory, project_signature
-from hived.mlflow_plugin.resume import checkpoint_dir_for, wrap_command
+from hived.mlflow_plugin.resume import attempts_in, checkpoint_dir_for, wrap_command
 from hived.mlflow_plugin.submitted_run import TAG, HivedSubmittedRun, print_sink
 
 # under "mlflow." so that `mlflow run` shows our lines the way it shows the local backend's
@@ -86,10 +88,42 @@ def history_estimate(tracking_uri: Optional[str], experiment_id: str, sig: str) 
     return max(round(statistics.median(past), 3), 0.001) if past else None
 
 
+def absolute_tracking_uri(uri: Optional[str]) -> Optional[str]:
+    """A relative ``sqlite:///mlflow.db`` made absolute: the job runs in another directory,
+    where the relative path would name another (empty) store and "Run not found"."""
+    prefix = "sqlite:///"
+    if not uri or not uri.startswith(prefix) or uri.startswith(prefix + "/") or ":memory:" in uri:
+        return uri
+    path, sep, query = uri[len(prefix):].partition("?")
+    return prefix + os.path.abspath(path) + sep + query
+
+
+def follow_in_background(submitted: HivedSubmittedRun, cfg: BackendConfig,
+                         tracking_uri: Optional[str]) -> None:
+    """Keep a detached run in step with its job while nobody waits on it: a preempted run
+    whose code ended it on SIGTERM goes back to RUNNING, and the run gets its terminal
+    status when the job ends. A process of its own session (it outlives `mlflow run`);
+    the token travels in its environment, never on its command line."""
+    log_path = os.path.join(checkpoint_dir_for(submitted.run_id, cfg.checkpoint_dir), "follow.log")
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    env = dict(os.environ)
+    if submitted.client.token:
+        env["HIVED_TOKEN"] = submitted.client.token
+    argv = [sys.executable, "-m", "hived.mlflow_plugin", "follow", submitted.run_id, "--quiet"]
+    if tracking_uri:
+        argv += ["--tracking-uri", tracking_uri]
+    with open(log_path, "ab") as log:
+        subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                         start_new_session=True, close_fds=True)
+    _logger.info("=== a background follower keeps run %s in step with job %s (log: %s) ===",
+                 submitted.run_id, submitted.job_id, log_path)
+
+
 class HivedProjectBackend(AbstractBackend):
     def run(self, project_uri, entry_point, params, version, backend_config,
             tracking_uri, experiment_id):
         cfg = parse_config(backend_config)
+        tracking_uri = absolute_tracking_uri(tracking_uri)
         client = connect(cfg)
         work_dir = fetch_and_validate_project(project_uri, version, entry_point, params)
         project = load_project(work_dir)
@@ -111,17 +145,20 @@ class HivedProjectBackend(AbstractBackend):
             raise HivedBackendError(f"hived backend: --run-id {existing}: "
                                     f"{str(exc.message).splitlines()[0]}") from None
         run_id = run.info.run_id
+        if cli is not None and cli.get("run_name"):
+            # MLflow names the run only after a plugin returns; a refused or failed blocking
+            # run never would be
+            MlflowClient(tracking_uri).set_tag(run_id, MLFLOW_RUN_NAME, cli["run_name"])
         submitted = self._submit(cfg, client, project.name or "mlflow", entry_point, command,
                                  work_dir, run_id, experiment_id, tracking_uri,
                                  created=not existing)
-        if cli is not None and cli.get("run_name"):
-            # MLflow names the run only after a plugin returns; a failed blocking run never would be
-            MlflowClient(tracking_uri).set_tag(run_id, MLFLOW_RUN_NAME, cli["run_name"])
         if cli is not None and not cfg.detach:
             return self._block(submitted)
         if cfg.detach or cli is not None:
             _logger.info("=== hived job %s runs MLflow run %s (detached) ===",
                          submitted.job_id, run_id)
+            if cfg.detach and cfg.follow:
+                follow_in_background(submitted, cfg, tracking_uri)
         elif cfg.mlflow.get("SYNCHRONOUS"):
             # mlflow.projects.run(synchronous=True) waits next; the local backend's command
             # writes to this process's stdout meanwhile, so the job's output does too
@@ -134,9 +171,16 @@ class HivedProjectBackend(AbstractBackend):
                 created: bool = True) -> HivedSubmittedRun:
         mlflow = MlflowClient(tracking_uri)
         ckpt = checkpoint_dir_for(run_id, cfg.checkpoint_dir)
+        earlier = attempts_in(ckpt)
+        if not created and earlier:
+            # the job sees HIVED_RESUMED=1 and the old checkpoint: say so, and how to start afresh
+            _logger.warning("=== --run-id %s: continuing from its checkpoint directory %s (%d earlier "
+                            "attempt(s), HIVED_RESUMED=1); remove that directory to start from scratch ===",
+                            run_id, ckpt, earlier)
         env = get_run_env_vars(run_id, experiment_id)
-        if tracking_uri:
-            env["MLFLOW_TRACKING_URI"] = tracking_uri
+        uri = absolute_tracking_uri(tracking_uri or env.get("MLFLOW_TRACKING_URI"))
+        if uri:
+            env["MLFLOW_TRACKING_URI"] = uri
         payload = cfg.job_payload(wrap_command(command, ckpt), env, os.path.abspath(work_dir),
                                   f"mlflow-{project_name}-{entry_point}-{run_id[:8]}")
         sig = project_signature(project_name, entry_point)
@@ -146,11 +190,12 @@ class HivedProjectBackend(AbstractBackend):
         try:
             job = client.submit(payload)
         except HivedError as exc:
-            # nothing runs: a run made here must not linger as RUNNING; one the user
-            # named with --run-id is theirs and stays
-            if created:
-                mlflow.delete_run(run_id)
-            raise HivedBackendError(str(exc)) from None
+            # nothing will run: the run ends FAILED with the refusal on it, never left RUNNING
+            mlflow.log_batch(run_id, tags=[RunTag(MLFLOW_PROJECT_BACKEND, "hived"),
+                                           RunTag(TAG + "refused", exc.line()[:5000]),
+                                           RunTag(TAG + "state", "refused")])
+            mlflow.set_terminated(run_id, "FAILED")
+            raise HivedBackendError(f"{exc}; MLflow run {run_id} is FAILED") from None
         tags = {MLFLOW_PROJECT_BACKEND: "hived", TAG + "job_id": job["id"],
                 TAG + "vc": cfg.vc, TAG + "job_class": cfg.priority,
                 TAG + "service_url": client.url, TAG + "checkpoint_dir": ckpt,
@@ -164,6 +209,7 @@ class HivedProjectBackend(AbstractBackend):
         submitted = HivedSubmittedRun(run_id, job["id"], client, tracking_uri=tracking_uri,
                                       poll=cfg.poll)
         submitted.job = job
+        submitted.sync_status(job)   # a queued job's run is SCHEDULED, not RUNNING
         return submitted
 
     @staticmethod

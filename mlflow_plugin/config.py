@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from mlflow.exceptions import ExecutionException
 
+from hived.jupyter_ext.submit_flags import request_body
 from hived.mlflow_plugin.schema_check import first_error
 
 # keys MLflow itself puts into backend_config (mlflow.projects.utils.PROJECT_*)
@@ -26,10 +27,12 @@ SCHEMA: dict = {
     "properties": {
         "vc": {"type": "string", "minLength": 1,
                "description": "virtual cluster the job runs in (default: $HIVED_VC)"},
-        "gpus": {"type": "integer", "minimum": 0, "maximum": 1024,
+        "gpus": {"type": "integer", "minimum": 1, "maximum": 1024,
                  "description": "GPUs per pod"},
         "cell": {"type": "string", "minLength": 1,
                  "description": "one cell of this type per pod, e.g. 'V100-NODE'; instead of gpus"},
+        "cell_type": {"type": "string", "minLength": 1,
+                      "description": "the CLI's spelling of 'cell' (hived submit --cell-type)"},
         "pods": {"type": "integer", "minimum": 1, "maximum": 1024},
         "chain": {"type": "string", "minLength": 1,
                   "description": "GPU pool (cell chain); default: any that fits"},
@@ -42,6 +45,9 @@ SCHEMA: dict = {
         "token": {"type": "string"},
         "workdir": {"type": "string", "minLength": 1},
         "detach": {"type": "boolean"},
+        "follow": {"type": "boolean",
+                   "description": "with detach: a background process keeps the run in step with its job "
+                                  "(default true)"},
         "name": {"type": "string", "maxLength": 200},
         "checkpoint_dir": {"type": "string", "minLength": 1},
         "env": {"type": "object", "additionalProperties": {"type": "string"},
@@ -82,6 +88,7 @@ class BackendConfig:
     token: Optional[str] = None
     workdir: Optional[str] = None
     detach: bool = False
+    follow: bool = True
     name: Optional[str] = None
     checkpoint_dir: Optional[str] = None
     env: dict = field(default_factory=dict)
@@ -90,20 +97,12 @@ class BackendConfig:
     mlflow: dict = field(default_factory=dict)
 
     def job_payload(self, command: str, env: dict, workdir: str, name: str) -> dict:
-        """The POST jobs body (docs/architecture.md, REST API)."""
-        payload: dict = {"vc": self.vc, "command": command, "job_class": self.priority,
-                         "pods": self.pods, "env": {**env, **self.env},
-                         "workdir": self.workdir or workdir, "name": self.name or name}
-        if self.cell:
-            payload["cell_type"] = self.cell
-        elif self.gpus is not None:
-            payload["gpus"] = self.gpus
-        for key in ("affinity", "chain", "max_retries"):
-            if getattr(self, key) is not None:
-                payload[key] = getattr(self, key)
-        if self.grace_period is not None:
-            payload["grace_period"] = self.grace_period
-        return payload
+        """The POST jobs body, built as `hived submit` and `%gpu_submit` build theirs."""
+        return request_body(self.vc, command, workdir=self.workdir or workdir, env={**env, **self.env},
+                            job_class=self.priority, pods=self.pods, cell_type=self.cell,
+                            gpus=None if self.cell else self.gpus, affinity=self.affinity, chain=self.chain,
+                            max_retries=self.max_retries, grace_period=self.grace_period,
+                            name=self.name or name)
 
 
 def _load(raw: Any) -> dict:
@@ -144,6 +143,10 @@ def parse_config(raw: Any, environ: Optional[dict] = None) -> BackendConfig:
     for name in doc.get("env", {}):
         if name in RESERVED_ENV or name.startswith("HIVED_"):
             raise BackendConfigError(f"env.{name}", "set by hived or the backend; cannot be overridden")
+    if "cell_type" in doc:
+        if "cell" in doc:
+            raise BackendConfigError("cell_type", "give either 'cell' or 'cell_type' (the same thing), not both")
+        doc["cell"] = doc.pop("cell_type")
     if "gpus" in doc and "cell" in doc:
         raise BackendConfigError("cell", "give either 'gpus' or 'cell', not both")
     vc = doc.pop("vc", None) or environ.get("HIVED_VC")

@@ -4,7 +4,7 @@ Starts ``hived serve`` in its own session with a one-node spec (one VC
 owning 4 GPUs, the current user its member) and waits for its
 ``server.json``. Not used by the backend itself.
 
-    python -m hived.mlflow_plugin.devserver [DIR]   # serves until Ctrl-C, prints what to export
+    python -m hived.mlflow_plugin.devserver [DIR]   # serves until Ctrl-C or SIGTERM, prints what to export
 """
 from __future__ import annotations
 
@@ -100,16 +100,27 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     tmp = Path(args.dir or tempfile.mkdtemp(prefix="hived-dev-"))
     tmp.mkdir(parents=True, exist_ok=True)
-    proc, info = start_server(tmp, tick=args.tick)
-    print(f"export HIVED_URL={info['url']} HIVED_TOKEN={info['token']} HIVED_VC={VC}", flush=True)
-    print(f"# log: {tmp / 'serve.log'}; Ctrl-C stops it", file=sys.stderr, flush=True)
-    try:
+    # SIGTERM (kill, a service manager, a terminal closing) stops the child server as
+    # Ctrl-C does: it runs in its own session, so nothing else would reach it
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
+    proc = None
+    try:     # from the start: a signal during the prints must still stop the child
+        proc, info = start_server(tmp, tick=args.tick)
+        print(f"export HIVED_URL={info['url']} HIVED_TOKEN={info['token']} HIVED_VC={VC}", flush=True)
+        print(f"# log: {tmp / 'serve.log'}; Ctrl-C or SIGTERM (kill {os.getpid()}) stops it",
+              file=sys.stderr, flush=True)
         proc.wait()
     except KeyboardInterrupt:
         pass
     finally:
-        stop_server(proc)
+        if proc is not None:
+            stop_server(proc)
     return 0
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -37,3 +37,12 @@ def wrap_command(command: str, checkpoint_dir: str) -> str:
             f"HIVED_CHECKPOINT_DIR={d}; "
             f"export HIVED_RESUMED HIVED_CHECKPOINT_DIR; "
             f"exec /bin/sh -c {shlex.quote(command)}")
+
+
+def attempts_in(checkpoint_dir: str) -> int:
+    """How many attempts already ran in this checkpoint directory (0: a fresh start)."""
+    try:
+        with open(os.path.join(checkpoint_dir, MARKER)) as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0

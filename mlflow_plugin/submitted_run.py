@@ -22,6 +22,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
 from hived.jupyter_ext.client import HivedClient, HivedError, HivedUnreachable
+from hived.jupyter_ext.terminal_text import visible
 from hived.mlflow_plugin.history import RUN_SECONDS_TAG, running_seconds
 
 # under "mlflow." so that `mlflow run` shows our lines the way it shows the local backend's
@@ -89,6 +90,9 @@ class HivedSubmittedRun(SubmittedRun):
         self._tags: dict = {}
         self._preemptions = 0
         self._finalized = False
+        self._tags_seen_running = False     # saw the job running (so its node tags are its own)
+        self._status: Optional[str] = None   # the run status this follower last wrote
+        self._waiting: Optional[tuple] = None  # (position, reason) last said while queued
         self.job: dict = {}
 
     @classmethod
@@ -127,6 +131,8 @@ class HivedSubmittedRun(SubmittedRun):
                 TAG + "preemptions": str(job.get("preemptions") or 0),
                 TAG + "attempts": str(job.get("attempts") or 0)}
         tags.update(placement_tags(job))
+        if job.get("state") in ("running", "preempting"):
+            self._tags_seen_running = True
         changed = {k: v for k, v in tags.items() if self._tags.get(k) != v}
         if changed:  # one store transaction, not one per tag: this runs on every poll
             self._mlflow.log_batch(self._run_id, tags=[RunTag(k, v) for k, v in changed.items()])
@@ -142,20 +148,57 @@ class HivedSubmittedRun(SubmittedRun):
             run = self._mlflow.get_run(self._run_id)
             if RunStatus.is_terminated(RunStatus.from_string(run.info.status)):
                 self._mlflow.update_run(self._run_id, status="RUNNING")
+        else:
+            self.sync_status(job)
+
+    def sync_status(self, job: dict) -> None:
+        """Before its first start the run is SCHEDULED (MLflow creates it RUNNING); once
+        the job runs, RUNNING. Written only when it changes."""
+        if job.get("state") in TERMINAL or (job.get("preemptions") or 0) > 0:
+            return
+        want = mlflow_status(job)
+        if want != self._status:
+            self._mlflow.update_run(self._run_id, status=want)
+            self._status = want
 
     def _note_preemption(self, job: dict, count: int) -> None:
-        when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-        nodes = self._tags.get(TAG + "nodes", "?")
-        line = (f"hived: preempted ({count}) at {when} on {nodes}; "
-                f"the run stays RUNNING and resumes when the job is rescheduled")
+        """One note line and one metric point per preemption not noted yet, stamped with the
+        time the service recorded it (a late follower must not stamp its own time)."""
+        stamps = [h.get("time") for h in job.get("history") or []
+                  if isinstance(h, dict) and h.get("state") == "preempting"
+                  and not str(h.get("reason", "")).startswith("cancelled by")]
+        nodes = self._tags.get(TAG + "nodes")
         note = self._mlflow.get_run(self._run_id).data.tags.get(MLFLOW_RUN_NOTE, "")
-        self._mlflow.set_tag(self._run_id, MLFLOW_RUN_NOTE, (note + "\n" if note else "") + line)
+        lines = []
+        for k in range(self._preemptions + 1, count + 1):
+            t = stamps[k - 1] if k - 1 < len(stamps) and isinstance(stamps[k - 1], (int, float)) else None
+            when = _dt.datetime.fromtimestamp(t if t is not None else time.time(), _dt.timezone.utc)
+            # the node is known when this follower saw the preempted attempt's placement
+            where = f" on {nodes}" if nodes and self._tags_seen_running and k == count else ""
+            lines.append(f"hived: preempted ({k}) at {when.strftime('%Y-%m-%d %H:%M:%S UTC')}{where}; "
+                         f"the run stays RUNNING and resumes when the job is rescheduled")
+            # the event on the run's timeline: one point per preemption, when it happened
+            self._mlflow.log_metric(self._run_id, PREEMPTION_METRIC, k,
+                                    timestamp=int(when.timestamp() * 1000), step=k)
+        self._mlflow.set_tag(self._run_id, MLFLOW_RUN_NOTE, "\n".join(([note] if note else []) + lines))
         self._mlflow.set_tag(self._run_id, TAG + "preempted", "true")
-        # the event on the run's timeline: one point per preemption, at the time it was seen
-        self._mlflow.log_metric(self._run_id, PREEMPTION_METRIC, count,
-                                timestamp=int(time.time() * 1000), step=count)
         self._preemptions = count
-        _logger.info("=== %s ===", line)
+        self._tags_seen_running = False
+        for line in lines:
+            _logger.info("=== %s ===", line)
+
+    def _say_waiting(self, job: dict) -> None:
+        """While queued, tell whoever follows (the blocking CLI) where the job stands and why."""
+        if job.get("state") != "queued":
+            self._waiting = None
+            return
+        why = job.get("wait_reason") or job.get("reason") or ""
+        now = (job.get("queue_position"), why)
+        if now == self._waiting or self.log_sink is None:
+            return
+        self._waiting = now
+        pos = f", position {now[0]} in VC {job.get('vc')}'s queue" if now[0] is not None else ""
+        self.log_sink(f"[hived] job {self.job_id} queued{pos}" + (f": {visible(why)}" if why else "") + "\n")
 
     def _finalize(self, job: dict) -> None:
         if self._finalized:
@@ -210,6 +253,8 @@ class HivedSubmittedRun(SubmittedRun):
         interval, last_state = FIRST_POLL, None
         while True:
             job = self._poll_once(since_ok)
+            if job is not None:
+                self._say_waiting(job)
             self._pump_logs()
             if job is not None and job.get("state") in TERMINAL:
                 self._pump_logs()

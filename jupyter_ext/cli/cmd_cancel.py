@@ -25,5 +25,16 @@ def run(args, backend) -> int:
         cs.print_json({"jobs": out})
     else:
         for j in out:
-            print(f"{j['id']}: {j['state']}")
+            print(f"{j['id']}: {said(j)}")
     return worst
+
+
+def said(j: dict) -> str:
+    """What the cancel did, in words."""
+    if j["state"] == "cancelled":
+        return "cancelled" + (" before it started" if not j.get("started") else "")
+    if j["state"] == "preempting":
+        grace = j.get("grace_period") or 0
+        return (f"stopping: SIGTERM sent, SIGKILL in {grace:g} s if still running; it ends as cancelled"
+                if grace else "stopping: its processes are being killed; it ends as cancelled")
+    return f"{j['state']} (the cancel takes effect at the next scheduling round)"

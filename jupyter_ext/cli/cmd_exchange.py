@@ -89,12 +89,41 @@ def run(args) -> int:
         else:
             doc = client.exchange(args.action)
     except HivedError as exc:
-        return _fail(str(exc))
-    if args.json or args.action not in ("ledger",):
+        from hived.jupyter_ext.service import cli_support as cs
+        return cs.error_exit("hived exchange", exc)   # the documented exit codes and `field: problem`
+    if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True))
-    else:
+    elif args.action == "ledger":
         print(_ledger_table(doc.get("ledger", doc)))
+    else:
+        print(_board_text(doc))
     return 0
+
+
+def _board_text(doc: dict) -> str:
+    """Posts and exchanges as tables (a post answer is one post with what it matched)."""
+    from hived.jupyter_ext.service import cli_support as cs
+    if "kind" in doc:        # the answer to offer/request
+        doc = {doc["kind"] + "s": [doc], "exchanges": doc.get("matched") or []}
+    out = []
+    posts = [p for key in ("offers", "requests") for p in doc.get(key) or []]
+    if "offers" in doc or "requests" in doc:
+        out.append(cs.table([[p["id"], p["kind"], p["vc"], f"{p['chain']} level {p['level']}", p["count"],
+                              _clock(p["start"]), _clock(p["end"])] for p in posts],
+                            ["ID", "KIND", "VC", "CELLS", "COUNT", "FROM", "TO"]) if posts else "no open posts")
+    if "exchanges" in doc:
+        rows = [[x["id"], x["state"] + (f": {x['reason']}" if x.get("reason") else ""),
+                 "; ".join(f"{g['lender']} -> {g['borrower']} {g['count']} x {g['chain']} level {g['level']}"
+                           for g in x["legs"]), _clock(x["start"]), _clock(x["end"])]
+                for x in doc["exchanges"]]
+        out.append(cs.table(rows, ["EXCHANGE", "STATE", "LEGS", "FROM", "TO"], shrink=("STATE", "LEGS"))
+                   if rows else "no exchanges")
+    return "\n".join(out)
+
+
+def _clock(t) -> str:
+    import time
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if isinstance(t, (int, float)) else "-"
 
 
 def _ledger_table(ledger: dict) -> str:

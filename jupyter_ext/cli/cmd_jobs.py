@@ -10,8 +10,9 @@ def register(subparsers, summary: str) -> None:
     p.add_argument("--vc", default=None, help="only this VC")
     p.add_argument("--state", default=None,
                    help="only this state (queued, placed, running, preempting, succeeded, failed, cancelled)")
-    p.add_argument("--mine", action="store_true", help="only my jobs")
-    p.add_argument("--owner", default=None, help="only this user's jobs")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--mine", action="store_true", help="only my jobs")
+    who.add_argument("--owner", default=None, help="only this user's jobs")
     p.add_argument("--active", action="store_true", help="hide jobs that have ended")
     cs.add_common(p)
     p.set_defaults(func=cs.guarded("hived jobs", run))
@@ -28,9 +29,9 @@ def run(args, backend) -> int:
     if not jobs:
         print("no jobs")
         return cs.OK
-    rows = [[j["id"], j["name"] or "-", j["user"], j["vc"], j["job_class"].upper(), j["state"]
-             + (f" #{j['queue_position']}" if j.get("queue_position") is not None else ""),
+    rows = [[j["id"], j["name"] or "-", j["user"], j["vc"], j["job_class"].upper(), cs.state_text(j, short=True),
              j["gpus"], cs.placement_text(j["placement"]), j["preemptions"], cs.ago(j["submitted"])]
             for j in jobs]
-    print(cs.table(rows, ["ID", "NAME", "USER", "VC", "CLASS", "STATE", "GPUS", "PLACEMENT", "PREEMPTED", "AGE"]))
+    print(cs.table(rows, ["ID", "NAME", "USER", "VC", "CLASS", "STATE", "GPUS", "PLACEMENT", "PREEMPTED", "AGE"],
+                   shrink=("NAME", "STATE", "PLACEMENT")))
     return cs.OK

@@ -13,6 +13,8 @@ the server's account. The server token comes from ``--token-file`` or
 from __future__ import annotations
 
 import argparse
+import asyncio
+import inspect
 import json
 import os
 import secrets
@@ -198,7 +200,9 @@ def run(args: argparse.Namespace) -> int:
     if state is None or state.service is None:
         print(f"hived serve: service did not start: {getattr(state, 'error', 'extension not loaded')}",
               file=sys.stderr)
-        app.cleanup_extensions() if hasattr(app, "cleanup_extensions") else None
+        cleanup = app.cleanup_extensions() if hasattr(app, "cleanup_extensions") else None
+        if inspect.isawaitable(cleanup):   # a coroutine in jupyter-server 2: run it, don't drop it
+            asyncio.run(cleanup)
         # a damaged database has its own exit code (StoreDamaged.EXIT_CODE, docs/cli.md)
         return getattr(getattr(state, "exception", None), "EXIT_CODE", 1)
     info_path = data_dir / "server.json"

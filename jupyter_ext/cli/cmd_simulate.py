@@ -33,7 +33,7 @@ def register(subparsers, summary: str) -> None:
                    help="private|quota|hived|hived-static, a comma list, or 'all' (default: all, both cell kinds)")
     p.add_argument("--cells", choices=("multi", "node"), default=None,
                    help="VC cells for hived: node-level only or multi-level (default: both with --scheme all, else node)")
-    p.add_argument("--out", metavar="DIR", help="output folder (CSV, JSON, PNG)")
+    p.add_argument("--out", metavar="DIR", help="output folder (CSV, JSON, PNG); required with --trace")
     p.add_argument("--load", type=float, default=0.9, help="offered load that sizes the cluster (default 0.9)")
     p.add_argument("--nodes", type=int, default=None, help="cluster size in 8-GPU nodes (overrides --load)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N jobs of the trace")
@@ -162,7 +162,10 @@ def run(args) -> int:
         runs = plan(args)
         trace = load_trace(args)
         if not trace.jobs:
-            return _fail(f"--trace: no jobs in {args.trace}")
+            filters = [f for f, v in (("--tenants", args.tenants), ("--from-day", args.from_day),
+                                      ("--days", args.days), ("--limit", args.limit)) if v]
+            return _fail(f"--trace: no jobs in {args.trace}" + (
+                f" after the filters {', '.join(filters)}" if filters and args.trace != "table1" else ""))
         spec = None
         if args.spec:
             load_spec(args.spec)  # refuse a bad spec before any run

@@ -20,7 +20,8 @@ def _view_rows(view) -> list[list]:
 
     def walk(prefix, v):
         if isinstance(v, dict) and v and all(not isinstance(x, dict) for x in v.values()):
-            rows.append([prefix] + [f"{k}={x}" for k, x in v.items() if not isinstance(x, (list, dict))])
+            rows.append([prefix] + [_pair(k, x) for k, x in v.items()
+                                    if not isinstance(x, (list, dict)) and x is not None and x is not False])
         elif isinstance(v, dict):
             for k, x in v.items():
                 walk(f"{prefix}/{k}" if prefix else str(k), x)
@@ -31,17 +32,23 @@ def _view_rows(view) -> list[list]:
     return rows
 
 
+def _pair(key, value) -> str:
+    """``free=3``; a flag that is set shows as its name alone (no Python True/False)."""
+    return cs.visible(key) if value is True else f"{cs.visible(key)}={cs.visible(value)}"
+
+
 def run(args, backend) -> int:
     if args.name:
         v = backend.vc(args.name)
         if args.json:
             cs.print_json(v)
             return cs.OK
-        print(f"VC {v['name']}: {v['gpus_used']}/{v['gpus_total']} guaranteed GPUs in use; "
-              f"users {', '.join(v['users']) or 'anyone'}; admins {', '.join(v['admins']) or '-'}")
-        print("  cells: " + ", ".join(f"{k} x{n}" for k, n in v["cells"].items()))
+        print(f"VC {cs.visible(v['name'])}: {v['gpus_used']}/{v['gpus_total']} guaranteed GPUs in use; "
+              f"users {cs.visible(', '.join(v['users'])) or 'anyone'}; "
+              f"admins {cs.visible(', '.join(v['admins'])) or '-'}")
+        print("  cells: " + ", ".join(f"{cs.visible(k)} x{n}" for k, n in v["cells"].items()))
         for row in _view_rows(v["view"]):
-            print("  " + "  ".join(str(c) for c in row))
+            print("  " + "  ".join(cs.visible(c) for c in row))
         print(f"  running: {' '.join(v['running']) or '-'}")
         print(f"  queue:   {' '.join(v['queue']) or '-'}")
         return cs.OK
@@ -51,5 +58,5 @@ def run(args, backend) -> int:
         return cs.OK
     rows = [[n, f"{v['gpus_used']}/{v['gpus_total']}", len(v["running"]), len(v["queue"]),
              ", ".join(f"{k} x{c}" for k, c in v["cells"].items())] for n, v in vcs.items()]
-    print(cs.table(rows, ["VC", "GPUS USED", "RUNNING", "QUEUED", "CELLS"]))
+    print(cs.table(rows, ["VC", "GPUS USED", "RUNNING", "QUEUED", "CELLS"], shrink=("CELLS",)))
     return cs.OK

@@ -17,7 +17,7 @@ COMMANDS = [
     ("serve", "run the scheduler service headless (jupyter-server + REST API)"),
     ("submit", "submit a job (TE or BE, gang, GPUs, VC, affinity, grace period)"),
     ("jobs", "list jobs (filters by VC, state, user)"),
-    ("status", "show one job: state, placement, history"),
+    ("status", "the service in numbers (jobs per state, recovery), or one job in detail"),
     ("logs", "print or follow (-f) a job's log"),
     ("cancel", "cancel a job (its owner or a VC admin)"),
     ("vc", "show VC views and usage"),
@@ -28,6 +28,14 @@ COMMANDS = [
 ]
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("hived")
+    except PackageNotFoundError:   # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hived",
@@ -35,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(HiveD cells, FitGpp preemption, AlloX placement).",
         epilog="Run 'hived COMMAND --help' for the options of one command.",
     )
+    parser.add_argument("--version", action="version", version=f"hived {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, summary in COMMANDS:
         try:

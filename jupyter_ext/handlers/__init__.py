@@ -11,12 +11,14 @@ from .gc import GcHandler
 from .health import HealthHandler, ReadyHandler
 from .jobs import CancelHandler, JobHandler, JobsHandler, LogsHandler
 from .tokens import TokensReloadHandler
+from .summary import SummaryHandler
 
 _SEG = r"([^/]+)"
 # (path under hived/api/, handler, OpenAPI path) - the test suite checks this
 # table against openapi.json in both directions
 ROUTES = [
     ("status", StatusHandler, "/status"),
+    ("summary", SummaryHandler, "/summary"),
     ("openapi.json", OpenAPIHandler, "/openapi.json"),
     ("cluster", ClusterHandler, "/cluster"),
     ("vcs", VCsHandler, "/vcs"),

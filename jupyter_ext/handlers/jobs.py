@@ -16,7 +16,7 @@ class JobsHandler(HivedHandler):
         body = await self.json_body("JobSubmit")
         vc = body["vc"]
         if vc not in self.hived.access.vc_users:
-            raise ApiError(400, f"no VC named {vc!r}; VCs: {', '.join(sorted(self.hived.access.vc_users))}", "body.vc")
+            raise ApiError(404, f"no VC named {vc!r}; VCs: {', '.join(sorted(self.hived.access.vc_users))}", "body.vc")
         await self.require("write", vc_resource(vc), f"submit to VC {vc!r} (not in its users)", "body.vc")
         svc, user = self.svc, self.username
         with service_errors("body"):

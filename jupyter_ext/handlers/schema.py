@@ -125,6 +125,9 @@ def _explain(err) -> str:
         return err.message
     if v == "type":
         return f"must be of type {err.validator_value}, got {type(err.instance).__name__}"
+    if v in ("maximum", "minimum") and {"minimum", "maximum"} <= set(err.schema):
+        # the documented `field: problem` wording, as the service's own checks say it
+        return f"must be between {err.schema['minimum']:g} and {err.schema['maximum']:g}, got {err.instance:g}"
     if v in ("maximum", "minimum", "maxLength", "minLength", "maxItems", "minItems", "maxProperties"):
         return f"{v} is {err.validator_value}" + (f", got {err.instance}" if isinstance(err.instance, (int, float)) else "")
     if v == "enum":

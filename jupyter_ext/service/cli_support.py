@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from hived.jupyter_ext.terminal_text import table as _table, terminal_width, visible
+
 OK, JOB_FAILED, BAD_INPUT, NOT_ALLOWED, NOT_FOUND, UNREACHABLE = 0, 1, 2, 3, 4, 5
 TERMINAL = ("succeeded", "failed", "cancelled")
 
@@ -56,6 +58,17 @@ class Remote:
     def __init__(self, args):
         from hived.jupyter_ext.client import HivedClient
         self.c = HivedClient(url=args.url, token=args.token, user=user_of(args), data_dir=args.data_dir)
+        if args.user:
+            self._check_user(args.user)
+
+    def _check_user(self, wanted: str) -> None:
+        """A served instance decides whom to believe: an explicit --user it does not
+        honour is refused here rather than silently acting as someone else."""
+        me = self.c.status().get("user")
+        if me is not None and me != wanted:
+            raise PermissionError(f"--user: the service knows this token as {me!r} and does not let it "
+                                  f"act as {wanted!r} (it trusts X-Hived-User only when started with "
+                                  f"--trust-user-header); drop --user or use {wanted!r}'s token")
 
     def submit(self, payload): return self.c.submit(payload)
     def job(self, job_id): return self.c.job(job_id)
@@ -64,7 +77,8 @@ class Remote:
     def vcs(self): return self.c.vcs()
     def vc(self, name): return self.c.vc(name)
     def cluster(self): return self.c.cluster()
-    def status(self): return self.c.status()
+    def status(self): return self.c.summary()
+    def whoami(self): return self.c.status()
     def gc(self, vc=None, dry_run=False, policy=None, disk_quota=...):
         return self.c.gc(vc, dry_run, policy, disk_quota)
 
@@ -104,6 +118,7 @@ class Embedded:
     def vc(self, name): return self.svc.vc(name)
     def cluster(self): return self.svc.cluster()
     def status(self): return self.svc.status()
+    def whoami(self): return {"user": self.user}
 
     def gc(self, vc=None, dry_run=False, policy=None, disk_quota=...):
         out = {}
@@ -152,11 +167,18 @@ def error_exit(prog: str, exc: BaseException) -> int:
         code = BAD_INPUT
     else:
         raise exc
-    msg = str(exc)
-    if msg.startswith("hived: "):
-        msg = msg[len("hived: "):]
-    print(f"{prog}: {msg}", file=sys.stderr)
+    msg = refusal_text(exc)
+    print(f"{prog}: {visible(msg)}", file=sys.stderr)
     return code
+
+
+def refusal_text(exc: BaseException) -> str:
+    """``field: problem`` (docs/cli.md) for a service refusal; the text itself otherwise."""
+    from hived.jupyter_ext.client import HivedError
+    if isinstance(exc, HivedError):
+        return exc.line()
+    msg = str(exc)
+    return msg[len("hived: "):] if msg.startswith("hived: ") else msg
 
 
 def guarded(prog: str, body: Callable[[Any], int]) -> Callable[[Any], int]:
@@ -179,11 +201,9 @@ def print_json(obj) -> None:
     sys.stdout.write("\n")
 
 
-def table(rows: list[list], headers: list[str]) -> str:
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
-    return "\n".join(lines)
+def table(rows: list[list], headers: list[str], shrink: tuple = ("NAME", "PLACEMENT", "REASON")) -> str:
+    """A table for people: cells escaped, fitted to the terminal by cutting free-text columns."""
+    return _table(rows, headers, terminal_width(), shrink)
 
 
 def placement_text(p: Optional[dict]) -> str:
@@ -197,3 +217,29 @@ def ago(t: Optional[float]) -> str:
         return "-"
     s = max(0, time.time() - t)
     return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.0f}h"
+
+
+def state_text(j: dict, short: bool = False) -> str:
+    """The state in words: queue position and the reason it waits when queued
+    (``short``: ``queued #2: reason`` for tables)."""
+    text = j["state"]
+    if j.get("queue_position") is not None:
+        text += f" #{j['queue_position']}" if short else f", position {j['queue_position']} in the queue"
+    if j.get("wait_reason") and j["state"] in ("queued", "placed"):
+        text += f": {visible(j['wait_reason'])}" if short else f" ({visible(j['wait_reason'])})"
+    return text
+
+
+def outcome(j: dict) -> str:
+    """How a job that ended ended, in words (no Python None in sight)."""
+    state = j["state"]
+    if state == "succeeded":
+        return "succeeded"
+    if state == "failed":
+        bits = [f"exit code {j['exit_code']}"] if j.get("exit_code") is not None else []
+        if j.get("failure_class"):
+            bits.append(f"{visible(j['failure_class'])} failure")
+        return "failed" + (f" ({', '.join(bits)})" if bits else "")
+    if state == "cancelled":
+        return "was cancelled" + (f": {visible(j['reason'])}" if j.get("reason") else "")
+    return state

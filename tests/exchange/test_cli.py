@@ -56,7 +56,7 @@ def test_dry_run_bad_posts(tmp_path, spec_file, capsys):
 
 def test_online_without_a_service_says_where(capsys, monkeypatch):
     monkeypatch.delenv("HIVED_URL", raising=False)
-    assert main(["exchange", "board", "--url", "http://127.0.0.1:9"]) == 2
+    assert main(["exchange", "board", "--url", "http://127.0.0.1:9"]) == 5   # no service: exit 5 (docs/cli.md)
     assert "no hived service at http://127.0.0.1:9" in capsys.readouterr().err
     assert main(["exchange"]) == 2
     assert "say what to do" in capsys.readouterr().err

@@ -130,7 +130,7 @@ def test_interrupt_detaches_and_the_job_keeps_running(ip, live_server, capsys):
 
 
 @pytest.mark.parametrize("line,says", [
-    ("--vc vcb echo x", "user 'alice' may not submit to VC 'vcb' (not in its users) (at body.vc) [HTTP 403]"),
+    ("--vc vcb echo x", "vc: user 'alice' may not submit to VC 'vcb' (not in its users)"),
     ("--vc nope echo x", "no VC named 'nope'"),
     ("--gpus 9 echo x", "hived: "),                                    # never fits vca's 8 GPUs
     ("--workdir /no/such/dir echo x", "/no/such/dir does not exist"),
@@ -165,7 +165,7 @@ def test_user_in_no_vc_is_told_so(ip, capsys, monkeypatch):
     ip.run_line_magic("reload_ext", "hived.jupyter_ext")
     ip.run_line_magic("gpu_submit", "echo x")
     err = capsys.readouterr().err
-    assert err == "hived: user 'eve' is in no VC of this cluster (at --vc) [HTTP 403]\n"
+    assert err == "hived: --vc: user 'eve' is in no VC of this cluster\n"
     monkeypatch.setenv("HIVED_TOKEN", "tok-root")           # in every VC: must choose
     ip.run_line_magic("reload_ext", "hived.jupyter_ext")
     ip.run_cell("%gpu_submit echo x")
@@ -181,3 +181,20 @@ def test_usage_errors_do_not_submit(ip, capsys):
         out = capsys.readouterr()
         assert "UsageError" in out.err + out.out and "Traceback" not in out.err + out.out, (line, out)
     assert len(magics_of(ip).client.jobs()) == before
+
+
+def test_names_are_printed_escaped_and_flags_match_the_cli(ip, capsys):
+    """A name with an escape sequence, a newline and a lone surrogate prints as visible escapes;
+    `--owner` (the CLI's spelling) and `--cell-type` work, as do the old spellings."""
+    client = magics_of(ip).client
+    job = client.submit({"vc": "vca", "command": "true", "name": "\x1b[31mred\nj0 fake\ud800"})
+    client.wait(job["id"], poll=0.1, timeout=30)
+    for line in (f"--owner alice --vc vca", f"--user alice --vc vca"):
+        ip.run_line_magic("gpu_jobs", line)
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and "\\x1b[31mred\\nj0 fake\\ud800" in out, out
+        assert not any(row.startswith("j0 ") for row in out.splitlines())
+    ip.run_line_magic("gpu_status", job["id"])
+    assert "\x1b" not in capsys.readouterr().out
+    ip.run_line_magic("gpu_submit", "--detach --be --cell-type T-NODE.T-SOCKET --retries 0 --label k=v true")
+    assert client.job(magics_of(ip).last_job)["job_class"] == "be"

@@ -117,7 +117,7 @@ async def test_submit_by_member_queues_a_te_job(api, service):
 @pytest.mark.parametrize("user,vc,status,where", [
     ("bob", "vca", 403, "body.vc"),      # member of another VC
     ("eve", "vca", 403, "body.vc"),      # in no VC
-    ("anna", "vcz", 400, "body.vc"),     # no such VC
+    ("anna", "vcz", 404, "body.vc"),     # no such VC
 ])
 async def test_submit_refused_by_membership(api, service, user, vc, status, where):
     code, doc = await api(user, "POST", "jobs", body={"vc": vc, "command": "true"})
@@ -130,11 +130,11 @@ BAD_BODIES = [
     ({"vc": "vca", "command": "true", "colour": "red"}, "body", "unknown field(s) 'colour'"),
     ({"vc": "vca", "command": 42}, "body.command", "non-empty string"),
     ({"vc": "vca", "command": "true", "gpus": "two"}, "body.gpus", "type integer"),
-    ({"vc": "vca", "command": "true", "gpus": 10 ** 30}, "body.gpus", "maximum is 1024"),
-    ({"vc": "vca", "command": "true", "pods": 0}, "body.pods", "minimum is 1"),
+    ({"vc": "vca", "command": "true", "gpus": 10 ** 30}, "body.gpus", "must be between 1 and 1024, got 1e+30"),
+    ({"vc": "vca", "command": "true", "pods": 0}, "body.pods", "must be between 1 and 1024, got 0"),
     ({"vc": "vca", "command": "true", "gpus": 2, "cell_type": "T-NODE"}, "body", "either gpus or cell_type"),
     ({"vc": "vca", "command": "true", "job_class": "urgent"}, "body.job_class", "te, be, opportunistic"),
-    ({"vc": "vca", "command": "true", "grace_period": -1}, "body.grace_period", "minimum"),
+    ({"vc": "vca", "command": "true", "grace_period": -1}, "body.grace_period", "must be between 0 and 86400, got -1"),
     ({"vc": "vca", "command": "true", "env": {"A": 1}}, "body.env.A", "type string"),
     ({"vc": "vca", "command": [""]}, "command", "non-empty list"),                    # service's check
     ({"vc": "vca", "command": "true", "gpus": 9}, None, None),                        # never fits the VC

@@ -101,18 +101,23 @@ def test_cli_run_id_continues_an_existing_run(tracking_uri, cfg):
     assert "\n" not in str(info.value)
 
 
-def test_request_the_vc_can_never_hold_leaves_no_run_but_keeps_a_named_one(tracking_uri, cfg, capsys):
+def test_refused_runs_end_failed_never_running(tracking_uri, cfg, tmp_path):
+    """Too many GPUs, a gang larger than the cluster, a bad workdir: the service refuses, the run is FAILED."""
     client = MlflowClient(tracking_uri)
-    too_big = json.dumps(dict(cfg, gpus=64))
-    before = {r.info.run_id for r in client.search_runs(["0"])}
-    with pytest.raises(HivedBackendError) as info:
-        mlflow.projects.run(str(PROJECT), backend="hived", env_manager="local",
-                            backend_config=dict(cfg, gpus=64))
+    for n, (extra, says) in enumerate(((dict(gpus=64), "gpus"), (dict(pods=3, gpus=4), "groups"),
+                                       (dict(workdir=str(tmp_path / "none")), "workdir"))):
+        name = f"refused-{n}"
+        result, runs = _mlflow_run(tracking_uri, dict(cfg, **extra), name)
+        assert result.exit_code == 1, result.output
+        (run,) = runs
+        assert run.info.status == "FAILED" and run.info.lifecycle_stage == "active", (extra, run.info)
+        assert says in run.data.tags["hived.refused"] and run.data.tags["hived.state"] == "refused"
+    with pytest.raises(HivedBackendError) as info:                     # the API says it in one line
+        mlflow.projects.run(str(PROJECT), backend="hived", env_manager="local", backend_config=dict(cfg, gpus=64))
     msg = str(info.value)
-    assert "gpus" in msg and "\n" not in msg, msg                        # one line, naming the field
-    assert {r.info.run_id for r in client.search_runs(["0"])} == before   # the new run was deleted
-    base = ["run", str(PROJECT), "--backend", "hived", "--env-manager", "local", "--backend-config", too_big]
-    mine = client.create_run("0").info.run_id
-    result = CliRunner().invoke(cli, base + ["--run-id", mine], env={"MLFLOW_TRACKING_URI": tracking_uri})
-    assert result.exit_code == 1
-    assert client.get_run(mine).info.lifecycle_stage == "active"          # the user's own run stays
+    assert "gpus" in msg and "is FAILED" in msg and "\n" not in msg, msg
+    mine = client.create_run("0").info.run_id                          # a run named with --run-id too
+    args = ["run", str(PROJECT), "--backend", "hived", "--env-manager", "local", "--run-id", mine,
+            "--backend-config", json.dumps(dict(cfg, gpus=64))]
+    result = CliRunner().invoke(cli, args, env={"MLFLOW_TRACKING_URI": tracking_uri})
+    assert result.exit_code == 1 and client.get_run(mine).info.status == "FAILED"

@@ -48,7 +48,8 @@ def test_vc_from_environment_or_required():
 
 @pytest.mark.parametrize("raw,key,words", [
     ({"vc": "a", "gpu": 1}, "gpu", "unknown key; allowed:"),
-    ({"vc": "a", "gpus": -1}, "gpus", "must be >= 0, got -1"),
+    ({"vc": "a", "gpus": -1}, "gpus", "must be >= 1, got -1"),
+    ({"vc": "a", "gpus": 0}, "gpus", "must be >= 1, got 0"),
     ({"vc": "a", "gpus": "2"}, "gpus", 'must be an integer, got "2"'),
     ({"vc": "a", "gpus": 1.5}, "gpus", "must be an integer"),
     ({"vc": "a", "pods": 0}, "pods", "must be >= 1"),
@@ -113,3 +114,19 @@ def test_integral_float_becomes_int_and_import_is_light():
     probe = subprocess.run([sys.executable, "-c", "import sys, hived.mlflow_plugin.backend; "
                             "print('jsonschema' in sys.modules)"], capture_output=True, text=True)
     assert probe.stdout.strip() == "False", probe.stderr   # its import alone costs seconds
+
+
+def test_job_body_is_the_one_every_door_builds(tmp_path):
+    """The MLflow body equals `hived submit`'s for the same options (one builder, one spelling)."""
+    from hived.jupyter_ext.cli.cmd_submit import payload_of
+    from hived.jupyter_ext.cli.main import build_parser
+    cfg = parse_config({"vc": "a", "cell_type": "DGX.NODE", "pods": 2, "grace_period": 5, "max_retries": 1,
+                        "affinity": "soft", "env": {"X": "1"}}, environ={})
+    body = cfg.job_payload("python train.py", {}, str(tmp_path), "run-1")
+    cli = payload_of(build_parser().parse_args(
+        ["submit", "--vc", "a", "--be", "--cell-type", "DGX.NODE", "--pods", "2", "--grace", "5", "--retries", "1",
+         "--affinity", "soft", "--env", "X=1", "--name", "run-1", "--workdir", str(tmp_path), "--",
+         "python train.py"]))
+    assert body == cli
+    with pytest.raises(BackendConfigError, match="'cell_type'"):
+        parse_config({"vc": "a", "cell": "X", "cell_type": "X"}, environ={})

@@ -171,7 +171,7 @@ def test_against_a_running_hived_serve(tmp_path):
         code, out, _ = cli("logs", job["id"], "-f", "--user", "alice")
         assert code == 0 and "one\ntwo\n" in out
         code, _, err = cli("submit", "--vc", "vca", "--user", "bob", "--", "true")
-        assert code == 3 and "403" in err
+        assert code == 3 and err == "hived submit: vc: user 'bob' may not submit to VC 'vca' (not in its users)\n"
         code, _, err = cli("submit", "--vc", "vca", "--user", "alice", "--gpus", "9", "--", "true")
         assert code == 2
         code, out, _ = cli("jobs", "--user", "alice", "--json")
@@ -179,3 +179,175 @@ def test_against_a_running_hived_serve(tmp_path):
     finally:
         srv.terminate()
         srv.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A real `hived serve` (server token may name the user; anna also has her own token)."""
+    tmp = tmp_path_factory.mktemp("served")
+    d = tmp / "data"
+    tokens = tmp / "tokens.json"
+    tokens.write_text(json.dumps({"tok-anna": "anna"}))
+    env = dict(os.environ, HIVED_SCHEME=SCHEME)
+    for k in ("HIVED_URL", "HIVED_TOKEN", "HIVED_USER", "HIVED_DATA_DIR"):
+        env.pop(k, None)
+    exe = [sys.executable, "-m", "hived.jupyter_ext.cli.main"]
+    srv = subprocess.Popen(exe + ["serve", "--spec", SPEC, "--data-dir", str(d), "--port", "0",
+                                  "--trust-user-header", "--user-tokens", str(tokens), "--tick", "0.1"],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.time() + 60
+    while not (d / "server.json").exists():
+        assert srv.poll() is None and time.time() < deadline, srv.stdout.read().decode()[-2000:]
+        time.sleep(0.1)
+
+    def cli(*argv, **extra_env):
+        p = subprocess.run(exe + list(argv), env=dict(env, HIVED_DATA_DIR=str(d), **extra_env),
+                           capture_output=True, text=True, timeout=60)
+        return p.returncode, p.stdout, p.stderr
+    cli.data_dir = d
+    try:
+        yield cli
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
+
+
+def test_served_status_is_a_summary(served):
+    code, out, err = served("submit", "--vc", "vca", "--user", "alice", "--wait", "--", "true")
+    assert code == 0, err
+    code, out, err = served("status", "--user", "alice")
+    assert code == 0, err
+    assert out.startswith("hived: service up at http://") and "you are alice (VCs: vca)" in out
+    assert "  jobs: " in out and " succeeded" in out
+    assert "  recovery at start: 0 job(s) read back, 0 still running adopted, 0 to relaunch, 0 lost" in out
+    assert "unhealthy GPUs: 0" in out and "None" not in out
+    code, out, _ = served("status", "--user", "alice", "--json")
+    doc = json.loads(out)
+    assert doc["jobs"]["succeeded"] >= 1 and doc["recovered"]["lost"] == 0
+    assert "data_dir" not in doc and "pid" not in doc        # alice is no admin
+    code, out, _ = served("status", "--user", "root", "--json")
+    assert "data_dir" in json.loads(out)
+
+
+def test_served_exit_codes_and_error_lines(served):
+    cases = [
+        (["submit", "--vc", "vca", "--grace", "-1", "--", "true"], 2,
+         "hived submit: grace_period: must be between 0 and 86400, got -1\n"),
+        (["submit", "--vc", "nope", "--", "true"], 4, "hived submit: vc: no VC named 'nope'; VCs: vca, vcb\n"),
+        (["submit", "--vc", "vca", "--workdir", "/no/such/dir", "--", "true"], 2,
+         "hived submit: workdir: /no/such/dir does not exist or is not a directory\n"),
+        (["submit", "--vc", "vcb", "--", "true"], 3,
+         "hived submit: vc: user 'alice' may not submit to VC 'vcb' (not in its users)\n"),
+        (["status", "j999"], 4, "hived status: job_id: unknown job 'j999'\n"),
+        (["vc", "nope"], 4, None),
+        (["jobs", "--url", "http://127.0.0.1:9/"], 5, None),
+    ]
+    for argv, want, line in cases:
+        code, out, err = served(argv[0], "--user", "alice", *argv[1:])
+        assert code == want and (line is None or err == line), (argv, code, err)
+        assert err.count("\n") == 1 and "Traceback" not in err and "[HTTP" not in err, err
+    code, _, err = served("jobs", "--mine", "--owner", "bob")       # never silently drop --owner
+    assert code == 2 and "not allowed with argument" in err
+    code, out, _ = served("--version")
+    assert code == 0 and out.startswith("hived ")
+    # the token decides who you are: --user naming someone else is refused, not ignored
+    code, _, err = served("jobs", "--user", "alice", "--token", "tok-anna")
+    assert code == 3 and "--user: the service knows this token as 'anna'" in err
+    code, out, err = served("jobs", "--user", "anna", "--token", "tok-anna")
+    assert code == 0, err
+
+
+def test_served_cancel_and_logs_say_what_happened(served):
+    code, out, err = served("submit", "--vc", "vca", "--user", "alice", "--retries", "0", "--wait", "--",
+                            "echo bad; exit 3")
+    assert code == 1 and " failed (exit code 3" in out and "None" not in out, out + err
+    code, out, err = served("submit", "--vc", "vca", "--user", "alice", "--grace", "5", "--json", "--",
+                            "trap 'exit 0' TERM; echo started; while :; do sleep 0.1; done")
+    jid = json.loads(out)["id"]
+    deadline = time.time() + 30
+    while json.loads(served("status", jid, "--user", "alice", "--json")[1])["state"] != "running":
+        assert time.time() < deadline
+        time.sleep(0.2)
+    code, out, err = served("cancel", jid, "--user", "alice")
+    assert code == 0 and out == f"{jid}: stopping: SIGTERM sent, SIGKILL in 5 s if still running; " \
+                                "it ends as cancelled\n", out + err
+    code, out, err = served("logs", jid, "-f", "--user", "alice")
+    assert code == 1 and "started" in out and err.startswith(f"hived logs: job {jid} was cancelled"), err
+    code, out, _ = served("logs", jid, "--user", "alice", "--json")
+    assert "\nstarted\n" in json.loads(out)["text"] and json.loads(out)["state"] == "cancelled"
+    code, out, _ = served("status", jid, "--user", "alice")
+    assert "was cancelled" in out and "exit None" not in out and "None" not in out
+    code, out, _ = served("cancel", "j999", "--user", "alice")
+    assert code == 4
+
+
+def test_served_names_are_printed_escaped(served):
+    import requests
+    info = json.loads((served.data_dir / "server.json").read_text())
+    evil = "\x1b[31mred\nj0  fake row\ud800"
+    r = requests.post(info["url"] + "hived/api/jobs", headers={"Authorization": f"token {info['token']}",
+                                                                "X-Hived-User": "alice",
+                                                                "Content-Type": "application/json"},
+                      data=json.dumps({"vc": "vca", "command": "true", "name": evil}), timeout=30)
+    assert r.status_code == 201, r.text
+    jid = r.json()["id"]
+    for argv in (["jobs"], ["status", jid]):
+        code, out, err = served(*argv, "--user", "alice")
+        assert code == 0, err
+        assert "\x1b" not in out and "fake row" in out
+        assert "\\x1b[31mred\\nj0  fake row\\ud800" in out
+        assert not any(line.startswith("j0 ") for line in out.splitlines())
+
+
+def test_tables_fit_the_terminal(served):
+    served("submit", "--vc", "vca", "--user", "alice", "--name", "n" * 150, "--", "true")
+    code, out, _ = served("jobs", "--user", "alice", COLUMNS="100")
+    assert code == 0 and max(len(line) for line in out.splitlines()) <= 100 and "…" in out
+
+
+def test_submit_flags_build_the_same_body_in_every_door(tmp_path):
+    from hived.jupyter_ext.cli.main import build_parser
+    from hived.jupyter_ext.cli.cmd_submit import payload_of
+    from hived.jupyter_ext.magics import _submit_parser, build_payload
+    flags = ["--vc", "vca", "--be", "--cell-type", "T-NODE.T-SOCKET", "--retries", "2", "--grace", "7",
+             "--label", "team=vision", "--env", "A=1", "--workdir", str(tmp_path)]
+    cli = payload_of(build_parser().parse_args(["submit", *flags, "--", "python", "x.py"]))
+    magic = build_payload(_submit_parser().parse_args([*flags, "python", "x.py"]), None, "")
+    assert cli["max_retries"] == 2 and cli["labels"] == {"team": "vision"} and cli["job_class"] == "be"
+    assert {k: v for k, v in cli.items() if k != "command"} == {k: v for k, v in magic.items() if k != "command"}
+    old = build_payload(_submit_parser().parse_args(["--cell", "T-NODE.T-SOCKET", "true"]), None, "")
+    assert old["cell_type"] == "T-NODE.T-SOCKET"              # the old magics spelling still works
+
+
+def test_simulate_says_when_its_filters_left_no_jobs(capsys, tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("job_id,tenant,submit,duration,gpus\na,t1,0,3600,8\nb,t2,60,600,1\n")
+    code, _, err = hived(capsys, "simulate", "--trace", str(trace), "--out", str(tmp_path / "o"),
+                         "--tenants", "t2", "--from-day", "5")
+    assert code == 2 and err == f"hived simulate: --trace: no jobs in {trace} after the filters --tenants, " \
+                                "--from-day\n"
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    assert "required with --trace" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_second_server_on_a_busy_data_dir_is_refused_cleanly(served):
+    code, out, err = served("serve", "--spec", SPEC, "--data-dir", str(served.data_dir), "--port", "0")
+    lines = [line for line in (out + err).splitlines() if line.startswith("hived serve:")]
+    assert code != 0 and len(lines) == 1 and "another hived service" in lines[0], out + err
+    assert "never awaited" not in out + err and "Traceback" not in out + err
+
+
+def test_served_exchange_prints_tables_and_documented_codes(served):
+    code, out, err = served("exchange", "offer", "--vc", "vca", "--cell-type", "T-NODE.T-SOCKET", "--count", "1",
+                            "--duration", "1h", "--user", "ada")
+    assert code == 0, err
+    assert out.splitlines()[0].split() == ["ID", "KIND", "VC", "CELLS", "COUNT", "FROM", "TO"]
+    assert "offer  vca" in out and "no exchanges" in out
+    code, out, _ = served("exchange", "board", "--user", "ada")
+    assert code == 0 and "offer  vca" in out and not out.lstrip().startswith("{")
+    code, out, _ = served("exchange", "board", "--user", "ada", "--json")
+    assert json.loads(out)["offers"][0]["vc"] == "vca"
+    code, _, err = served("exchange", "offer", "--vc", "vcb", "--cell-type", "T-NODE.T-SOCKET", "--count", "1",
+                          "--duration", "1h", "--user", "ada")
+    assert code == 3 and err.startswith("hived exchange: ") and "hived: " not in err and "may not trade" in err

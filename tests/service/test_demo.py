@@ -22,6 +22,31 @@ def test_demo_runs_end_to_end(tmp_path):
     assert "resuming from checkpoint at step" in out
     assert "service stopped cleanly" in out and "demo finished" in out
     assert "Traceback" not in out
+    # idle cells: a job beyond its VC's share, preempted when the owner comes back
+    idle = out.split("4. Idle cells")[1].split("5. Cell exchange")[0]
+    assert "(opportunistic: True)" in idle and "is preempted: cells taken back by guaranteed job" in idle
+    # a cell exchange loan, and a guaranteed job on the borrowed cell
+    loan = out.split("5. Cell exchange")[1].split("6. Stopping")[0]
+    assert "matched: exchange x1 (active): research -> product: 1 cell(s)" in loan
+    assert "research            0/8  1/0" in loan and "(opportunistic: False)" in loan
+    # no promise about a folder it deletes: --data-dir keeps it, and it says where
+    assert f"every state change is in {tmp_path / 'demo' / 'hived.db'}" in out
+    assert "Try next" in out and "hived submit" in out.split("Try next")[1]
+
+
+def test_demo_takes_the_gpus_it_suggests(tmp_path):
+    """Without a GPU the demo's advice is --gpus N: it takes it, and the temporary store it removes
+    is called temporary."""
+    env = dict(os.environ, HIVED_SCHEME=os.environ.get("HIVED_TEST_SCHEME", "hived"))
+    demo = [sys.executable, str(ROOT / "examples" / "demo" / "run_demo.py")]
+    p = subprocess.run(demo + ["--gpus", "0"], capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode != 0 and "demo: --gpus 0:" in p.stderr and "Traceback" not in p.stderr
+    p = subprocess.run(demo + ["--gpus", "8"], capture_output=True, text=True, timeout=150, env=env)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-4000:]
+    assert "using a virtual node of 8 GPUs" in out and "FitGpp picked" in out
+    assert "a temporary folder, removed at the end" in out and "is removed (run with --keep" in out
+    assert "every state change is in" not in out
 
 
 def load_run_demo():

@@ -93,9 +93,12 @@ def gang_cells(trace: Trace) -> dict:
     tenant's private cluster also fits its VC."""
     out: dict = defaultdict(dict)
     for j in trace.jobs:
-        lvl = level_for(j.gpus_per_pod)
-        if j.pods > out[j.tenant].get(lvl, 0):
-            out[j.tenant][lvl] = j.pods
+        per: dict = defaultdict(int)
+        for g in j.pod_sizes:
+            per[level_for(g)] += 1
+        for lvl, n in per.items():
+            if n > out[j.tenant].get(lvl, 0):
+                out[j.tenant][lvl] = n
     return dict(out)
 
 

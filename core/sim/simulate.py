@@ -77,7 +77,9 @@ def _pct(xs: list, q: float) -> float:
 
 def to_request(j: TraceJob, allow_opportunistic: bool = True) -> JobRequest:
     cls = JobClass(j.job_class)
-    return JobRequest(user=j.tenant, vc=j.tenant, job_class=cls, groups=[PodGroup(j.pods, j.gpus_per_pod)],
+    sizes = j.pod_sizes
+    groups = [PodGroup(sizes.count(g), g) for g in sorted(set(sizes), reverse=True)]
+    return JobRequest(user=j.tenant, vc=j.tenant, job_class=cls, groups=groups,
                       affinity=Affinity(j.affinity), grace_period=j.grace_period, duration=j.duration,
                       allow_opportunistic=allow_opportunistic and cls.guaranteed, name=j.job_id)
 

@@ -57,8 +57,26 @@ class TraceJob:
     grace_period: float = 0.0
 
     @property
+    def pod_sizes(self) -> list:
+        """GPUs of each pod, summing to ``gpus`` exactly (never fewer GPUs than asked).
+
+        Equal pods when ``pods`` divides ``gpus``; otherwise pods of
+        ceil(gpus / pods) GPUs and one smaller remainder pod (10 over 3 pods:
+        4, 4, 2), the split that keeps each pod in the smallest cell holding it.
+        """
+        g, p = self.gpus, self.pods
+        if g % p == 0:
+            return [g // p] * p
+        s = -(-g // p)
+        sizes = [s] * (g // s) + ([g % s] if g % s else [])
+        if len(sizes) != p:   # no such split: sizes differing by one GPU, still summing to g
+            sizes = [g // p + (1 if k < g % p else 0) for k in range(p)]
+        return sizes
+
+    @property
     def gpus_per_pod(self) -> int:
-        return self.gpus // self.pods
+        """The largest pod's GPUs (what decides the cell level a job needs)."""
+        return max(self.pod_sizes)
 
     @property
     def gpu_seconds(self) -> float:
@@ -110,6 +128,8 @@ class Trace:
 
 
 def default_pods(gpus: int) -> int:
+    """Pods of a job of ``gpus`` GPUs: one up to a node, else 8-GPU pods, else
+    4-GPU pods plus one remainder pod (``TraceJob.pod_sizes``: 10 -> 4, 4, 2)."""
     if gpus <= 8:
         return 1
     return gpus // 8 if gpus % 8 == 0 else math.ceil(gpus / 4)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .engine_reasons import at
 from .engine_records import JobRecord
 from .engine_validate import RequestError
 from .failures import FailureClass, classify, retry_decision
@@ -90,7 +91,7 @@ class EngineEvents:
         self._enqueue(rec, head=head)
         if delay > 0:
             self._timer(rec.not_before, "wake", rec.request.vc)
-            rec.wait_reason = f"retry at t={rec.not_before:g} ({reason})"
+            rec.wait_reason = f"retry at {at(rec.not_before, now)} after {reason}"
 
     def on_preempted(self, job_id: str, now: float) -> None:
         """The victim's processes are gone: free its cells, put it back at the head."""

@@ -14,6 +14,17 @@ from __future__ import annotations
 from .jobs import JobClass, JobState
 
 MAX_NAMED = 4   # holders named one by one; the rest are counted
+EPOCH = 1e9     # clocks past this are Unix time (the service): shown as UTC dates, not seconds
+
+
+def at(t: float, now: float) -> str:
+    """``t`` for a person: the service's clock is Unix time, the simulator's starts at 0."""
+    if t >= EPOCH:
+        from datetime import datetime, timezone
+        when = datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    else:
+        when = f"t={t:g}"
+    return f"{when} (in {max(0.0, t - now):.0f} s)"
 
 
 def shape(eng, rec) -> str:
@@ -71,7 +82,7 @@ def _preemption_text(eng, rec, now: float) -> str:
     if rec.policy_victims:
         ends = [eng._jobs[v].grace_deadline for v in rec.policy_victims
                 if eng._jobs[v].grace_deadline is not None]
-        until = f" (grace periods end by t={max(ends):g})" if ends else ""
+        until = f" (grace periods end at {at(max(ends), now)})" if ends else ""
         return f"BE jobs {', '.join(rec.policy_victims)} are being preempted for it{until}"
     from .policies.preemption_order import preemption_cap
     cap = preemption_cap(eng.config, eng.spec, rec.request.vc)
@@ -90,13 +101,13 @@ def explain(eng, rec, now: float) -> str:
         if not rec.waiting_for:
             return ""
         ends = [eng._jobs[v].grace_deadline for v in rec.waiting_for if eng._jobs[v].grace_deadline is not None]
-        until = f" (grace periods end by t={max(ends):g})" if ends else ""
+        until = f" (grace periods end at {at(max(ends), now)})" if ends else ""
         return (f"placed on its cells; waiting for opportunistic jobs {', '.join(rec.waiting_for)} "
                 f"to leave them{until}")
     if rec.state is not JobState.QUEUED:
         return ""
     if rec.not_before > now:
-        return f"retry at t={rec.not_before:g} (in {rec.not_before - now:.0f} s) after {_failure(rec)}"
+        return f"retry at {at(rec.not_before, now)} after {_failure(rec)}"
     parts = []
     need = rec.gpus
     if rec.request.job_class.guaranteed:
@@ -116,8 +127,7 @@ def explain(eng, rec, now: float) -> str:
         parts.append(f"{idle} GPUs are idle{' in ' + chain if chain else ''}, not enough in cells that fit it "
                      "to run at low priority")
     if rec.relax_at is not None:
-        parts.append(f"its soft affinity relaxes to a larger cell at t={rec.relax_at:g} "
-                     f"(in {max(0.0, rec.relax_at - now):.0f} s)")
+        parts.append(f"its soft affinity relaxes to a larger cell at {at(rec.relax_at, now)}")
     return "; ".join(parts)
 
 

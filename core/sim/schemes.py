@@ -1,7 +1,11 @@
 """The four ways of sharing a cluster the simulator compares, and their sizes.
 
 * ``private``: each tenant alone on a cluster the size of its quota (whole
-  8-GPU nodes; never smaller than its largest job, so that every job can run);
+  8-GPU nodes; never smaller than its largest job, so that every job can run),
+  placed by HiveD's buddy cell allocator: with no sharing, ``hived`` is this
+  run exactly (same allocator, same order), so a difference is sharing's;
+* ``private-quota``: the same private clusters placed by the quota baseline's
+  best fit, the baseline ``quota`` is compared with (same packing);
 * ``quota``: one shared cluster, quota counted in GPUs, YARN-CS best-fit
   packing, jobs over quota run as low priority (core/quota.py);
 * ``hived``: the same cluster, VCs of cells, buddy cell allocation with
@@ -28,7 +32,8 @@ from ..spec import load_spec
 from .cluster import NODE_GPUS, level_for, node_spec, private_spec
 from .traces import Trace
 
-SCHEMES = ("private", "quota", "hived", "hived-static")
+SCHEMES = ("private", "private-quota", "quota", "hived", "hived-static")
+PRIVATE_OF = {"quota": "private-quota"}   # the private baseline with the same allocator (else "private")
 
 
 @dataclass
@@ -134,7 +139,7 @@ def build_engine(scheme: str, spec_dict: dict, *, config: Optional[EngineConfig]
     if scheme not in SCHEMES:
         raise ValueError(f"scheme: must be one of {', '.join(SCHEMES)}, got {scheme!r}")
     spec = load_spec(spec_dict)
-    if scheme in ("quota", "private"):
+    if scheme in ("quota", "private-quota"):
         alloc = QuotaAllocator(spec)
     else:
         from ..allocator import Allocator

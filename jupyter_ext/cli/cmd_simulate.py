@@ -17,7 +17,7 @@ import os
 import sys
 
 PHILLY_DEFAULT = "/work/shared/traces/philly"
-RUNS = {"private": ("private", "node"), "quota": ("quota", "node"),
+RUNS = {"private": ("private", "node"), "private-quota": ("private-quota", "node"), "quota": ("quota", "node"),
         "hived": ("hived", None), "hived-static": ("hived-static", None)}
 
 
@@ -176,7 +176,7 @@ def run(args) -> int:
           f"offered load {sizing.load:.2f}", file=sys.stderr)
     results = {}
     for scheme, cells in runs:
-        bar = tqdm(total=len(trace.jobs), desc=f"{scheme}{'' if scheme in ('private', 'quota') else '/' + cells}",
+        bar = tqdm(total=len(trace.jobs), desc=f"{scheme}{'' if scheme in ('private', 'private-quota', 'quota') else '/' + cells}",
                    unit="job", file=sys.stderr, disable=args.no_progress, mininterval=0.5)
         try:
             r = simulate(trace, scheme, cells=cells, sizing=sizing, spec=spec, progress=bar.update)

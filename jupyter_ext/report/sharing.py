@@ -32,7 +32,18 @@ DAY = 86400.0
 
 
 def run_name(r: SimResult) -> str:
-    return r.scheme if r.scheme in ("private", "quota") else f"{r.scheme}-{r.cells}"
+    return r.scheme if r.scheme in ("private", "private-quota", "quota") else f"{r.scheme}-{r.cells}"
+
+
+def baseline(results: dict, name: str):
+    """The private run a shared run is compared with: the one placed by the same
+    allocator (``private-quota`` for ``quota``), else ``private``."""
+    from hived.core.sim.schemes import PRIVATE_OF
+    return results.get(PRIVATE_OF.get(name, "private")) or results.get("private")
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("private")
 
 
 def write_run(r: SimResult, out_dir: str) -> dict:
@@ -71,15 +82,16 @@ def worse_than_private(private: dict, shared: dict) -> list:
 
 def anomalies(results: dict) -> dict:
     """Per shared run: tenants whose average queueing delay exceeds the private one."""
-    priv = results.get("private")
-    if priv is None:
-        return {}
-    base = priv.tenant_delays()
     out = {}
     for name, r in results.items():
-        if name == "private":
+        priv = baseline(results, name)
+        if is_private(name) or priv is None:
             continue
-        d = r.tenant_delays()
+        # the same jobs on both sides: a job refused or never started in one run would
+        # otherwise move one average and not the other (summary: refused, never_started)
+        common = priv.started_ids() & r.started_ids()
+        base = priv.tenant_delays(common)
+        d = r.tenant_delays(common)
         out[name] = {t: {"private_s": round(base[t], 1), "shared_s": round(d[t], 1),
                          "ratio": round(d[t] / base[t], 3) if base[t] > 0 else None}
                      for t in worse_than_private(base, d)}
@@ -89,19 +101,17 @@ def anomalies(results: dict) -> dict:
 def waited_for_others(results: dict) -> dict:
     """Per shared run: guaranteed jobs that started at once in their private cluster
     but waited in the shared one (count and share)."""
-    priv = results.get("private")
-    if priv is None:
-        return {}
-    at_once = {r["job_id"] for r in priv.rows if r["queue_delay"] is not None and r["queue_delay"] <= 0}
     out = {}
     for name, r in results.items():
-        if name == "private":
+        priv = baseline(results, name)
+        if is_private(name) or priv is None:
             continue
+        at_once = {r["job_id"] for r in priv.rows if r["queue_delay"] is not None and r["queue_delay"] <= 0}
         waited = [row for row in r.rows if row["job_id"] in at_once
                   and (row["queue_delay"] is None or row["queue_delay"] > 0)]
-        # of those, the ones left queued at the head of their VC while the VC had room
-        # for them: they waited for other tenants (HiveD's guarantee says: never)
-        others = [row for row in waited if row.get("blocked_with_vc_room")]
+        # of those, the ones that headed their VC's queue after a round with room for
+        # them in their VC's free cells: they waited for other tenants (HiveD: never)
+        others = [row for row in waited if row.get("head_waited_with_vc_room")]
         out[name] = {"jobs_at_once_in_private": len(at_once), "waited_in_shared": len(waited),
                      "examples": [row["job_id"] for row in waited[:5]],
                      "waited_with_vc_room": len(others), "examples_with_vc_room": [row["job_id"] for row in others[:5]]}

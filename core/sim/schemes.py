@@ -32,6 +32,7 @@ from ..spec import load_spec
 from .cluster import NODE_GPUS, level_for, node_spec, private_spec
 from .traces import Trace
 
+MAX_NODES = 20000   # a simulated cluster (each node is a cell tree in memory)
 SCHEMES = ("private", "private-quota", "quota", "hived", "hived-static")
 PRIVATE_OF = {"quota": "private-quota"}   # the private baseline with the same allocator (else "private")
 
@@ -57,7 +58,12 @@ def size_cluster(trace: Trace, load: float = 0.9, *, nodes: Optional[int] = None
         raise ValueError(f"load: must be in (0, 10], got {load}")
     gs = trace.gpu_seconds()
     total = sum(gs.values())
+    if total <= 0:
+        raise ValueError("trace: no GPU demand (every job asks 0 GPUs or lasts 0 s); nothing to size a cluster by")
     win_gpu_s, span = busy_window(trace)
+    fixed = nodes is not None
+    if fixed and not (isinstance(nodes, int) and 1 <= nodes <= MAX_NODES):
+        raise ValueError(f"--nodes: must be an integer in 1..{MAX_NODES}, got {nodes!r}")
     if nodes is None:
         nodes = max(1, math.ceil(win_gpu_s / (span * load) / NODE_GPUS))
     tenants = trace.tenants
@@ -82,7 +88,12 @@ def size_cluster(trace: Trace, load: float = 0.9, *, nodes: Optional[int] = None
             break
         q[t] += 1
         left -= 1
+    if fixed and sum(q.values()) > nodes:
+        raise ValueError(f"--nodes {nodes} is too small: the tenants' quotas need {sum(q.values())} nodes (each "
+                         "tenant at least one node and room for its largest job); give more nodes or use --load")
     nodes = max(nodes, sum(q.values()))
+    if nodes > MAX_NODES:
+        raise ValueError(f"cluster: {nodes} nodes of 8 GPUs, at most {MAX_NODES} are simulated")
     demand: dict = defaultdict(lambda: defaultdict(float))
     for j in trace.jobs:
         demand[j.tenant][level_for(j.gpus_per_pod)] += j.gpu_seconds

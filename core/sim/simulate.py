@@ -90,7 +90,9 @@ def _pct(xs: list, q: float) -> float:
 def to_request(j: TraceJob, allow_opportunistic: bool = True) -> JobRequest:
     cls = JobClass(j.job_class)
     sizes = j.pod_sizes
-    groups = [PodGroup(sizes.count(g), g) for g in sorted(set(sizes), reverse=True)]
+    if not j.gpus:
+        raise ValueError("gpus: a CPU-only job (0 GPUs): hived places GPU cells, CPU-only pods are not simulated")
+    groups = [PodGroup(sizes.count(g), g, cpus=j.cpus, memory_gb=j.memory_gb) for g in sorted(set(sizes), reverse=True)]
     return JobRequest(user=j.tenant, vc=j.tenant, job_class=cls, groups=groups,
                       affinity=Affinity(j.affinity), grace_period=j.grace_period, duration=j.duration,
                       allow_opportunistic=allow_opportunistic and cls.guaranteed, name=j.job_id)

@@ -100,6 +100,8 @@ class Engine(EngineEvents):
         self._vc_cap = {v: self._capacity(v) for v in self.spec.vcs}
         self._vc_used = {v: {c: 0 for c in self.spec.chains} for v in self.spec.vcs}
         self._held: dict[str, dict] = {v: {} for v in self.spec.vcs}   # VC -> its jobs holding cells
+        self._held_ver: dict[str, int] = {v: 0 for v in self.spec.vcs}  # bumps when _held[vc] changes
+        self._holders_text: dict[str, tuple] = {}                      # VC -> (_held_ver, text) cache
         self._blocked: dict[str, Optional[str]] = {v: None for v in self.spec.vcs}  # VC -> head that waits
         self.stats = {"attempts": 0, "starts": 0, "preempt_decisions": 0, "preempted_gpus": 0}
 
@@ -347,6 +349,7 @@ class Engine(EngineEvents):
         rec._chain_bound = grant.chain
         self.view.bind(rec.job_id, per_node, guaranteed=not rec.opportunistic)
         self._held[rec.request.vc][rec.job_id] = None
+        self._held_ver[rec.request.vc] += 1
         self._free[grant.chain] -= rec.gpus
         if not rec.opportunistic:
             self._vc_used[rec.request.vc][grant.chain] += rec.gpus

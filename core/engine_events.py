@@ -49,6 +49,7 @@ class EngineEvents:
             return
         self.alloc.release(rec.job_id)
         self._held[rec.request.vc].pop(rec.job_id, None)
+        self._held_ver[rec.request.vc] += 1
         chain = rec._chain_bound
         self.view.unbind(rec.job_id, guaranteed=not rec.opportunistic)
         self._free[chain] += rec.gpus

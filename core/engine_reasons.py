@@ -11,6 +11,8 @@ seconds left beside them.
 """
 from __future__ import annotations
 
+import heapq
+
 from .jobs import JobClass, JobState
 
 MAX_NAMED = 4   # holders named one by one; the rest are counted
@@ -44,13 +46,26 @@ def shape(eng, rec) -> str:
 
 
 def holders_text(eng, vc: str) -> str:
-    held = [eng._jobs[j] for j in eng._held[vc]]
+    """The VC's biggest guaranteed holders, named; cached until the VC's holders change
+    (a blocked head is explained every round that tries it: keep that cheap)."""
+    ver = eng._held_ver[vc]
+    hit = eng._holders_text.get(vc)
+    if hit is not None and hit[0] == ver:
+        return hit[1]
+    jobs = eng._jobs
+    held = [jobs[j] for j in eng._held[vc]]
     held = [r for r in held if not r.opportunistic]
+    text = _holders(held)
+    eng._holders_text[vc] = (ver, text)
+    return text
+
+
+def _holders(held: list) -> str:
     if not held:
         return "no job"
-    held.sort(key=lambda r: (-r.gpus, r.job_id))
+    top = heapq.nsmallest(MAX_NAMED, held, key=lambda r: (-sum(r.pod_gpus), r.job_id))
     named = []
-    for r in held[:MAX_NAMED]:
+    for r in top:
         nodes = sorted({p.node for p in r.placement.pods}) if r.placement is not None else []
         where = f" on {', '.join(nodes[:2])}{'...' if len(nodes) > 2 else ''}" if nodes else ""
         named.append(f"{r.job_id} ({r.gpus} GPUs, {r.request.job_class.value}, {r.state.value}{where})")

@@ -58,6 +58,7 @@ class EngineConfig:
     retry_cap: int = 3            # engine-wide bound on counted retries (failures.py decides per class)
     keep_progress: bool = True    # simulator: a preempted job resumes where it stopped (checkpoints)
     isolated_vcs: Optional[bool] = None  # None: ask the allocator (HiveD: True, quota: False)
+    wait_reasons: bool = True     # write JobRecord.wait_reason (the simulator, which shows none, turns it off)
 
 
 class Engine(EngineEvents):
@@ -103,6 +104,8 @@ class Engine(EngineEvents):
         self._held_ver: dict[str, int] = {v: 0 for v in self.spec.vcs}  # bumps when _held[vc] changes
         self._holders_text: dict[str, tuple] = {}                      # VC -> (_held_ver, text) cache
         self._blocked: dict[str, Optional[str]] = {v: None for v in self.spec.vcs}  # VC -> head that waits
+        self._explain = self.config.wait_reasons
+        self.scanned: set = set()          # VCs whose queue the last step() walked
         self.stats = {"attempts": 0, "starts": 0, "preempt_decisions": 0, "preempted_gpus": 0}
 
     # ------------------------------------------------------------------ requests
@@ -206,11 +209,14 @@ class Engine(EngineEvents):
                 rec = self._jobs[jid]
                 if rec.state is JobState.PLACED and not rec.waiting_for:
                     self._emit_start(rec, now, out)
+        scanned = set()
         for vc, (te, rest) in self._lanes.items():
             if te or rest:
                 if vc in self._dirty:  # any release, submission or timer marks it
                     self._scan(vc, now, out)
+                    scanned.add(vc)
         self._dirty.clear()
+        self.scanned = scanned
         return out
 
     def _memo_valid(self, rec: JobRecord) -> bool:
@@ -239,21 +245,22 @@ class Engine(EngineEvents):
         for jid in order:
             rec = self._jobs[jid]
             if rec.not_before > now:
-                rec.wait_reason = explain(self, rec, now)
+                if self._explain:
+                    rec.wait_reason = explain(self, rec, now)
                 continue  # in retry back-off: does not block the queue
             self._relax(rec, now)
             if self._memo_valid(rec):
                 placed = False
             else:
                 placed = self._attempt(rec, now, out)
-                if not placed:
+                if not placed and self._explain:
                     rec.wait_reason = explain(self, rec, now)
             if placed:
                 done.append(jid)
             elif not backfill:
                 blocked = rec
                 break
-        if blocked is not None and self._blocked[vc] != blocked.job_id:
+        if blocked is not None and self._blocked[vc] != blocked.job_id and self._explain:
             # a new head blocks the queue: every job behind it waits for it (FIFO, no backfill)
             text = behind(blocked)
             for jid in order:
@@ -372,7 +379,8 @@ class Engine(EngineEvents):
                 vrec = self._jobs[v]
                 if vrec.state is not JobState.PREEMPTING:
                     self._preempt(vrec, now, f"cells taken back by guaranteed job {rec.job_id}", out)
-            rec.wait_reason = explain(self, rec, now)
+            if self._explain:
+                rec.wait_reason = explain(self, rec, now)
         else:
             rec.log(now, JobState.PLACED, how)
             self._emit_start(rec, now, out)

@@ -44,14 +44,15 @@ def _fits(free: dict, per_level: list, levels: list) -> bool:
     return True
 
 
-def blocked_heads(eng, now: float) -> list:
+def blocked_heads(eng, now: float, vcs=None) -> list:
     """Guaranteed jobs heading their VC's queue (the first not in retry back-off)
     that fit their VC's free cells after the round at ``now`` and yet wait.
 
     HiveD's guarantee says this list is always empty. Read after ``step(now)``;
-    a count of free GPUs is checked first, the cells only when it passes."""
+    a count of free GPUs is checked first, the cells only when it passes.
+    ``vcs``: only these VCs (those the round scanned: nothing changed elsewhere)."""
     out = []
-    for vc in eng.spec.vcs:
+    for vc in (eng.spec.vcs if vcs is None else vcs):
         head = None
         for jid in eng._order(vc, now):
             rec = eng._jobs[jid]

@@ -155,8 +155,10 @@ def build_engine(scheme: str, spec_dict: dict, *, config: Optional[EngineConfig]
     else:
         from ..allocator import Allocator
         alloc = Allocator(spec, binding="static" if scheme == "hived-static" else "dynamic")
-    return Engine(alloc, queue_policy=queue_policy, preemption_policy=preemption_policy,
-                  config=config or EngineConfig())
+    import dataclasses
+    # no person reads a simulated job's waiting reason: skip writing them (speed)
+    config = dataclasses.replace(config or EngineConfig(), wait_reasons=False)
+    return Engine(alloc, queue_policy=queue_policy, preemption_policy=preemption_policy, config=config)
 
 
 def private_specs(trace: Trace, sizing: Sizing) -> dict:

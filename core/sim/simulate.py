@@ -122,6 +122,7 @@ def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: O
     breached: set = set()   # heads of VC queues that fit their VC's free cells after a round and waited
     breach_rounds = 0
     check = guarantee
+    waiting: set = set()    # VCs whose head breached at the last check
     while True:
         cands = [t for t in (jobs[i].submit if i < n else None, launcher.next_time(), eng.next_wakeup())
                  if t is not None]
@@ -164,7 +165,10 @@ def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: O
                 preempted.append((now, rec.gpus, rec.request.vc))
                 launcher.terminate(d.job_id, now, d.grace_period)
         if check:
-            heads = blocked_heads(eng, now)
+            # a VC the round did not walk changed in nothing since the last check: only
+            # re-check those it walked, and those that breached before
+            heads = blocked_heads(eng, now, eng.scanned | waiting)
+            waiting = {eng.job(h).request.vc for h in heads}
             if heads:
                 breach_rounds += 1
                 breached.update(heads)

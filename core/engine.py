@@ -76,6 +76,9 @@ class Engine(EngineEvents):
         self.queue_policy = make_queue_policy(queue_policy)
         # P is applied by the engine to the candidates (one definition), never by the policy
         self.preemption_policy = make_preemption_policy(preemption_policy)
+        if getattr(self.preemption_policy, "cap", None) is not None:
+            raise ValueError("preemption_policy: the policy object sets its own cap; the engine's P is "
+                             "EngineConfig.preemption_cap (or a VC's maxPreemptions): leave the policy's cap unset")
         iso = self.config.isolated_vcs
         self._isolated = bool(getattr(self.alloc, "isolated_vcs", True) if iso is None else iso)
         self._jobs: dict[str, JobRecord] = {}

@@ -235,3 +235,10 @@ def test_victim_does_not_retake_the_cells_of_its_preemptor_without_te_first():
     assert kinds(ds) == [("start", "t")]
     assert eng.job(v).state is JobState.QUEUED
     assert eng.queue("A") == [v]
+
+
+def test_a_policy_object_with_its_own_cap_is_refused():
+    from hived.core.policies.fitgpp import FitGppPolicy
+    with pytest.raises(ValueError, match="EngineConfig.preemption_cap"):
+        Engine(fig2_spec(), preemption_policy=FitGppPolicy(cap=2))
+    Engine(fig2_spec(), preemption_policy=FitGppPolicy(s=8.0))

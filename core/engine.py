@@ -201,6 +201,7 @@ class Engine(EngineEvents):
             _, _, kind, key = heapq.heappop(self._timers)
             if kind == "wake":
                 self._dirty.add(key)
+                self._blocked[key] = None   # a back-off or relaxation ended: rewrite the reasons behind the head
             else:
                 rec = self._jobs.get(key)
                 if rec is not None and rec.state is JobState.PREEMPTING and not rec.killed:

@@ -242,3 +242,18 @@ def test_a_policy_object_with_its_own_cap_is_refused():
     with pytest.raises(ValueError, match="EngineConfig.preemption_cap"):
         Engine(fig2_spec(), preemption_policy=FitGppPolicy(cap=2))
     Engine(fig2_spec(), preemption_policy=FitGppPolicy(s=8.0))
+
+
+def test_a_job_whose_back_off_ended_behind_a_blocked_head_says_so():
+    eng = Engine(fig2_spec(), preemption_policy="none")
+    eng.submit(req("A", gpus=2), 0.0, job_id="r")
+    eng.submit(req("A", gpus=1), 0.0, job_id="f")
+    run(eng, 0.0)
+    eng.submit(req("A", gpus=4), 0.5, job_id="big")        # blocked by r and f
+    run(eng, 0.5)
+    eng.on_finished("f", 1.0, 1, "NCCL error")             # infrastructure: back to the tail, retry at t=121
+    run(eng, 2.0)
+    assert eng.job("f").wait_reason.startswith("retry at t=121")
+    run(eng, 121.0)
+    assert eng.job("f").state is JobState.QUEUED
+    assert "behind big" in eng.job("f").wait_reason

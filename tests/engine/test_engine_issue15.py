@@ -97,8 +97,8 @@ def test_fitgpp_victims_are_freed_for_the_te_job_not_given_back():
 
 def _cap_setup(config=None, vc_cap=None):
     eng = Engine(fig2_spec(), preemption_policy="fitgpp", config=config)
-    if vc_cap is not None:
-        eng.spec.vcs["A"].max_preemptions = vc_cap
+    if vc_cap is not None:   # the spec's maxPreemptions (VCSpec.max_preemptions; frozen or not)
+        object.__setattr__(eng.spec.vcs["A"], "max_preemptions", vc_cap)
     eng.submit(req("A", gpus=4, cls=JobClass.BE), 0.0, job_id="b")
     run(eng, 0.0)
     for k in range(3):

@@ -45,3 +45,8 @@ bench: install
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# the engine's randomized checker with a long budget (CI runs a short one)
+.PHONY: soak
+soak: install
+	HIVED_SOAK_EXAMPLES=$${HIVED_SOAK_EXAMPLES:-3000} $(PY) -m pytest tests/engine/test_engine_state_machine.py -q -p no:cacheprovider

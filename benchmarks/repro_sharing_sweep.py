@@ -9,7 +9,7 @@ under hived, the worst ratio (shared / private average queueing delay), the
 share of GPUs held by guaranteed jobs under quota (the paper's load, 001 §5.2:
 "around 90% of the GPUs are used by high-priority jobs"), and the jobs that
 started at once in private but waited in the shared cluster with room in
-their VC (blocked_with_vc_room). ``--out`` writes the table as JSON and CSV.
+their VC (head_waited_with_vc_room). ``--out`` writes the table as JSON and CSV.
 
     .venv/bin/python benchmarks/repro_sharing_sweep.py [--quick] [--out DIR] [--jobs 2]
     .venv/bin/python benchmarks/repro_sharing_sweep.py --windows 0: --loads 0.85 --figures DIR
@@ -70,7 +70,7 @@ def run_one(task):
         "delays": r.tenant_delays(), "wall_s": r.wall_s,
         "at_once": [x["job_id"] for x in r.rows if x["queue_delay"] is not None and x["queue_delay"] <= 0],
         "waited": [x["job_id"] for x in r.rows if x["queue_delay"] is None or x["queue_delay"] > 0],
-        "blocked": sum(1 for x in r.rows if x["blocked_with_vc_room"]),
+        "blocked": sum(1 for x in r.rows if x["head_waited_with_vc_room"]),
         "gshare": statistics.fmean(g) if g else None,
         "preempted_gpus": sum(p for _, p, _ in r.preempted),
     }
@@ -95,7 +95,7 @@ def compare(res: dict) -> dict:
         row[f"{s}_worst_ratio"] = round(ratios[worst], 3)
         row[f"{s}_avg_delay_min"] = round(sum(d.values()) / len(d) / 60, 1)
         row[f"{s}_at_once_waited"] = len(at_once & set(res[s]["waited"]))
-        row[f"{s}_blocked_with_vc_room"] = res[s]["blocked"]
+        row[f"{s}_head_waited_with_vc_room"] = res[s]["blocked"]
         row[f"{s}_guaranteed_share"] = round(res[s]["gshare"], 3) if res[s]["gshare"] is not None else None
         row[f"{s}_preempted_gpus"] = res[s]["preempted_gpus"]
     row["private_avg_delay_min"] = round(sum(priv.values()) / len(priv) / 60, 1)
@@ -112,7 +112,7 @@ def label(window) -> str:
 
 COLS = ["window", "load", "nodes", "offered_load", "jobs", "quota_guaranteed_share", "quota_worse", "quota_worst",
         "hived_worse", "hived_worst", "quota_at_once_waited", "hived_at_once_waited",
-        "quota_blocked_with_vc_room", "hived_blocked_with_vc_room"]
+        "quota_head_waited_with_vc_room", "hived_head_waited_with_vc_room"]
 
 
 def figures(window, load, out_dir) -> int:

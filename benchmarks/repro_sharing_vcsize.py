@@ -73,9 +73,9 @@ def main(argv=None) -> int:
     at_once = {r["job_id"] for r in res["private"][1] if float(r["queue_delay"] or 0) == 0}
     for s in ("quota", "hived"):
         rows = res[s][1]
-        blocked = sum(1 for r in rows if r["blocked_with_vc_room"] in ("1", "True", "true"))
+        blocked = sum(1 for r in rows if r["head_waited_with_vc_room"] in ("1", "True", "true"))
         waited = sum(1 for r in rows if r["job_id"] in at_once and float(r["queue_delay"] or 0) > 0)
-        print(f"{s}: blocked_with_vc_room {blocked}; of {len(at_once)} jobs started at once in private, "
+        print(f"{s}: head_waited_with_vc_room {blocked}; of {len(at_once)} jobs started at once in private, "
               f"{waited} waited")
     if a.plot:
         import matplotlib

@@ -40,6 +40,8 @@ from .engine_records import JobRecord
 from .engine_validate import RequestError, alloc_total, check, node_gpus
 from .engine_view import ClusterView, NodeState  # noqa: F401  (re-exported)
 from .jobs import Affinity, Decision, DecisionKind, JobClass, JobRequest, JobState
+from .engine_reasons import behind, explain
+from .policies.preemption_order import preemption_cap
 from .policies.registry import make_preemption_policy, make_queue_policy
 
 __all__ = ["Engine", "EngineConfig", "JobRecord", "RequestError", "ClusterView", "NodeState"]
@@ -51,10 +53,12 @@ HOLDING = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
 class EngineConfig:
     soft_wait: float = 150.0      # 002 §2: wait 2-3 min for the wanted locality ...
     relax_backoff: float = 2.0    # ... then relax one level; each next wait is this factor longer
-    preemption_cap: int = 1       # a BE job is preempted by the policy at most this often (FitGpp's P)
+    preemption_cap: int = 1       # P: a BE job is preempted by the policy at most this often (a VC's
+                                  # maxPreemptions overrides it; preemption_order.preemption_cap)
     retry_cap: int = 3            # engine-wide bound on counted retries (failures.py decides per class)
     keep_progress: bool = True    # simulator: a preempted job resumes where it stopped (checkpoints)
     isolated_vcs: Optional[bool] = None  # None: ask the allocator (HiveD: True, quota: False)
+    wait_reasons: bool = True     # write JobRecord.wait_reason (the simulator, which shows none, turns it off)
 
 
 class Engine(EngineEvents):
@@ -70,10 +74,11 @@ class Engine(EngineEvents):
             self.alloc = Allocator(self.spec, binding=binding)
         self.config = config or EngineConfig()
         self.queue_policy = make_queue_policy(queue_policy)
-        if isinstance(preemption_policy, str) and preemption_policy in ("fitgpp", "lrtp", "rand"):
-            self.preemption_policy = make_preemption_policy(preemption_policy, cap=self.config.preemption_cap)
-        else:
-            self.preemption_policy = make_preemption_policy(preemption_policy)
+        # P is applied by the engine to the candidates (one definition), never by the policy
+        self.preemption_policy = make_preemption_policy(preemption_policy)
+        if getattr(self.preemption_policy, "cap", None) is not None:
+            raise ValueError("preemption_policy: the policy object sets its own cap; the engine's P is "
+                             "EngineConfig.preemption_cap (or a VC's maxPreemptions): leave the policy's cap unset")
         iso = self.config.isolated_vcs
         self._isolated = bool(getattr(self.alloc, "isolated_vcs", True) if iso is None else iso)
         self._jobs: dict[str, JobRecord] = {}
@@ -98,6 +103,12 @@ class Engine(EngineEvents):
         self._free = dict(self._totals)    # GPUs not bound, per chain (pre-check only)
         self._vc_cap = {v: self._capacity(v) for v in self.spec.vcs}
         self._vc_used = {v: {c: 0 for c in self.spec.chains} for v in self.spec.vcs}
+        self._held: dict[str, dict] = {v: {} for v in self.spec.vcs}   # VC -> its jobs holding cells
+        self._held_ver: dict[str, int] = {v: 0 for v in self.spec.vcs}  # bumps when _held[vc] changes
+        self._holders_text: dict[str, tuple] = {}                      # VC -> (_held_ver, text) cache
+        self._blocked: dict[str, Optional[str]] = {v: None for v in self.spec.vcs}  # VC -> head that waits
+        self._explain = self.config.wait_reasons
+        self.scanned: set = set()          # VCs whose queue the last step() walked
         self.stats = {"attempts": 0, "starts": 0, "preempt_decisions": 0, "preempted_gpus": 0}
 
     # ------------------------------------------------------------------ requests
@@ -127,9 +138,13 @@ class Engine(EngineEvents):
         rec._default = res.default_share
         rec._chain = res.chain
         rec.log(now, JobState.QUEUED, "submitted")
+        rec.wait_reason = "submitted: tried at the next scheduling round"
         self._jobs[job_id] = rec
         self._arm_relax(rec, now)
         self._enqueue(rec, head=False)
+        head = self._blocked.get(req.vc)
+        if head is not None and self._jobs[head].state is JobState.QUEUED:
+            rec.wait_reason = behind(self._jobs[head])
         return job_id
 
     # ------------------------------------------------------------------ queues and timers
@@ -186,6 +201,7 @@ class Engine(EngineEvents):
             _, _, kind, key = heapq.heappop(self._timers)
             if kind == "wake":
                 self._dirty.add(key)
+                self._blocked[key] = None   # a back-off or relaxation ended: rewrite the reasons behind the head
             else:
                 rec = self._jobs.get(key)
                 if rec is not None and rec.state is JobState.PREEMPTING and not rec.killed:
@@ -197,11 +213,14 @@ class Engine(EngineEvents):
                 rec = self._jobs[jid]
                 if rec.state is JobState.PLACED and not rec.waiting_for:
                     self._emit_start(rec, now, out)
+        scanned = set()
         for vc, (te, rest) in self._lanes.items():
             if te or rest:
                 if vc in self._dirty:  # any release, submission or timer marks it
                     self._scan(vc, now, out)
+                    scanned.add(vc)
         self._dirty.clear()
+        self.scanned = scanned
         return out
 
     def _memo_valid(self, rec: JobRecord) -> bool:
@@ -225,19 +244,34 @@ class Engine(EngineEvents):
     def _scan(self, vc: str, now: float, out: list) -> None:
         done = []
         backfill = getattr(self.queue_policy, "backfill", False)
-        for jid in self._order(vc, now):
+        order = iter(self._order(vc, now))
+        blocked = None
+        for jid in order:
             rec = self._jobs[jid]
             if rec.not_before > now:
+                if self._explain:
+                    rec.wait_reason = explain(self, rec, now)
                 continue  # in retry back-off: does not block the queue
             self._relax(rec, now)
             if self._memo_valid(rec):
                 placed = False
             else:
                 placed = self._attempt(rec, now, out)
+                if not placed and self._explain:
+                    rec.wait_reason = explain(self, rec, now)
             if placed:
                 done.append(jid)
             elif not backfill:
+                blocked = rec
                 break
+        if blocked is not None and self._blocked[vc] != blocked.job_id and self._explain:
+            # a new head blocks the queue: every job behind it waits for it (FIFO, no backfill)
+            text = behind(blocked)
+            for jid in order:
+                r = self._jobs[jid]
+                if r.not_before <= now:
+                    r.wait_reason = text
+        self._blocked[vc] = blocked.job_id if blocked is not None else None
         if done:
             lanes = self._lanes[vc]
             for jid in done:
@@ -325,6 +359,8 @@ class Engine(EngineEvents):
         rec.opportunistic = bool(grant.opportunistic)
         rec._chain_bound = grant.chain
         self.view.bind(rec.job_id, per_node, guaranteed=not rec.opportunistic)
+        self._held[rec.request.vc][rec.job_id] = None
+        self._held_ver[rec.request.vc] += 1
         self._free[grant.chain] -= rec.gpus
         if not rec.opportunistic:
             self._vc_used[rec.request.vc][grant.chain] += rec.gpus
@@ -339,6 +375,7 @@ class Engine(EngineEvents):
         victims = [v for v in sorted(grant.victims) if v in self._jobs and self._jobs[v].state in HOLDING]
         rec.waiting_for = victims
         how = "opportunistic" if rec.opportunistic else "guaranteed"
+        rec.wait_reason = ""
         if victims:
             rec.log(now, JobState.PLACED, f"{how}; waiting for {len(victims)} opportunistic victims")
             for v in victims:
@@ -346,6 +383,8 @@ class Engine(EngineEvents):
                 vrec = self._jobs[v]
                 if vrec.state is not JobState.PREEMPTING:
                     self._preempt(vrec, now, f"cells taken back by guaranteed job {rec.job_id}", out)
+            if self._explain:
+                rec.wait_reason = explain(self, rec, now)
         else:
             rec.log(now, JobState.PLACED, how)
             self._emit_start(rec, now, out)
@@ -361,15 +400,29 @@ class Engine(EngineEvents):
         True when victims are (now or already) leaving for it."""
         if rec.policy_victims:
             return True  # victims already leaving: wait for them before asking again
-        cap = self.config.preemption_cap
-        cands = [r for r in self._running_of(rec.request.vc)
+        vc = rec.request.vc
+        cap = preemption_cap(self.config, self.spec, vc)
+        chain = rec._chain
+        cands = [r for r in self._running_of(vc)
                  if r.request.job_class is JobClass.BE and r.state is JobState.RUNNING
-                 and not r.opportunistic and r.preemptions < cap]
+                 and not r.opportunistic and r.preemptions < cap
+                 and (chain is None or r._chain_bound == chain)]
+        rec._policy_note = ""
         if not cands:
+            return False
+        # only victims that can make room: the TE job runs on its VC's guaranteed cells, so
+        # the VC's free GPUs plus the victims' must cover it (else preempting is pure loss)
+        if max(self._room_with(rec, cands).values(), default=0) < rec.gpus:
+            rec._policy_note = (f"preempting every BE job under the cap would still leave VC {vc} "
+                                f"short of {rec.gpus} GPUs")
             return False
         victims, reason = self.preemption_policy.choose(rec, cands, self.view, now)
         victims = [v for v in victims if v in self._jobs and self._jobs[v].state is JobState.RUNNING]
+        if victims and max(self._room_with(rec, [self._jobs[v] for v in victims]).values(), default=0) < rec.gpus:
+            rec._policy_note = f"{self.preemption_policy.name} chose {', '.join(victims)}, which cannot make room"
+            return False
         if not victims:
+            rec._policy_note = reason
             return False
         rec.policy_victims = victims
         rec.reason = reason
@@ -378,8 +431,18 @@ class Engine(EngineEvents):
             self._preempt(self._jobs[v], now, f"for TE job {rec.job_id}: {reason}", out)
         return True
 
+    def _room_with(self, rec: JobRecord, victims) -> dict:
+        """chain -> the VC's free guaranteed GPUs there once ``victims`` have left."""
+        vc = rec.request.vc
+        chains = [rec._chain] if rec._chain is not None else list(self.spec.chains)
+        room = {c: self._vc_cap[vc][c] - self._vc_used[vc][c] for c in chains}
+        for v in victims:
+            if not v.opportunistic and v._chain_bound in room:
+                room[v._chain_bound] += v.gpus
+        return room
+
     def _running_of(self, vc: str):
-        return (r for r in self._jobs.values() if r.request.vc == vc and r.state in HOLDING)
+        return [self._jobs[j] for j in self._held[vc]]
 
     def _preempt(self, rec: JobRecord, now: float, reason: str, out: list) -> None:
         grace = float(rec.request.grace_period)

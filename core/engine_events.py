@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .engine_reasons import at
 from .engine_records import JobRecord
 from .engine_validate import RequestError
 from .failures import FailureClass, classify, retry_decision
@@ -33,6 +34,7 @@ class EngineEvents:
             raise RequestError("job_id", f"{job_id} cannot start: it is {rec.state.value}"
                                + (f", waiting for {rec.waiting_for}" if rec.waiting_for else ""))
         rec.started_pending = False
+        rec.wait_reason = ""
         rec.started = now
         if rec.first_started is None:
             rec.first_started = now
@@ -46,6 +48,8 @@ class EngineEvents:
         if rec.placement is None:
             return
         self.alloc.release(rec.job_id)
+        self._held[rec.request.vc].pop(rec.job_id, None)
+        self._held_ver[rec.request.vc] += 1
         chain = rec._chain_bound
         self.view.unbind(rec.job_id, guaranteed=not rec.opportunistic)
         self._free[chain] += rec.gpus
@@ -83,10 +87,12 @@ class EngineEvents:
         if not self.config.keep_progress:
             rec.run_time = 0.0
         rec.log(now, JobState.QUEUED, reason)
+        rec.wait_reason = f"requeued: {reason}"
         self._arm_relax(rec, now)
         self._enqueue(rec, head=head)
         if delay > 0:
             self._timer(rec.not_before, "wake", rec.request.vc)
+            rec.wait_reason = f"retry at {at(rec.not_before, now)} after {reason}"
 
     def on_preempted(self, job_id: str, now: float) -> None:
         """The victim's processes are gone: free its cells, put it back at the head."""
@@ -94,16 +100,44 @@ class EngineEvents:
         if rec.state not in HOLDING:
             raise RequestError("job_id", f"{job_id} is {rec.state.value}, not running")
         was_started = rec.state is not JobState.PLACED
+        # TE jobs it was preempted for and that still wait: it must not take the room back first
+        preemptors = [w for w in self._pwaiters.get(job_id, ())
+                      if self._jobs[w].state is JobState.QUEUED]
         self._release(rec, now)
         if rec.cancel_requested:
-            rec.ended = now
-            rec.failure_class = FailureClass.CANCELLED.value
-            rec.log(now, JobState.CANCELLED, "cancelled")
+            self._end(rec, now, JobState.CANCELLED, "cancelled", FailureClass.CANCELLED.value)
             return
         rec.preemptions += 1
         rec.gpus_preempted += rec.gpus
         self.stats["preempted_gpus"] += rec.gpus
         self._requeue(rec, now, head=True, reason="preempted" if was_started else "preempted before start")
+        if preemptors:
+            self._behind(rec, preemptors)
+
+    def _behind(self, rec: JobRecord, anchors: list) -> None:
+        """Move queued ``rec`` right behind the last of ``anchors`` if it stands before any
+        of them in the same lane (a queue policy without TE-first would otherwise
+        let a preempted BE job take back the very cells freed for its preemptor)."""
+        lane = self._lane(rec)
+        keys = list(lane)
+        pos = {j: k for k, j in enumerate(keys)}
+        mine = pos.get(rec.job_id)
+        last = max((pos[a] for a in anchors if a in pos), default=None)
+        if mine is None or last is None or mine > last:
+            return
+        keys.remove(rec.job_id)
+        keys.insert(last, rec.job_id)  # ``last`` moved down by one when rec left
+        lane.clear()
+        for j in keys:
+            lane[j] = None
+        rec._seq = self._jobs[keys[last - 1]]._seq if last > 0 else rec._seq
+
+    def _end(self, rec: JobRecord, now: float, state: JobState, reason: str, failure_class=None) -> None:
+        rec.ended = now
+        if failure_class is not None:
+            rec.failure_class = failure_class
+        rec.wait_reason = ""
+        rec.log(now, state, reason)
 
     def on_finished(self, job_id: str, now: float, exit_code: int, log_tail: str = "") -> None:
         rec = self._get(job_id)
@@ -119,8 +153,7 @@ class EngineEvents:
             rec.last_error = (log_tail or "").strip()[-1000:] or f"exit code {exit_code}"
         rec.failure_class = c.cls.value
         if c.cls is FailureClass.SUCCESS:
-            rec.ended = now
-            rec.log(now, JobState.SUCCEEDED, "exit 0")
+            self._end(rec, now, JobState.SUCCEEDED, "exit 0")
             return
         if c.cls is not FailureClass.PREEMPTED:
             rec.failures += 1
@@ -128,8 +161,7 @@ class EngineEvents:
         if d.retry:
             self._requeue(rec, now, head=c.cls is FailureClass.PREEMPTED, reason=f"{c}: {d.reason}", delay=d.delay)
         else:
-            rec.ended = now
-            rec.log(now, JobState.FAILED, f"{c}: {d.reason}")
+            self._end(rec, now, JobState.FAILED, f"exit {exit_code}, {c}: {d.reason}")
 
     def cancel(self, job_id: str, now: float, by_user: str) -> list[Decision]:
         rec = self._get(job_id)
@@ -142,6 +174,9 @@ class EngineEvents:
         out: list[Decision] = []
         if rec.state is JobState.QUEUED:
             self._dequeue(rec)
+            self._dirty.add(rec.request.vc)  # the jobs behind it may go now
+            if self._blocked.get(rec.request.vc) == job_id:
+                self._blocked[rec.request.vc] = None
         elif rec.state is JobState.PLACED and rec.waiting_for:
             self._release(rec, now)  # never started: nothing to stop
         elif rec.state is JobState.PREEMPTING:
@@ -151,9 +186,7 @@ class EngineEvents:
             rec.cancel_requested = True
             self._preempt(rec, now, f"cancelled by {by_user}", out)
             return out
-        rec.ended = now
-        rec.failure_class = FailureClass.CANCELLED.value
-        rec.log(now, JobState.CANCELLED, f"cancelled by {by_user}")
+        self._end(rec, now, JobState.CANCELLED, f"cancelled by {by_user}", FailureClass.CANCELLED.value)
         return out
 
     def set_health(self, node: str, gpu: Optional[int], healthy: bool, now: float,

@@ -98,6 +98,11 @@ class JobRecord:
     reason: str = ""                         # last scheduling reason (why queued, why failed)
     gpus_preempted: int = 0                  # GPUs this job lost to preemption, summed
     last_error: str = ""                     # the last failed run's log tail / launcher message
+    # why a QUEUED or PLACED job is not running, in words a person can act on (the cells it
+    # waits for and who holds them, its VC's quota, the preemption cap, when affinity relaxes,
+    # when a retry is due); recomputed by the engine's rounds, "" once it runs or ends.
+    # Every door shows this one text (engine_reasons.py writes it).
+    wait_reason: str = ""
 
     @property
     def id(self) -> str:
@@ -140,6 +145,7 @@ class JobRecord:
             "waiting_for": list(self.waiting_for), "policy_victims": list(self.policy_victims), "run_time": self.run_time,
             "progress": list(self.progress) if self.progress else None,
             "reason": self.reason, "gpus_preempted": self.gpus_preempted, "last_error": self.last_error,
+            "wait_reason": self.wait_reason,
         }
 
     @classmethod

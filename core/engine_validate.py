@@ -33,6 +33,67 @@ class Resolved:
     default_share: bool       # every pod uses the node-share CPU/RAM default
 
 
+# C0 controls and DEL; tab, newline and carriage return are ordinary in a shell script
+_CONTROL = {chr(c) for c in range(32)} | {"\x7f"}
+_SCRIPT_OK = {"\t", "\n", "\r"}
+
+
+def _text_problem(value: str, allow: set) -> Optional[str]:
+    """What makes ``value`` unusable as a command, name or env entry, else None."""
+    for k, ch in enumerate(value):
+        if ch == "\x00":
+            return f"contains a NUL character at position {k}"
+        if ch in _CONTROL and ch not in allow:
+            return f"contains the control character {ch!r} at position {k}"
+        if "\ud800" <= ch <= "\udfff":
+            return f"contains a lone surrogate {ch!r} at position {k} (not valid UTF-8)"
+    return None
+
+
+def _check_texts(req: JobRequest) -> None:
+    cmd = req.command
+    if isinstance(cmd, str):
+        bad = _text_problem(cmd, _SCRIPT_OK)
+        if bad:
+            raise RequestError("command", bad)
+    elif isinstance(cmd, (list, tuple)):
+        for i, arg in enumerate(cmd):
+            if not isinstance(arg, str):
+                raise RequestError(f"command[{i}]", f"must be a string, got {type(arg).__name__}")
+            bad = _text_problem(arg, _SCRIPT_OK)
+            if bad:
+                raise RequestError(f"command[{i}]", bad)
+    else:
+        raise RequestError("command", f"must be a string or a list of strings, got {type(cmd).__name__}")
+    if not isinstance(req.name, str):
+        raise RequestError("name", f"must be a string, got {type(req.name).__name__}")
+    bad = _text_problem(req.name, set())
+    if bad:
+        raise RequestError("name", bad)
+    if not isinstance(req.env, dict):
+        raise RequestError("env", f"must be an object of strings, got {type(req.env).__name__}")
+    for key, val in req.env.items():
+        if not isinstance(key, str) or not key:
+            raise RequestError("env", f"keys must be non-empty strings, got {key!r}")
+        bad = _text_problem(key, set()) or ("contains '='" if "=" in key else None)
+        if bad:
+            raise RequestError(f"env key {key!r}", bad)
+        if not isinstance(val, str):
+            raise RequestError(f"env[{key}]", f"must be a string, got {type(val).__name__}")
+        bad = _text_problem(val, _SCRIPT_OK)
+        if bad:
+            raise RequestError(f"env[{key}]", bad)
+    wd = req.workdir
+    if wd is not None:
+        if not isinstance(wd, str):
+            raise RequestError("workdir", f"must be a string, got {type(wd).__name__}")
+        bad = _text_problem(wd, set())
+        if bad:
+            raise RequestError("workdir", bad)
+        if not wd.startswith("/"):
+            raise RequestError("workdir", f"must be an absolute path (starting with /), got {wd!r}")
+
+
 def _num(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -67,6 +128,7 @@ def check(req: JobRequest, spec, alloc=None, totals: Optional[dict] = None) -> R
     admins = set(getattr(vcs, "admins", []) or []) | set(getattr(spec, "admins", []) or [])
     if users and req.user not in users and req.user not in admins:
         raise RequestError("user", f"{req.user!r} is not a member of VC {req.vc!r}")
+    _check_texts(req)
     if not isinstance(req.job_class, JobClass):
         raise RequestError("job_class", f"must be one of te, be, opportunistic; got {req.job_class!r}")
     if not isinstance(req.affinity, Affinity):

@@ -26,7 +26,7 @@ class FailureClass(str, enum.Enum):
     PREEMPTED = "preempted"           # stopped by a scheduler (ours or another): requeue, not a failure
     LOST = "lost"                     # killed from outside with no message (node gone, SIGKILL)
     CANCELLED = "cancelled"           # a user asked for it
-    UNKNOWN = "unknown"               # no signature matched (002: 4.2% of failures)
+    UNKNOWN = "unknown"               # kept for stored records; classify() no longer returns it
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,10 @@ RULES: tuple[Rule, ...] = (
     Rule("traceback", FailureClass.USER, pattern=r"Traceback \(most recent call last\)"),
 )
 
+# 002 §5: a non-zero exit with no infrastructure signature is the user's own
+# (most failures are user errors; retrying them fails again at once).
+NO_SIGNATURE = Rule("no-signature", FailureClass.USER)
+
 _COMPILED = [(r, re.compile(r.pattern, re.IGNORECASE) if r.pattern else None) for r in RULES]
 
 
@@ -84,16 +88,17 @@ class RetryRule:
 
 # 002 §5: "stop retrying for failure categories like incorrect data/model input
 # and continue retrying for network timeouts". The Philly scheduler's back-off
-# was 2 minutes (002 §2.2), which we take as the first delay.
+# was 2 minutes (002 §2.2), which we take as the first delay. A request's own
+# ``max_retries`` asks for retries of any failure class (user errors included).
 RETRY: dict[FailureClass, RetryRule] = {
     FailureClass.SUCCESS: RetryRule(0),
-    FailureClass.USER: RetryRule(0),
-    FailureClass.OOM: RetryRule(0),                       # deterministic for the same batch size
+    FailureClass.USER: RetryRule(0, base=10.0),            # only when the request asks (max_retries)
+    FailureClass.OOM: RetryRule(0, base=10.0),             # deterministic for the same batch size
     FailureClass.INFRA: RetryRule(3, base=120.0, factor=2.0, max_delay=1800.0),
     FailureClass.LOST: RetryRule(3, base=120.0, factor=2.0, max_delay=1800.0),
     FailureClass.PREEMPTED: RetryRule(1 << 30, base=0.0, counts=False),
     FailureClass.CANCELLED: RetryRule(0),
-    FailureClass.UNKNOWN: RetryRule(1, base=300.0),       # one more try, then give up
+    FailureClass.UNKNOWN: RetryRule(0, base=10.0),
 }
 
 
@@ -119,7 +124,7 @@ def classify(exit_code: int, log_tail: str = "") -> Classification:
         if rx is not None and not rx.search(tail):
             continue
         return Classification(rule.cls, rule.name)
-    return Classification(FailureClass.UNKNOWN, "no-signature")
+    return Classification(NO_SIGNATURE.cls, NO_SIGNATURE.name)
 
 
 @dataclass(frozen=True)
@@ -133,20 +138,22 @@ def retry_decision(cls: FailureClass, failures_so_far: int, max_retries: Optiona
                    cap: Optional[int] = None) -> RetryDecision:
     """Retry after the ``failures_so_far``-th counted failure (1 = the first)?
 
-    ``max_retries`` (the request's own) replaces the class's count for the
-    classes that are retried at all; ``cap`` (the engine's) bounds both.
-    User errors are never retried, whatever the request says.
+    ``max_retries`` (the request's own) replaces the class's count, for
+    every class that can fail (a user who knows the error is flaky asks for
+    retries); ``cap`` (the engine's) bounds both.
     """
     rule = RETRY[cls]
     if not rule.counts:
         return RetryDecision(True, rule.base, f"{cls.value}: requeued, not counted as a failure")
     limit = rule.max_retries
-    if max_retries is not None and limit > 0:
+    if max_retries is not None and cls not in (FailureClass.SUCCESS, FailureClass.CANCELLED):
         limit = max_retries
     if cap is not None:
         limit = min(limit, cap)
     if limit <= 0:
-        return RetryDecision(False, 0.0, f"{cls.value}: not retried")
+        why = "not retried" + (" (the request's max_retries asks for retries)"
+                               if cls in (FailureClass.USER, FailureClass.OOM) and max_retries is None else "")
+        return RetryDecision(False, 0.0, f"{cls.value}: {why}")
     if failures_so_far > limit:
         return RetryDecision(False, 0.0, f"{cls.value}: retry cap {limit} reached after {failures_so_far} failures")
     delay = min(rule.max_delay, rule.base * rule.factor ** max(0, failures_so_far - 1))

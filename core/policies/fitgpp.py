@@ -453,7 +453,9 @@ class FitGppPolicy:
     ``choose(job, candidates, view, now) -> (victim ids, reason)``: ``job``
     is the TE JobRecord that does not fit, ``candidates`` the running BE
     JobRecords of its VC below the engine's cap, ``view`` the ClusterView.
-    ``s`` and ``cap`` (P) are eq. 3's weight and eq. 4's cap; ``seed`` seeds
+    ``s`` is eq. 3's weight; ``cap`` (eq. 4's P) is None when the engine
+    calls it (the engine passes only jobs under its P, defined once in
+    ``preemption_order.preemption_cap``), a number for standalone use; ``seed`` seeds
     the fallback's random draw. A single-pod TE job is answered from numpy
     columns (``fitgpp_vector``), anything else by ``choose`` above; both give
     the same eq. 4 victim, and the same fallback rule (the random draws of
@@ -461,7 +463,7 @@ class FitGppPolicy:
     """
 
     s: float = DEFAULT_S
-    cap: int = DEFAULT_CAP
+    cap: Optional[int] = None   # None: no cap of its own, the engine passes only jobs under P
     seed: int = 0
     name: str = "fitgpp"
     _rng: random.Random = field(init=False, repr=False)
@@ -471,7 +473,7 @@ class FitGppPolicy:
     def __post_init__(self) -> None:
         if self.s < 0:
             raise ValueError(f"fitgpp: weight s must be >= 0, got {self.s}")
-        if self.cap < 0:
+        if self.cap is not None and self.cap < 0:
             raise ValueError(f"fitgpp: preemption cap P must be >= 0, got {self.cap}")
         self._rng = random.Random(self.seed)
         from .fitgpp_vector import VectorScorer  # late: fitgpp_vector imports size() from here
@@ -488,7 +490,8 @@ class FitGppPolicy:
         demands = getattr(job, "pod_demands", None)
         if demands and len(demands) == 1:
             pod = tuple(float(x) for x in demands[0])
-            hit = self._vec.best(pod, candidates, view, self.s, self.cap, chain, rng=self._rng)
+            hit = self._vec.best(pod, candidates, view, self.s, math.inf if self.cap is None else self.cap,
+                                 chain, rng=self._rng)
             if isinstance(hit, Choice):       # the fallback, answered from the columns too
                 return hit.victims, hit.reason
             unfit = hit == NO_FIT
@@ -501,5 +504,6 @@ class FitGppPolicy:
             self._cache.clear()  # finished jobs: keep the cache from growing without bound
         cands = candidates_from(candidates, view, cap, now, cache=self._cache)
         cands, free = restrict_to_chain(cands, free, view, chain)
-        ch = choose(pods, cands, free, s=self.s, cap=self.cap, rng=self._rng, known_unfit=unfit)
+        ch = choose(pods, cands, free, s=self.s, cap=math.inf if self.cap is None else self.cap, rng=self._rng,
+                    known_unfit=unfit)
         return ch.victims, ch.reason

@@ -7,6 +7,8 @@ chosen (the same cap FitGpp obeys, so the comparison is fair).
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -52,7 +54,7 @@ def remaining_from_record(rec, now: float) -> float:
 class LRTPPolicy:
     """PreemptionPolicy hook for LRTP."""
 
-    cap: int = DEFAULT_CAP
+    cap: Optional[int] = None   # None: no cap of its own, the engine passes only jobs under P
     remaining: Optional[Callable[[object, float], float]] = None
     name: str = "lrtp"
 
@@ -60,5 +62,5 @@ class LRTPPolicy:
         free, capacity = node_vectors(view)
         cands = candidates_from(candidates, view, capacity, now, self.remaining or remaining_from_record)
         cands, free = restrict_to_chain(cands, free, view, getattr(job.request, "chain", None))
-        ch = choose(pod_demands(job, capacity), cands, free, cap=self.cap)
+        ch = choose(pod_demands(job, capacity), cands, free, cap=math.inf if self.cap is None else self.cap)
         return ch.victims, ch.reason

@@ -50,6 +50,17 @@ def may_preempt(preemptor: JobClass, victim: JobClass, same_vc: bool) -> bool:
     return False
 
 
+def preemption_cap(config, spec, vc: str):
+    """P, the most times the policy may preempt one BE job of ``vc``: the VC's
+    ``maxPreemptions`` in the spec when it sets one, else the service's
+    ``EngineConfig.preemption_cap`` (default 1, the paper's P). The one
+    definition: the engine filters the candidates with it and the policies
+    (called by the engine) apply no cap of their own."""
+    vcspec = spec.vcs.get(vc) if hasattr(spec.vcs, "get") else None
+    own = getattr(vcspec, "max_preemptions", None)
+    return own if own is not None else config.preemption_cap
+
+
 def policy_candidates(job, running: Iterable, cap: int) -> list:
     """Stage 2's candidates for ``job``: running BE jobs of its VC under the cap.
 

@@ -5,8 +5,11 @@ cap P, from a generator seeded at construction, so a run is reproducible.
 """
 from __future__ import annotations
 
+import math
+
 import random
 from dataclasses import dataclass, field
+from typing import Optional
 from typing import Mapping, Sequence
 
 from .fitgpp import (DEFAULT_CAP, _shuffled, Candidate, Choice, Vec, candidates_from, node_vectors,
@@ -28,7 +31,7 @@ def choose(pods: Sequence[Vec], candidates: Sequence[Candidate], free: Mapping[s
 class RandPolicy:
     """PreemptionPolicy hook for RAND."""
 
-    cap: int = DEFAULT_CAP
+    cap: Optional[int] = None   # None: no cap of its own, the engine passes only jobs under P
     seed: int = 0
     name: str = "rand"
     _rng: random.Random = field(init=False, repr=False)
@@ -43,5 +46,6 @@ class RandPolicy:
             self._cache.clear()
         cands = candidates_from(candidates, view, capacity, now, cache=self._cache)
         cands, free = restrict_to_chain(cands, free, view, getattr(job.request, "chain", None))
-        ch = choose(pod_demands(job, capacity), cands, free, cap=self.cap, rng=self._rng)
+        ch = choose(pod_demands(job, capacity), cands, free, cap=math.inf if self.cap is None else self.cap,
+                    rng=self._rng)
         return ch.victims, ch.reason

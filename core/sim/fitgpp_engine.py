@@ -35,16 +35,16 @@ from .launcher import SimLauncher
 MIN = 60.0
 
 
-def _policy(name: str, s: float, cap: float, seed: int):
-    capi = cap if math.isinf(cap) else int(cap)
+def _policy(name: str, s: float, seed: int):
+    # no cap here: the engine applies P (EngineConfig.preemption_cap) to the candidates
     if name == "fifo":
         return "none"
     if name == "fitgpp":
-        return FitGppPolicy(s=s, cap=capi, seed=seed)
+        return FitGppPolicy(s=s, seed=seed)
     if name == "lrtp":
-        return LRTPPolicy(cap=capi)
+        return LRTPPolicy()
     if name == "rand":
-        return RandPolicy(cap=capi, seed=seed)
+        return RandPolicy(seed=seed)
     raise ValueError(f"fitgpp engine replay: unknown policy {name!r}; choose from fifo, lrtp, rand, fitgpp")
 
 
@@ -59,7 +59,7 @@ def simulate_engine(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES
     """
     from .fitgpp_experiment import PolicyResult, histogram  # what both backends share
 
-    pol = _policy(policy, s, cap, seed)
+    pol = _policy(policy, s, seed)
     if allocator == "quota":
         alloc = QuotaAllocator(load_spec(cluster_spec(nodes)))
     elif allocator == "hived":

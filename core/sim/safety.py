@@ -44,6 +44,25 @@ def _fits(free: dict, per_level: list, levels: list) -> bool:
     return True
 
 
-def head_of_queue(eng, rec) -> bool:
-    q = eng.queue(rec.request.vc)
-    return bool(q) and q[0] == rec.job_id
+def blocked_heads(eng, now: float, vcs=None) -> list:
+    """Guaranteed jobs heading their VC's queue (the first not in retry back-off)
+    that fit their VC's free cells after the round at ``now`` and yet wait.
+
+    HiveD's guarantee says this list is always empty. Read after ``step(now)``;
+    a count of free GPUs is checked first, the cells only when it passes.
+    ``vcs``: only these VCs (those the round scanned: nothing changed elsewhere)."""
+    out = []
+    for vc in (eng.spec.vcs if vcs is None else vcs):
+        head = None
+        for jid in eng._order(vc, now):
+            rec = eng._jobs[jid]
+            if rec.not_before <= now:
+                head = rec
+                break
+        if head is None or not head.request.job_class.guaranteed:
+            continue
+        if eng._vc_free(vc, head._chain) < head.gpus:
+            continue
+        if vc_room(eng, head):
+            out.append(head.job_id)
+    return out

@@ -1,7 +1,11 @@
 """The four ways of sharing a cluster the simulator compares, and their sizes.
 
 * ``private``: each tenant alone on a cluster the size of its quota (whole
-  8-GPU nodes; never smaller than its largest job, so that every job can run);
+  8-GPU nodes; never smaller than its largest job, so that every job can run),
+  placed by HiveD's buddy cell allocator: with no sharing, ``hived`` is this
+  run exactly (same allocator, same order), so a difference is sharing's;
+* ``private-quota``: the same private clusters placed by the quota baseline's
+  best fit, the baseline ``quota`` is compared with (same packing);
 * ``quota``: one shared cluster, quota counted in GPUs, YARN-CS best-fit
   packing, jobs over quota run as low priority (core/quota.py);
 * ``hived``: the same cluster, VCs of cells, buddy cell allocation with
@@ -28,7 +32,9 @@ from ..spec import load_spec
 from .cluster import NODE_GPUS, level_for, node_spec, private_spec
 from .traces import Trace
 
-SCHEMES = ("private", "quota", "hived", "hived-static")
+MAX_NODES = 20000   # a simulated cluster (each node is a cell tree in memory)
+SCHEMES = ("private", "private-quota", "quota", "hived", "hived-static")
+PRIVATE_OF = {"quota": "private-quota"}   # the private baseline with the same allocator (else "private")
 
 
 @dataclass
@@ -52,7 +58,12 @@ def size_cluster(trace: Trace, load: float = 0.9, *, nodes: Optional[int] = None
         raise ValueError(f"load: must be in (0, 10], got {load}")
     gs = trace.gpu_seconds()
     total = sum(gs.values())
+    if total <= 0:
+        raise ValueError("trace: no GPU demand (every job asks 0 GPUs or lasts 0 s); nothing to size a cluster by")
     win_gpu_s, span = busy_window(trace)
+    fixed = nodes is not None
+    if fixed and not (isinstance(nodes, int) and 1 <= nodes <= MAX_NODES):
+        raise ValueError(f"--nodes: must be an integer in 1..{MAX_NODES}, got {nodes!r}")
     if nodes is None:
         nodes = max(1, math.ceil(win_gpu_s / (span * load) / NODE_GPUS))
     tenants = trace.tenants
@@ -77,7 +88,12 @@ def size_cluster(trace: Trace, load: float = 0.9, *, nodes: Optional[int] = None
             break
         q[t] += 1
         left -= 1
+    if fixed and sum(q.values()) > nodes:
+        raise ValueError(f"--nodes {nodes} is too small: the tenants' quotas need {sum(q.values())} nodes (each "
+                         "tenant at least one node and room for its largest job); give more nodes or use --load")
     nodes = max(nodes, sum(q.values()))
+    if nodes > MAX_NODES:
+        raise ValueError(f"cluster: {nodes} nodes of 8 GPUs, at most {MAX_NODES} are simulated")
     demand: dict = defaultdict(lambda: defaultdict(float))
     for j in trace.jobs:
         demand[j.tenant][level_for(j.gpus_per_pod)] += j.gpu_seconds
@@ -93,9 +109,12 @@ def gang_cells(trace: Trace) -> dict:
     tenant's private cluster also fits its VC."""
     out: dict = defaultdict(dict)
     for j in trace.jobs:
-        lvl = level_for(j.gpus_per_pod)
-        if j.pods > out[j.tenant].get(lvl, 0):
-            out[j.tenant][lvl] = j.pods
+        per: dict = defaultdict(int)
+        for g in j.pod_sizes:
+            per[level_for(g)] += 1
+        for lvl, n in per.items():
+            if n > out[j.tenant].get(lvl, 0):
+                out[j.tenant][lvl] = n
     return dict(out)
 
 
@@ -131,13 +150,15 @@ def build_engine(scheme: str, spec_dict: dict, *, config: Optional[EngineConfig]
     if scheme not in SCHEMES:
         raise ValueError(f"scheme: must be one of {', '.join(SCHEMES)}, got {scheme!r}")
     spec = load_spec(spec_dict)
-    if scheme in ("quota", "private"):
+    if scheme in ("quota", "private-quota"):
         alloc = QuotaAllocator(spec)
     else:
         from ..allocator import Allocator
         alloc = Allocator(spec, binding="static" if scheme == "hived-static" else "dynamic")
-    return Engine(alloc, queue_policy=queue_policy, preemption_policy=preemption_policy,
-                  config=config or EngineConfig())
+    import dataclasses
+    # no person reads a simulated job's waiting reason: skip writing them (speed)
+    config = dataclasses.replace(config or EngineConfig(), wait_reasons=False)
+    return Engine(alloc, queue_policy=queue_policy, preemption_policy=preemption_policy, config=config)
 
 
 def private_specs(trace: Trace, sizing: Sizing) -> dict:

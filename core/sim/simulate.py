@@ -18,12 +18,12 @@ from typing import Callable, Optional
 from ..engine import Engine, EngineConfig
 from ..jobs import Affinity, DecisionKind, JobClass, JobRequest, PodGroup
 from .launcher import SimLauncher
-from .safety import head_of_queue, vc_room
+from .safety import blocked_heads
 from .schemes import SCHEMES, Sizing, build_engine, private_specs, shared_spec, size_cluster, sizing_from_spec
 from .traces import Trace, TraceJob
 
 ROW_FIELDS = ("job_id", "tenant", "gpus", "pods", "submit", "start", "end", "queue_delay", "queued_total",
-              "preemptions", "gpus_preempted", "opportunistic", "state", "nodes", "blocked_with_vc_room")
+              "preemptions", "gpus_preempted", "opportunistic", "state", "nodes", "head_waited_with_vc_room")
 
 
 @dataclass
@@ -39,23 +39,35 @@ class SimResult:
     wall_s: float = 0.0
     quotas: dict = field(default_factory=dict)
     guaranteed: list = field(default_factory=list)  # (t, share of GPUs held by guaranteed jobs): 001 §5.2's load
+    breach_rounds: Optional[int] = None  # rounds with a VC head that fit its VC's free cells and waited
 
-    def tenant_delays(self) -> dict:
-        """tenant -> average queueing delay (s) of its jobs that started."""
+    def tenant_delays(self, only: Optional[set] = None) -> dict:
+        """tenant -> average queueing delay (s) of its jobs that started (of ``only`` if given)."""
         acc: dict = {}
         for r in self.rows:
-            if r["start"] is not None:
+            if r["start"] is not None and (only is None or r["job_id"] in only):
                 acc.setdefault(r["tenant"], []).append(r["queue_delay"])
         return {t: sum(v) / len(v) for t, v in sorted(acc.items())}
+
+    def started_ids(self) -> set:
+        return {r["job_id"] for r in self.rows if r["start"] is not None}
 
     def summary(self) -> dict:
         started = [r for r in self.rows if r["start"] is not None]
         delays = [r["queue_delay"] for r in started]
         pre = sum(g for _, g, _ in self.preempted)
+        refused = [r for r in self.rows if str(r["state"]).startswith("refused")]
+        breached = [r["job_id"] for r in self.rows if r["head_waited_with_vc_room"]]
         return {
             "scheme": self.scheme, "cells": self.cells, "nodes": self.nodes, "gpus": self.nodes * 8,
             "offered_load": round(self.load, 4), "jobs": len(self.rows), "started": len(started),
-            "never_started": len(self.rows) - len(started),
+            "never_started": len(self.rows) - len(started) - len(refused),
+            "refused": len(refused),
+            "refused_examples": [f"{r['job_id']}: {r['state'][len('refused: '):]}" for r in refused[:5]],
+            # the guarantee (001 §3): after every round, no VC's head fits its VC's free cells and waits
+            "guarantee_breach_jobs": None if self.breach_rounds is None else len(breached),
+            "guarantee_breach_rounds": self.breach_rounds,
+            "guarantee_breach_examples": breached[:5],
             "avg_queue_delay_s": statistics.fmean(delays) if delays else 0.0,
             "p95_queue_delay_s": _pct(delays, 95),
             "tenant_avg_queue_delay_s": self.tenant_delays(),
@@ -77,14 +89,23 @@ def _pct(xs: list, q: float) -> float:
 
 def to_request(j: TraceJob, allow_opportunistic: bool = True) -> JobRequest:
     cls = JobClass(j.job_class)
-    return JobRequest(user=j.tenant, vc=j.tenant, job_class=cls, groups=[PodGroup(j.pods, j.gpus_per_pod)],
+    sizes = j.pod_sizes
+    if not j.gpus:
+        raise ValueError("gpus: a CPU-only job (0 GPUs): hived places GPU cells, CPU-only pods are not simulated")
+    groups = [PodGroup(sizes.count(g), g, cpus=j.cpus, memory_gb=j.memory_gb) for g in sorted(set(sizes), reverse=True)]
+    return JobRequest(user=j.tenant, vc=j.tenant, job_class=cls, groups=groups,
                       affinity=Affinity(j.affinity), grace_period=j.grace_period, duration=j.duration,
                       allow_opportunistic=allow_opportunistic and cls.guaranteed, name=j.job_id)
 
 
 def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: Optional[Callable] = None,
-           allow_opportunistic: bool = True) -> tuple:
-    """Run ``jobs`` (sorted by submit) through ``eng``; returns (rows, frag, util, preempted, guaranteed).
+           allow_opportunistic: bool = True, guarantee: bool = True) -> tuple:
+    """Run ``jobs`` (sorted by submit) through ``eng``; returns
+    (rows, frag, util, preempted, guaranteed, breach rounds or None).
+
+    ``guarantee``: after every round, look for VC heads that fit their VC's
+    free cells and yet wait (``safety.blocked_heads``); off for private
+    clusters, where a tenant waiting on its own fragmentation is no breach.
 
     ``frag``, ``util`` and ``guaranteed`` are sampled every ``sample_every``
     seconds; ``guaranteed`` is the share of GPUs held by guaranteed jobs, the
@@ -98,7 +119,10 @@ def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: O
     i, n = 0, len(jobs)
     next_sample = 0.0
     refused = []
-    blocked: set = set()   # guaranteed jobs left queued at the head of their VC with room in it
+    breached: set = set()   # heads of VC queues that fit their VC's free cells after a round and waited
+    breach_rounds = 0
+    check = guarantee
+    waiting: set = set()    # VCs whose head breached at the last check
     while True:
         cands = [t for t in (jobs[i].submit if i < n else None, launcher.next_time(), eng.next_wakeup())
                  if t is not None]
@@ -140,11 +164,14 @@ def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: O
                 rec = eng.job(d.job_id)
                 preempted.append((now, rec.gpus, rec.request.vc))
                 launcher.terminate(d.job_id, now, d.grace_period)
-        for jid in fresh:
-            rec = eng.job(jid)
-            if rec.state.value == "queued" and rec.request.job_class.guaranteed and vc_room(eng, rec) \
-                    and head_of_queue(eng, rec):
-                blocked.add(jid)
+        if check:
+            # a VC the round did not walk changed in nothing since the last check: only
+            # re-check those it walked, and those that breached before
+            heads = blocked_heads(eng, now, eng.scanned | waiting)
+            waiting = {eng.job(h).request.vc for h in heads}
+            if heads:
+                breach_rounds += 1
+                breached.update(heads)
     rows = []
     for rec in eng.jobs():
         st = rec.first_started
@@ -154,21 +181,21 @@ def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: O
             "queue_delay": (st - rec.submitted) if st is not None else None,
             "queued_total": rec.queued_time, "preemptions": rec.preemptions, "gpus_preempted": rec.gpus_preempted,
             "opportunistic": first_opp.get(rec.job_id), "state": rec.state.value,
-            "nodes": first_nodes.get(rec.job_id, ""), "blocked_with_vc_room": rec.job_id in blocked,
+            "nodes": first_nodes.get(rec.job_id, ""), "head_waited_with_vc_room": rec.job_id in breached,
         })
     for j, why in refused:
         rows.append({"job_id": j.job_id, "tenant": j.tenant, "gpus": j.gpus, "pods": j.pods, "submit": j.submit,
                      "start": None, "end": None, "queue_delay": None, "queued_total": 0.0, "preemptions": 0,
                      "gpus_preempted": 0, "opportunistic": None, "state": f"refused: {why}", "nodes": "",
-                     "blocked_with_vc_room": False})
-    return rows, frag, util, preempted, guaranteed
+                     "head_waited_with_vc_room": False})
+    return rows, frag, util, preempted, guaranteed, (breach_rounds if check else None)
 
 
 def simulate(trace: Trace, scheme: str, *, cells: str = "node", load: float = 0.9, nodes: Optional[int] = None,
              sizing: Optional[Sizing] = None, config: Optional[EngineConfig] = None,
              sample_every: float = 3600.0, progress: Optional[Callable] = None,
              preemption_policy="none", spec: Optional[dict] = None) -> SimResult:
-    """Replay ``trace`` under ``scheme`` (private|quota|hived|hived-static).
+    """Replay ``trace`` under ``scheme`` (private|private-quota|quota|hived|hived-static).
 
     ``sizing`` (from ``size_cluster``) fixes the cluster and quotas so that
     several schemes compare on the same cluster; otherwise it is computed
@@ -183,21 +210,23 @@ def simulate(trace: Trace, scheme: str, *, cells: str = "node", load: float = 0.
     if sizing is None:
         sizing = sizing_from_spec(spec, trace) if spec is not None else size_cluster(trace, load, nodes=nodes)
     t0 = time.perf_counter()
-    if scheme == "private":
+    if scheme.startswith("private"):
         rows, frag, util, pre, gshare = [], [], [], [], []
         by_tenant: dict = {}
         for j in trace.jobs:
             by_tenant.setdefault(j.tenant, []).append(j)
         for t, spec in private_specs(trace, sizing).items():
-            eng = build_engine("private", spec, config=config, preemption_policy=preemption_policy)
-            r, _, _, p, _ = replay(eng, by_tenant.get(t, []), sample_every=0, progress=progress,
-                                   allow_opportunistic=False)
+            eng = build_engine(scheme, spec, config=config, preemption_policy=preemption_policy)
+            r, _, _, p, _, _ = replay(eng, by_tenant.get(t, []), sample_every=0, progress=progress,
+                                      allow_opportunistic=False, guarantee=False)
             rows += r
             pre += p
         rows.sort(key=lambda r: (r["submit"], r["job_id"]))
+        breach = None
     else:
         eng = build_engine(scheme, spec if spec is not None else shared_spec(sizing, cells), config=config,
                            preemption_policy=preemption_policy)
-        rows, frag, util, pre, gshare = replay(eng, trace.jobs, sample_every=sample_every, progress=progress)
+        rows, frag, util, pre, gshare, breach = replay(eng, trace.jobs, sample_every=sample_every,
+                                                       progress=progress)
     return SimResult(scheme, cells, rows, frag, util, pre, sizing.nodes, sizing.load,
-                     time.perf_counter() - t0, dict(sizing.quotas), gshare)
+                     time.perf_counter() - t0, dict(sizing.quotas), gshare, breach)

@@ -11,20 +11,27 @@ of 8-GPU pods (or 4-GPU pods when g is not a multiple of 8: 12 -> 3x4).
 VCs with fewer than ``min_jobs`` jobs (four VCs with 3-8 jobs) are dropped,
 since a quota from their GPU-hour share would round to nothing.
 
-**Our CSV** (header required; extra columns ignored)::
+**Our CSV** (header required; extra columns ignored; a UTF-8 byte-order mark is fine)::
 
-    job_id,tenant,submit,duration,gpus[,pods,job_class,affinity,grace_period]
+    job_id,tenant,submit,duration,gpus[,pods,job_class|class,affinity,grace_period|grace,cpus,memory_gb]
 
 ``submit`` is seconds (any origin; shifted so the first job is at 0) or an
-ISO date-time; ``duration`` is seconds; ``gpus`` is the job's total; ``pods``
-(default: as for Philly) must divide ``gpus``; ``job_class`` te|be|
-opportunistic (default te), ``affinity`` hard|soft (default hard).
+ISO date-time, one or the other for the whole file; ``duration`` is seconds;
+``gpus`` is the job's total, possibly fractional (0.5 over 1 pod) or 0 (a
+CPU-only job, which the replay refuses and counts: HiveD places GPU cells);
+``pods`` (default: as for Philly) must divide a whole ``gpus``; a fractional
+share per pod is rounded up to whole GPUs (``gpus_asked`` keeps what was
+written); ``job_class`` te|be|opportunistic (default te); ``affinity``
+hard|soft (default hard); ``cpus`` and ``memory_gb`` per pod (default: the
+node's share for its GPUs). Limits: durations, grace periods and the span of
+submit times at most 10 years, a job at most 4096 pods and 32,768 GPUs.
 A soft-affinity job of n > 1 GPUs becomes n one-GPU pods that want one cell
 holding all n and relax (engine's soft affinity) when they cannot get it.
 """
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gzip
 import io
 import math
@@ -33,6 +40,13 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable, Optional
+
+
+YEAR = 365 * 86400.0
+MAX_SECONDS = 10 * YEAR        # a duration, a grace period, or the span of submit times
+MAX_EPOCH = 1e11               # a submit time in seconds (Unix time reaches 1e10 in 2286)
+MAX_PODS = 4096                # pods of one job (the engine's limit per pod group)
+MAX_JOB_GPUS = 8 * MAX_PODS    # GPUs of one job
 
 
 class TraceError(ValueError):
@@ -55,10 +69,33 @@ class TraceJob:
     job_class: str = "te"
     affinity: str = "hard"
     grace_period: float = 0.0
+    cpus: Optional[float] = None        # per pod; None: the node's share for its GPUs
+    memory_gb: Optional[float] = None   # per pod
+    gpus_asked: Optional[float] = None  # a fractional request as written (gpus: rounded up per pod)
+
+    @property
+    def pod_sizes(self) -> list:
+        """GPUs of each pod, summing to ``gpus`` exactly (never fewer GPUs than asked).
+
+        Equal pods when ``pods`` divides ``gpus``; otherwise pods of
+        ceil(gpus / pods) GPUs and one smaller remainder pod (10 over 3 pods:
+        4, 4, 2), the split that keeps each pod in the smallest cell holding it.
+        """
+        g, p = self.gpus, self.pods
+        if g == 0:
+            return [0] * p
+        if g % p == 0:
+            return [g // p] * p
+        s = -(-g // p)
+        sizes = [s] * (g // s) + ([g % s] if g % s else [])
+        if len(sizes) != p:   # no such split: sizes differing by one GPU, still summing to g
+            sizes = [g // p + (1 if k < g % p else 0) for k in range(p)]
+        return sizes
 
     @property
     def gpus_per_pod(self) -> int:
-        return self.gpus // self.pods
+        """The largest pod's GPUs (what decides the cell level a job needs)."""
+        return max(self.pod_sizes) if self.pods else 0
 
     @property
     def gpu_seconds(self) -> float:
@@ -104,31 +141,38 @@ class Trace:
             raise ValueError(f"window: from_day must be >= 0 and days > 0, got {from_day}, {days}")
         lo = from_day * 86400.0
         hi = float("inf") if days is None else lo + days * 86400.0
-        jobs = [TraceJob(j.job_id, j.tenant, j.submit - lo, j.duration, j.gpus, j.pods, j.job_class, j.affinity,
-                         j.grace_period) for j in self.jobs if lo <= j.submit < hi]
+        jobs = [dataclasses.replace(j, submit=j.submit - lo) for j in self.jobs if lo <= j.submit < hi]
         return Trace(jobs, f"{self.source} days {from_day:g}..{'' if days is None else f'{from_day + days:g}'}")
 
 
 def default_pods(gpus: int) -> int:
+    """Pods of a job of ``gpus`` GPUs: one up to a node, else 8-GPU pods, else
+    4-GPU pods plus one remainder pod (``TraceJob.pod_sizes``: 10 -> 4, 4, 2)."""
     if gpus <= 8:
         return 1
     return gpus // 8 if gpus % 8 == 0 else math.ceil(gpus / 4)
 
 
 def _open_text(path: str):
+    # utf-8-sig: a byte-order mark (spreadsheet exports) is not part of the first column's name
     if path.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    return open(path, encoding="utf-8", newline="")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig")
+    return open(path, encoding="utf-8-sig", newline="")
 
 
-def _time(value: str, where: str) -> float:
-    v = value.strip()
+def _time(value: str, where: str) -> tuple:
+    """(seconds, "seconds" | "ISO") of a submit time."""
+    v = (value or "").strip()
     try:
-        return float(v)
+        t = float(v)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(t) or abs(t) > MAX_EPOCH:
+            raise TraceError(where, f"{value!r} is out of range (at most {MAX_EPOCH:g} s)")
+        return t, "seconds"
     try:
-        return datetime.fromisoformat(v).timestamp()
+        return datetime.fromisoformat(v).timestamp(), "ISO"
     except ValueError:
         raise TraceError(where, f"submit/timestamp {value!r} is neither seconds nor an ISO date-time") from None
 
@@ -139,6 +183,10 @@ def _finish(jobs: list, source: str, limit: Optional[int]) -> Trace:
         t0 = jobs[0].submit
         for j in jobs:
             j.submit -= t0
+        if jobs[-1].submit > MAX_SECONDS:
+            last = jobs[-1]
+            raise TraceError(source, f"submit times span {last.submit:.0f} s (job {last.job_id}); "
+                             f"at most {MAX_SECONDS:.0f} s ({MAX_SECONDS / YEAR:g} years)")
     if limit is not None:
         jobs = jobs[:limit]
     return Trace(jobs, source)
@@ -166,7 +214,10 @@ def read_philly(path: str, *, limit: Optional[int] = None, min_jobs: int = 10) -
                 raise TraceError(where, f"bad num_gpus/duration {row.get('num_gpus')!r}/{row.get('duration')!r}") from None
             if gpus < 1 or dur < 0 or not math.isfinite(dur):
                 raise TraceError(where, f"num_gpus must be >= 1 and duration >= 0, got {gpus}, {dur}")
-            jobs.append(TraceJob(f"p{n - 1}", row["cluster"], _time(row["timestamp"], where), dur, gpus,
+            if gpus > MAX_JOB_GPUS or dur > MAX_SECONDS:
+                raise TraceError(where, f"num_gpus at most {MAX_JOB_GPUS} and duration at most {MAX_SECONDS:.0f} s, "
+                                 f"got {gpus}, {dur:g}")
+            jobs.append(TraceJob(f"p{n - 1}", row["cluster"], _time(row["timestamp"], where)[0], dur, gpus,
                                  default_pods(gpus)))
     counts = Counter(j.tenant for j in jobs)
     jobs = [j for j in jobs if counts[j.tenant] >= min_jobs]
@@ -181,13 +232,41 @@ def read_csv(path: str, *, limit: Optional[int] = None) -> Trace:
         return parse_csv(f, path, limit=limit)
 
 
+def _number(row: dict, col: str, where: str, *, default=None, lo: float = 0.0, hi: float = math.inf):
+    txt = (row.get(col) or "").strip()
+    if not txt:
+        if default is None:
+            raise TraceError(f"{where}: {col}", "empty")
+        return default
+    try:
+        v = float(txt)
+    except ValueError:
+        raise TraceError(f"{where}: {col}", f"not a number: {txt!r}") from None
+    if not math.isfinite(v) or v < lo:
+        raise TraceError(f"{where}: {col}", f"must be a finite number >= {lo:g}, got {txt}")
+    if v > hi:
+        raise TraceError(f"{where}: {col}", f"at most {hi:g}, got {txt}")
+    return v
+
+
+def _column(row: dict, *names: str) -> str:
+    for n in names:
+        v = row.get(n)
+        if v is not None and v.strip():
+            return v.strip()
+    return ""
+
+
 def parse_csv(lines: Iterable[str], source: str = "<csv>", *, limit: Optional[int] = None) -> Trace:
     reader = csv.DictReader(lines)
+    if reader.fieldnames:  # a UTF-8 byte-order mark read as text (files opened without utf-8-sig)
+        reader.fieldnames = [reader.fieldnames[0].lstrip("\ufeff")] + list(reader.fieldnames[1:])
     need = {"job_id", "tenant", "submit", "duration", "gpus"}
     missing = need - set(reader.fieldnames or [])
     if missing:
         raise TraceError(f"{source}:1", f"missing columns {sorted(missing)} (need {', '.join(sorted(need))})")
     jobs, seen = [], set()
+    kind = None   # "seconds" or "ISO": one trace uses one of them
     for n, row in enumerate(reader, start=2):
         where = f"{source}:{n}"
         jid = (row["job_id"] or "").strip()
@@ -199,52 +278,61 @@ def parse_csv(lines: Iterable[str], source: str = "<csv>", *, limit: Optional[in
         tenant = (row["tenant"] or "").strip()
         if not tenant:
             raise TraceError(f"{where}: tenant", "empty")
-        try:
-            dur = float(row["duration"])
-        except (TypeError, ValueError):
-            raise TraceError(f"{where}: duration", f"not a number: {row['duration']!r}") from None
-        if not math.isfinite(dur) or dur < 0:
-            raise TraceError(f"{where}: duration", f"must be >= 0, got {dur}")
-        try:
-            gpus = int(row["gpus"])
-        except (TypeError, ValueError):
-            raise TraceError(f"{where}: gpus", f"not an integer: {row['gpus']!r}") from None
-        if gpus < 1:
-            raise TraceError(f"{where}: gpus", f"must be >= 1, got {gpus}")
-        cls = (row.get("job_class") or "te").strip().lower()
+        dur = _number(row, "duration", where, hi=MAX_SECONDS)
+        asked = _number(row, "gpus", where, hi=MAX_JOB_GPUS)
+        cls = (_column(row, "job_class", "class") or "te").lower()
         if cls not in ("te", "be", "opportunistic"):
-            raise TraceError(f"{where}: job_class", f"must be te, be or opportunistic, got {cls!r}")
+            col = "job_class" if _column(row, "job_class") else "class"
+            raise TraceError(f"{where}: {col}", f"must be te, be or opportunistic, got {cls!r}")
         aff = (row.get("affinity") or "hard").strip().lower()
         if aff not in ("hard", "soft"):
             raise TraceError(f"{where}: affinity", f"must be hard or soft, got {aff!r}")
         pods_txt = (row.get("pods") or "").strip()
+        whole = asked == int(asked)
         if pods_txt:
             try:
                 pods = int(pods_txt)
             except ValueError:
                 raise TraceError(f"{where}: pods", f"not an integer: {pods_txt!r}") from None
-            if pods < 1 or gpus % pods:
-                raise TraceError(f"{where}: pods", f"must be >= 1 and divide gpus={gpus}, got {pods}")
+            if not 1 <= pods <= MAX_PODS:
+                raise TraceError(f"{where}: pods", f"must be in 1..{MAX_PODS}, got {pods}")
+            if whole and asked > 0 and int(asked) % pods:
+                raise TraceError(f"{where}: pods", f"must divide gpus={int(asked)}, got {pods} "
+                                 "(or give fractional GPUs per pod as a fractional total)")
+        elif not whole or asked == 0:
+            pods = 1
         else:
-            pods = gpus if (aff == "soft" and gpus > 1) else default_pods(gpus)
-        grace_txt = (row.get("grace_period") or "").strip()
-        try:
-            grace = float(grace_txt) if grace_txt else 0.0
-        except ValueError:
-            raise TraceError(f"{where}: grace_period", f"not a number: {grace_txt!r}") from None
-        if grace < 0 or not math.isfinite(grace):
-            raise TraceError(f"{where}: grace_period", f"must be >= 0, got {grace}")
-        jobs.append(TraceJob(jid, tenant, _time(row["submit"], f"{where}: submit"), dur, gpus, pods, cls, aff, grace))
+            pods = int(asked) if (aff == "soft" and asked > 1) else default_pods(int(asked))
+        if whole:
+            gpus = int(asked)
+        else:   # fractional GPUs per pod: HiveD binds whole GPUs, so each pod gets the next whole number
+            gpus = pods * math.ceil(asked / pods)
+        grace = _number(row, "grace_period" if _column(row, "grace_period") else "grace", where,
+                        default=0.0, hi=MAX_SECONDS)
+        cpus = _number(row, "cpus", where, default=-1.0, lo=0.0) if _column(row, "cpus") else None
+        mem = _number(row, "memory_gb", where, default=-1.0, lo=0.0) if _column(row, "memory_gb") else None
+        submit, k = _time(row["submit"], f"{where}: submit")
+        if kind is None:
+            kind = k
+        elif k != kind:
+            raise TraceError(f"{where}: submit", f"{row['submit'].strip()!r} is {'an ' if k == 'ISO' else ''}{k}, "
+                             f"but earlier lines give {'ISO date-times' if kind == 'ISO' else 'seconds'}; "
+                             "use one of them for the whole trace")
+        jobs.append(TraceJob(jid, tenant, submit, dur, gpus, pods, cls, aff, grace, cpus, mem,
+                             asked if not whole else None))
     return _finish(jobs, source, limit)
 
 
 def write_csv(trace: Trace, path: str) -> None:
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["job_id", "tenant", "submit", "duration", "gpus", "pods", "job_class", "affinity", "grace_period"])
+        w.writerow(["job_id", "tenant", "submit", "duration", "gpus", "pods", "job_class", "affinity", "grace_period",
+                    "cpus", "memory_gb"])
+        opt = lambda v: "" if v is None else v  # noqa: E731
         for j in trace.jobs:
-            w.writerow([j.job_id, j.tenant, f"{j.submit:.3f}", f"{j.duration:.3f}", j.gpus, j.pods,
-                        j.job_class, j.affinity, j.grace_period])
+            w.writerow([j.job_id, j.tenant, f"{j.submit:.3f}", f"{j.duration:.3f}",
+                        j.gpus if j.gpus_asked is None else j.gpus_asked, j.pods,
+                        j.job_class, j.affinity, j.grace_period, opt(j.cpus), opt(j.memory_gb)])
 
 
 def soften(trace: Trace, share: float, seed: int = 0) -> Trace:

@@ -17,7 +17,7 @@ import os
 import sys
 
 PHILLY_DEFAULT = "/work/shared/traces/philly"
-RUNS = {"private": ("private", "node"), "quota": ("quota", "node"),
+RUNS = {"private": ("private", "node"), "private-quota": ("private-quota", "node"), "quota": ("quota", "node"),
         "hived": ("hived", None), "hived-static": ("hived-static", None)}
 
 
@@ -35,7 +35,12 @@ def register(subparsers, summary: str) -> None:
                    help="VC cells for hived: node-level only or multi-level (default: both with --scheme all, else node)")
     p.add_argument("--out", metavar="DIR", help="output folder (CSV, JSON, PNG); required with --trace")
     p.add_argument("--load", type=float, default=0.9, help="offered load that sizes the cluster (default 0.9)")
-    p.add_argument("--nodes", type=int, default=None, help="cluster size in 8-GPU nodes (overrides --load)")
+    p.add_argument("--nodes", type=int, default=None,
+                   help="cluster size in 8-GPU nodes instead of --load (refused when the quotas need more)")
+    p.add_argument("--preemption", choices=("none", "fitgpp", "lrtp", "rand"), default="none",
+                   help="preemption policy among a VC's own jobs: TE jobs preempt BE jobs (default none)")
+    p.add_argument("--max-preemptions", type=int, default=None, metavar="P",
+                   help="the preemption cap P (default 1; a spec VC's maxPreemptions overrides it)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N jobs of the trace")
     p.add_argument("--scale", type=float, default=0.05, help="table1: share of the 141,950 jobs (default 0.05)")
     p.add_argument("--days", type=float, default=None,
@@ -167,6 +172,10 @@ def run(args) -> int:
             return _fail(f"--trace: no jobs in {args.trace}" + (
                 f" after the filters {', '.join(filters)}" if filters and args.trace != "table1" else ""))
         spec = None
+        if args.spec and args.nodes is not None:
+            return _fail("--nodes: the cluster is the one in --spec; give one of --spec and --nodes")
+        if args.max_preemptions is not None and args.max_preemptions < 0:
+            return _fail(f"--max-preemptions: must be >= 0, got {args.max_preemptions}")
         if args.spec:
             load_spec(args.spec)  # refuse a bad spec before any run
             spec = args.spec
@@ -177,12 +186,15 @@ def run(args) -> int:
         return _fail(str(e))
     print(f"{len(trace.jobs)} jobs, {len(trace.tenants)} tenants, {sizing.nodes} nodes x 8 GPUs, "
           f"offered load {sizing.load:.2f}", file=sys.stderr)
+    from hived.core.engine import EngineConfig
+    config = EngineConfig() if args.max_preemptions is None else EngineConfig(preemption_cap=args.max_preemptions)
     results = {}
     for scheme, cells in runs:
-        bar = tqdm(total=len(trace.jobs), desc=f"{scheme}{'' if scheme in ('private', 'quota') else '/' + cells}",
+        bar = tqdm(total=len(trace.jobs), desc=f"{scheme}{'' if scheme in ('private', 'private-quota', 'quota') else '/' + cells}",
                    unit="job", file=sys.stderr, disable=args.no_progress, mininterval=0.5)
         try:
-            r = simulate(trace, scheme, cells=cells, sizing=sizing, spec=spec, progress=bar.update)
+            r = simulate(trace, scheme, cells=cells, sizing=sizing, spec=spec, progress=bar.update,
+                         preemption_policy=args.preemption, config=config)
         except (SpecError, ValueError) as e:
             bar.close()
             return _fail(f"{scheme}: {e}")
@@ -191,6 +203,12 @@ def run(args) -> int:
         s = write_run(r, args.out)
         print(f"{run_name(r)}: avg queueing delay {s['avg_queue_delay_s'] / 60:.1f} min, "
               f"preempted GPUs {s['preempted_gpus']}, {s['wall_s']:.1f} s ({s['jobs_per_s']} jobs/s)")
+        if s["refused"]:
+            print(f"{run_name(r)}: {s['refused']} job(s) refused, left out of every average "
+                  f"(e.g. {s['refused_examples'][0]})")
+        if s["guarantee_breach_rounds"]:
+            print(f"{run_name(r)}: {s['guarantee_breach_jobs']} job(s) headed their VC's queue with room in its "
+                  f"free cells and waited ({s['guarantee_breach_rounds']} rounds)")
     doc = write_comparison(results, args.out)
     for name, bad in doc["anomalies"].items():
         print(f"{name}: {len(bad)} tenant(s) wait longer than in their private cluster"

@@ -32,7 +32,18 @@ DAY = 86400.0
 
 
 def run_name(r: SimResult) -> str:
-    return r.scheme if r.scheme in ("private", "quota") else f"{r.scheme}-{r.cells}"
+    return r.scheme if r.scheme in ("private", "private-quota", "quota") else f"{r.scheme}-{r.cells}"
+
+
+def baseline(results: dict, name: str):
+    """The private run a shared run is compared with: the one placed by the same
+    allocator (``private-quota`` for ``quota``), else ``private``."""
+    from hived.core.sim.schemes import PRIVATE_OF
+    return results.get(PRIVATE_OF.get(name, "private")) or results.get("private")
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("private")
 
 
 def write_run(r: SimResult, out_dir: str) -> dict:
@@ -71,15 +82,16 @@ def worse_than_private(private: dict, shared: dict) -> list:
 
 def anomalies(results: dict) -> dict:
     """Per shared run: tenants whose average queueing delay exceeds the private one."""
-    priv = results.get("private")
-    if priv is None:
-        return {}
-    base = priv.tenant_delays()
     out = {}
     for name, r in results.items():
-        if name == "private":
+        priv = baseline(results, name)
+        if is_private(name) or priv is None:
             continue
-        d = r.tenant_delays()
+        # the same jobs on both sides: a job refused or never started in one run would
+        # otherwise move one average and not the other (summary: refused, never_started)
+        common = priv.started_ids() & r.started_ids()
+        base = priv.tenant_delays(common)
+        d = r.tenant_delays(common)
         out[name] = {t: {"private_s": round(base[t], 1), "shared_s": round(d[t], 1),
                          "ratio": round(d[t] / base[t], 3) if base[t] > 0 else None}
                      for t in worse_than_private(base, d)}
@@ -89,19 +101,17 @@ def anomalies(results: dict) -> dict:
 def waited_for_others(results: dict) -> dict:
     """Per shared run: guaranteed jobs that started at once in their private cluster
     but waited in the shared one (count and share)."""
-    priv = results.get("private")
-    if priv is None:
-        return {}
-    at_once = {r["job_id"] for r in priv.rows if r["queue_delay"] is not None and r["queue_delay"] <= 0}
     out = {}
     for name, r in results.items():
-        if name == "private":
+        priv = baseline(results, name)
+        if is_private(name) or priv is None:
             continue
+        at_once = {r["job_id"] for r in priv.rows if r["queue_delay"] is not None and r["queue_delay"] <= 0}
         waited = [row for row in r.rows if row["job_id"] in at_once
                   and (row["queue_delay"] is None or row["queue_delay"] > 0)]
-        # of those, the ones left queued at the head of their VC while the VC had room
-        # for them: they waited for other tenants (HiveD's guarantee says: never)
-        others = [row for row in waited if row.get("blocked_with_vc_room")]
+        # of those, the ones that headed their VC's queue after a round with room for
+        # them in their VC's free cells: they waited for other tenants (HiveD: never)
+        others = [row for row in waited if row.get("head_waited_with_vc_room")]
         out[name] = {"jobs_at_once_in_private": len(at_once), "waited_in_shared": len(waited),
                      "examples": [row["job_id"] for row in waited[:5]],
                      "waited_with_vc_room": len(others), "examples_with_vc_room": [row["job_id"] for row in others[:5]]}
@@ -122,7 +132,7 @@ def write_comparison(results: dict, out_dir: str, *, tenants: Optional[list] = N
     with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2, sort_keys=True)
     plot_delay_over_time(results, os.path.join(out_dir, "queue_delay_over_time.png"), tenants)
-    if "private" in results:
+    if any(is_private(n) for n in results):
         plot_normalized(results, os.path.join(out_dir, "normalized_delay.png"))
     if any(r.frag for r in results.values()):
         plot_fragmentation(results, os.path.join(out_dir, "fragmentation.png"))
@@ -166,23 +176,76 @@ def plot_delay_over_time(results: dict, path: str, tenants: Optional[list] = Non
     plt.close(fig)
 
 
+def normalized(results: dict) -> dict:
+    """run -> tenant -> (shared delay s, private delay s, ratio or None when private is 0),
+    each run against its own private baseline, over the jobs that started in both."""
+    out = {}
+    for name, r in results.items():
+        priv = baseline(results, name)
+        if is_private(name) or priv is None:
+            continue
+        common = priv.started_ids() & r.started_ids()
+        base, d = priv.tenant_delays(common), r.tenant_delays(common)
+        out[name] = {t: (d[t], base[t], (d[t] / base[t]) if base[t] > 0 else None) for t in d if t in base}
+    return out
+
+
 def plot_normalized(results: dict, path: str) -> None:
-    base = results["private"].tenant_delays()
-    tenants = [t for t in _tenants_by_jobs(results) if t in base]
-    shared = [n for n in results if n != "private" and not n.startswith("hived-static")]
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(tenants) + 2), 3.8))
-    width = 0.8 / max(1, len(shared))
-    for k, name in enumerate(shared):
-        d = results[name].tenant_delays()
-        vals = [(d.get(t, 0.0) / base[t]) if base[t] > 0 else 0.0 for t in tenants]
-        ax.bar([i + k * width for i in range(len(tenants))], vals, width, label=name)
+    """Bars of shared / private delay on a log axis (1 = as in the private cluster).
+
+    A tenant whose private delay is 0 has no ratio: its bar is drawn hatched at
+    the top of the axis when it waited in the shared run (labelled with that
+    wait), and as 1 when it did not wait there either."""
+    norm = normalized(results)
+    runs = list(norm)
+    tenants = [t for t in _tenants_by_jobs(results) if any(t in norm[n] for n in runs)]
+    if not runs or not tenants:
+        return
+    ratios = [v[2] for n in runs for v in norm[n].values() if v[2] is not None and v[2] > 0]
+    lo = min([0.5] + [x / 1.5 for x in ratios])
+    hi = max([2.0] + [x * 1.5 for x in ratios])
+    fig, ax = plt.subplots(figsize=(max(8, 0.22 * len(tenants) * len(runs) + 3), 4.6))
+    width = 0.8 / len(runs)
+    for k, name in enumerate(runs):
+        xs, hs, bottoms, hatched = [], [], [], []
+        for i, t in enumerate(tenants):
+            v = norm[name].get(t)
+            if v is None:
+                continue
+            shared, priv, ratio = v
+            x = i + k * width
+            if ratio is None:       # private delay 0: no ratio to draw
+                ratio = hi if shared > 0 else 1.0
+                if shared > 0:
+                    hatched.append(x)
+                    ax.annotate(f"private 0 s\nshared {shared / 60:.0f} min", (x, hi), fontsize=6,
+                                ha="center", va="top", rotation=90, xytext=(0, -4), textcoords="offset points")
+            if ratio <= 0:          # no wait at all in the shared run: say so rather than draw nothing
+                ax.annotate("0 s", (x, lo), fontsize=6, ha="center", va="bottom", rotation=90,
+                            xytext=(0, 2), textcoords="offset points")
+            ratio = max(ratio, lo)
+            xs.append(x)
+            hs.append(ratio - lo)
+            bottoms.append(lo)
+        bars = ax.bar(xs, hs, width, bottom=bottoms, label=name)
+        for b in bars:
+            if b.get_x() + b.get_width() / 2 in hatched:
+                b.set_hatch("//")
+                b.set_alpha(0.6)
     ax.axhline(1.0, color="k", lw=0.8, ls="--", label="private = 1")
-    ax.set_xticks([i + width * (len(shared) - 1) / 2 for i in range(len(tenants))])
+    ax.set_yscale("log")
+    ax.set_ylim(lo, hi)
+    ticks = [x for x in (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000,
+                         10000) if lo <= x <= hi]
+    ax.set_yticks(ticks)
+    ax.set_yticklabels([f"{x:g}x" for x in ticks])
+    ax.minorticks_off()
+    ax.set_xticks([i + width * (len(runs) - 1) / 2 for i in range(len(tenants))])
     ax.set_xticklabels(tenants, rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("avg queueing delay / private")
-    ax.set_yscale("symlog", linthresh=1.0)
-    ax.legend(fontsize=8)
-    ax.set_title("Average queueing delay normalized to the private cluster (cf. 001 Fig. 7)")
+    ax.legend(fontsize=7, ncol=min(3, len(runs) + 1))
+    ax.set_title("Queueing delay normalized to each tenant's private cluster\n"
+                 "(cf. 001 Fig. 7; hatched: private delay 0, bar = any wait)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

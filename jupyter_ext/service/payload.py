@@ -185,6 +185,7 @@ def job_dict(rec: JobRecord, queue_position: Optional[int] = None) -> dict:
         "preemptions": rec.preemptions, "attempts": rec.attempts,
         "queue_position": queue_position if rec.state is JobState.QUEUED else None,
         "reason": rec.reason or (rec.history[-1][2] if rec.history else ""),
+        "wait_reason": rec.wait_reason,
         "progress": list(rec.progress) if rec.progress else None,
         "history": [{"time": t, "state": s, "reason": r} for t, s, r in rec.history],
     }

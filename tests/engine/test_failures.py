@@ -18,7 +18,7 @@ from hived.core.failures import RETRY, RULES, FailureClass, classify, retry_deci
     (137, "", FailureClass.LOST),
     (127, "bash: trian.py: command not found", FailureClass.USER),
     (139, "", FailureClass.USER),
-    (3, "something odd happened", FailureClass.UNKNOWN),
+    (3, "something odd happened", FailureClass.USER),   # 002 §5: no infrastructure signature
 ])
 def test_classify_table(code, log, cls):
     assert classify(code, log).cls is cls
@@ -42,7 +42,8 @@ def test_classify_rejects_non_int():
 
 def test_retry_rules_follow_002():
     assert not retry_decision(FailureClass.USER, 1).retry
-    assert not retry_decision(FailureClass.USER, 1, max_retries=5).retry  # user errors never
+    assert retry_decision(FailureClass.USER, 1, max_retries=5).retry      # only when the request asks
+    assert not retry_decision(FailureClass.USER, 6, max_retries=5).retry
     d1, d2, d3 = (retry_decision(FailureClass.INFRA, n) for n in (1, 2, 3))
     assert d1.retry and d2.retry and d3.retry
     assert d1.delay == 120 and d2.delay == 240 and d3.delay == 480  # back-off doubles

@@ -56,7 +56,7 @@ def _reference(te, recs, view, s=fitgpp.DEFAULT_S, cap=1):
 def test_vector_path_names_the_same_victim(seed):
     rng = random.Random(seed)
     view, recs = _cluster(rng)
-    pol = FitGppPolicy(seed=seed)
+    pol = FitGppPolicy(seed=seed, cap=1)
     fits = 0
     for _ in range(25):
         te = _te(rng)
@@ -165,7 +165,7 @@ def test_vector_fallback_keeps_the_papers_rule(seed):
     te = JobRecord("te", JobRequest(user="u", vc="vc0"), pod_demands=[(32.0, 256.0, 8.0)], pod_gpus=[8])
     ref = _reference(te, recs, view)
     assert ref.fallback
-    pol = FitGppPolicy(seed=seed)
+    pol = FitGppPolicy(seed=seed, cap=1)
     free, capacity = node_vectors(view)
     cands = {c.job_id: c for c in candidates_from(recs, view, capacity, 0.0)}
     score = dict(zip(cands, fitgpp.scores([c.size for c in cands.values()],
@@ -197,7 +197,7 @@ def test_vector_fallback_says_when_nothing_can_make_room():
     mk = lambda j, p: JobRecord(j, JobRequest(user="u", vc="vc0", job_class=JobClass.BE),  # noqa: E731
                                 state=JobState.RUNNING, preemptions=p, pod_demands=[(16.0, 128.0, 4.0)])
     te = JobRecord("te", JobRequest(user="u", vc="vc0"), pod_demands=[(32.0, 256.0, 8.0)], pod_gpus=[8])
-    victims, reason = FitGppPolicy().choose(te, [mk("capped", 1), mk("ok", 0)], view, 0.0)
+    victims, reason = FitGppPolicy(cap=1).choose(te, [mk("capped", 1), mk("ok", 0)], view, 0.0)
     assert victims == [] and "would still not make room" in reason
-    victims, reason = FitGppPolicy().choose(te, [mk("capped", 1), mk("ok", 1)], view, 0.0)
+    victims, reason = FitGppPolicy(cap=1).choose(te, [mk("capped", 1), mk("ok", 1)], view, 0.0)
     assert victims == [] and "every running BE job reached the preemption cap P=1" in reason

@@ -42,8 +42,10 @@ def test_size_cluster_load_and_quotas():
 
 def test_quota_holds_the_largest_job_and_private_is_the_quota():
     tr = _trace(["a,t1,0,10,32", "b,t2,0,10,1", "c,t2,5,10,1"])
-    sz = size_cluster(tr, nodes=2)
-    assert sz.quotas["t1"] == 32 and sz.nodes == 5       # the cluster grows to hold the quotas
+    with pytest.raises(ValueError, match="--nodes 2 is too small: the tenants' quotas need 5 nodes"):
+        size_cluster(tr, nodes=2)                         # never silently grown
+    sz = size_cluster(tr, load=10)
+    assert sz.quotas["t1"] == 32 and sz.nodes == 5       # a sized cluster grows to hold the quotas
     specs = private_specs(tr, sz)
     assert len(specs["t1"]["physicalCluster"]["physicalCells"]) == 4
 

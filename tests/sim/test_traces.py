@@ -42,7 +42,7 @@ def test_csv_roundtrip(tmp_path):
 
 
 @pytest.mark.parametrize("line,where", [
-    ("a,t,0,x,1", "duration"), ("a,t,0,5,0", "gpus"), ("a,t,0,5,1.5", "gpus"), (",t,0,5,1", "job_id"),
+    ("a,t,0,x,1", "duration"), ("a,t,0,5,-1", "gpus"), ("a,t,0,5,1e9", "gpus"), (",t,0,5,1", "job_id"),
     ("a,,0,5,1", "tenant"), ("a,t,yesterday,5,1", "submit"), ("a,t,0,-5,1", "duration"),
 ])
 def test_csv_errors_name_line_and_field(line, where):

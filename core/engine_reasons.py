@@ -1,0 +1,151 @@
+"""Why a job waits, in one line a person can act on.
+
+The engine writes ``JobRecord.wait_reason`` with these functions when a
+round tries a job and it does not run (and when a job goes back to its queue),
+so the service, the REST API, the CLI, the magics and the dashboards all show
+the same text. The line names what the job waits for (GPUs, the cell shape
+its affinity asks), its VC's quota and who holds the VC's cells, the
+preemption cap when it is what stops a TE job, when soft affinity relaxes and
+when a retry is due. Times are on the engine's clock (``t=...``) with the
+seconds left beside them.
+"""
+from __future__ import annotations
+
+import heapq
+
+from .jobs import JobClass, JobState
+
+MAX_NAMED = 4   # holders named one by one; the rest are counted
+EPOCH = 1e9     # clocks past this are Unix time (the service): shown as UTC dates, not seconds
+
+
+def at(t: float, now: float) -> str:
+    """``t`` for a person: the service's clock is Unix time, the simulator's starts at 0."""
+    if t >= EPOCH:
+        from datetime import datetime, timezone
+        when = datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    else:
+        when = f"t={t:g}"
+    return f"{when} (in {max(0.0, t - now):.0f} s)"
+
+
+def shape(eng, rec) -> str:
+    sizes = list(rec.pod_gpus)
+    if len(sizes) == 1:
+        text = f"1 pod of {sizes[0]} GPU{'s' if sizes[0] != 1 else ''}"
+    elif len(set(sizes)) == 1:
+        text = f"{len(sizes)} pods x {sizes[0]} GPUs"
+    else:
+        text = f"pods of {'+'.join(str(g) for g in sizes)} GPUs"
+    lvl = rec.level
+    if lvl is not None and rec._chain is not None and len(sizes) > 1:
+        levels = eng.spec.chains[rec._chain].levels
+        name = levels[lvl - 1] if lvl <= len(levels) else f"L{lvl}"
+        text += f", all inside one {rec._chain}.{name} cell"
+    return text
+
+
+def holders_text(eng, vc: str) -> str:
+    """The VC's biggest guaranteed holders, named; cached until the VC's holders change
+    (a blocked head is explained every round that tries it: keep that cheap)."""
+    ver = eng._held_ver[vc]
+    hit = eng._holders_text.get(vc)
+    if hit is not None and hit[0] == ver:
+        return hit[1]
+    jobs = eng._jobs
+    held = [jobs[j] for j in eng._held[vc]]
+    held = [r for r in held if not r.opportunistic]
+    text = _holders(held)
+    eng._holders_text[vc] = (ver, text)
+    return text
+
+
+def _holders(held: list) -> str:
+    if not held:
+        return "no job"
+    top = heapq.nsmallest(MAX_NAMED, held, key=lambda r: (-sum(r.pod_gpus), r.job_id))
+    named = []
+    for r in top:
+        nodes = sorted({p.node for p in r.placement.pods}) if r.placement is not None else []
+        where = f" on {', '.join(nodes[:2])}{'...' if len(nodes) > 2 else ''}" if nodes else ""
+        named.append(f"{r.job_id} ({r.gpus} GPUs, {r.request.job_class.value}, {r.state.value}{where})")
+    more = len(held) - MAX_NAMED
+    return ", ".join(named) + (f" and {more} more" if more > 0 else "")
+
+
+def _failure(rec) -> str:
+    for _, state, why in reversed(rec.history):
+        if state == JobState.QUEUED.value and why:
+            return why
+    return "requeued"
+
+
+def _vc_text(eng, rec) -> tuple[str, int]:
+    vc = rec.request.vc
+    chains = [rec._chain] if rec._chain is not None else list(eng.spec.chains)
+    cap = sum(eng._vc_cap[vc][c] for c in chains)
+    used = sum(eng._vc_used[vc][c] for c in chains)
+    free = max(eng._vc_cap[vc][c] - eng._vc_used[vc][c] for c in chains)
+    text = (f"VC {vc}'s quota is {cap} GPUs{'' if rec._chain is None else ' in ' + rec._chain}: "
+            f"{used} held by {holders_text(eng, vc)}, {max(0, cap - used)} free")
+    return text, free
+
+
+def _preemption_text(eng, rec, now: float) -> str:
+    if rec.request.job_class is not JobClass.TE or eng.preemption_policy is None:
+        return ""
+    if rec.policy_victims:
+        ends = [eng._jobs[v].grace_deadline for v in rec.policy_victims
+                if eng._jobs[v].grace_deadline is not None]
+        until = f" (grace periods end at {at(max(ends), now)})" if ends else ""
+        return f"BE jobs {', '.join(rec.policy_victims)} are being preempted for it{until}"
+    from .policies.preemption_order import preemption_cap
+    cap = preemption_cap(eng.config, eng.spec, rec.request.vc)
+    capped = [r for r in eng._running_of(rec.request.vc)
+              if r.request.job_class is JobClass.BE and not r.opportunistic and r.preemptions >= cap]
+    if capped:
+        ids = ", ".join(r.job_id for r in capped[:MAX_NAMED]) + (" ..." if len(capped) > MAX_NAMED else "")
+        return (f"BE jobs {ids} may not be preempted again: the preemption cap is P={cap:g} "
+                f"(VC maxPreemptions or the service's preemption_cap)")
+    return getattr(rec, "_policy_note", "") or ""
+
+
+def explain(eng, rec, now: float) -> str:
+    """The line for a QUEUED or PLACED job at ``now``."""
+    if rec.state is JobState.PLACED:
+        if not rec.waiting_for:
+            return ""
+        ends = [eng._jobs[v].grace_deadline for v in rec.waiting_for if eng._jobs[v].grace_deadline is not None]
+        until = f" (grace periods end at {at(max(ends), now)})" if ends else ""
+        return (f"placed on its cells; waiting for opportunistic jobs {', '.join(rec.waiting_for)} "
+                f"to leave them{until}")
+    if rec.state is not JobState.QUEUED:
+        return ""
+    if rec.not_before > now:
+        return f"retry at {at(rec.not_before, now)} after {_failure(rec)}"
+    parts = []
+    need = rec.gpus
+    if rec.request.job_class.guaranteed:
+        vc_text, free = _vc_text(eng, rec)
+        head = f"waits for {need} GPUs ({shape(eng, rec)}) in its VC; {vc_text}"
+        if free >= need:
+            head += "; the free GPUs do not form the cells it needs (fragmented)"
+        parts.append(head)
+        pre = _preemption_text(eng, rec, now)
+        if pre:
+            parts.append(pre)
+    else:
+        parts.append(f"opportunistic: waits for {need} idle GPUs ({shape(eng, rec)}) anywhere in the cluster")
+    if not rec.request.job_class.guaranteed or rec.request.allow_opportunistic:
+        chain = rec._chain
+        idle = eng._free[chain] if chain is not None else max(eng._free.values())
+        parts.append(f"{idle} GPUs are idle{' in ' + chain if chain else ''}, not enough in cells that fit it "
+                     "to run at low priority")
+    if rec.relax_at is not None:
+        parts.append(f"its soft affinity relaxes to a larger cell at {at(rec.relax_at, now)}")
+    return "; ".join(parts)
+
+
+def behind(head) -> str:
+    return (f"behind {head.job_id}, the head of VC {head.request.vc}'s queue, which waits: "
+            f"first in, first out, nothing passes it")

@@ -31,7 +31,7 @@ import os
 import re
 from typing import Any, Optional
 
-from hived.core.engine import RequestError
+from hived.jupyter_ext.service.degraded import ServiceDegraded
 from hived.jupyter_ext.service.service import SchedulerService
 
 from .launcher import KubernetesLauncher
@@ -43,12 +43,14 @@ from .recovery import reconcile
 log = logging.getLogger("hived.k8s.service")
 
 ENV = {
-    "HIVED_K8S_NAMESPACE": "namespace of the job pods (default: the pod's own namespace, else 'default')",
+    "HIVED_K8S_NAMESPACE": "hived's own namespace, where its Lease lives (default: the pod's own namespace); "
+                           "jobs never run there: each VC's run in the namespace the pod policy names",
     "HIVED_K8S_TEMPLATE": "path of the default job template (JSON or YAML)",
     "HIVED_K8S_BIND": "node_name (default) or binding",
     "HIVED_K8S_INSTANCE": "name of this hived instance in pod labels (default 'hived')",
     "HIVED_K8S_KUBECONFIG": "kubeconfig path (default: in-cluster config, else $KUBECONFIG)",
-    "HIVED_K8S_WATCH_NAMESPACE": "namespace whose pods hived watches (default: HIVED_K8S_NAMESPACE; '*' = all)",
+    "HIVED_K8S_WATCH_NAMESPACE": "watch pods in this namespace only (default: every namespace, by label; "
+                                 "only when all VCs run in one namespace)",
     "HIVED_SPEC_VERSION": "spec version written on pods (default: a hash of the spec)",
     "HIVED_K8S_POLICY": "pod policy file (YAML, k8s/policy.py; default: a job's own template fields must "
                         "meet the restricted profile and name no service account)",
@@ -71,8 +73,8 @@ def leader_from_env() -> Optional[dict]:
     name = os.environ.get("HIVED_K8S_LEASE")
     if not name:
         return None
-    ns = (os.environ.get("HIVED_K8S_LEASE_NAMESPACE") or _own_namespace()
-          or os.environ.get("HIVED_K8S_NAMESPACE") or "default")
+    ns = (os.environ.get("HIVED_K8S_LEASE_NAMESPACE") or os.environ.get("HIVED_K8S_NAMESPACE")
+          or _own_namespace() or "default")
     return {"name": name, "namespace": ns}
 
 
@@ -117,7 +119,6 @@ def launcher_from_env(nodes=None, **kw) -> KubernetesLauncher:
     return KubernetesLauncher(
         env.get("HIVED_K8S_KUBECONFIG") or None,
         template=_load_template(env.get("HIVED_K8S_TEMPLATE")),
-        namespace=env.get("HIVED_K8S_NAMESPACE") or _own_namespace() or "default",
         instance=env.get("HIVED_K8S_INSTANCE") or "hived",
         bind=env.get("HIVED_K8S_BIND") or "node_name",
         spec_version=env.get("HIVED_SPEC_VERSION", ""),
@@ -202,8 +203,8 @@ class KubernetesSchedulerService(SchedulerService):
     def _require_leader(self) -> None:
         if self._standby:
             holder = self.elector.holder() if self.elector else None
-            raise RequestError("leader", f"this hived instance ({self.elector.identity if self.elector else '?'}) "
-                               f"is a standby; the leader is {holder or 'not known yet'}: send requests there")
+            raise ServiceDegraded(f"this hived instance ({self.elector.identity if self.elector else '?'}) "
+                                  f"is a standby; the leader is {holder or 'not known yet'}: send requests there")
 
     def start(self) -> "KubernetesSchedulerService":
         if self.elector is not None and self._standby:

@@ -28,7 +28,7 @@ from hived.k8s.launcher import KubernetesLauncher  # noqa: E402
 from hived.k8s.policy import load_policy, vc_manifests  # noqa: E402
 from hived.k8s.template import JobTemplate  # noqa: E402
 
-from k8s_helpers import gang_placement, request  # noqa: E402
+from k8s_helpers import gang_placement, request, vc_prefix  # noqa: E402
 
 DEPLOY = Path(__file__).resolve().parents[2] / "k8s" / "deploy"
 BASE = DEPLOY / "base"
@@ -315,7 +315,7 @@ def test_rbac_allows_every_call_hived_makes_and_nothing_unused(kube, core, ns, u
     lease_ns = f"{ns}-hived"
     core.create_namespace({"metadata": {"name": lease_ns}})
     calls = []
-    lau = KubernetesLauncher(kube.kubeconfig, template={"image": "img"}, namespace=ns, instance=uid,
+    lau = KubernetesLauncher(kube.kubeconfig, template={"image": "img"}, namespace_prefix=vc_prefix(ns), instance=uid,
                              bind="binding", nodes=[n1, n2], watch_timeout=1)
     lock = LeaseLock("hived-scheduler", lease_ns, "me")
     lock.api_instance = client.CoordinationV1Api(lau.api)           # the same recorded pool

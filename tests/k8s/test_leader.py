@@ -86,7 +86,7 @@ def test_job_ids_never_repeat_after_a_lost_journal(hv):
     svc = hv.service()
     (jid,) = hv.start_jobs(svc, {**JOB, "pods": 1})
     for p in hv.pods(jid):
-        hv.kubelet.exit(hv.ns, p.metadata.name, 0)
+        hv.kubelet.exit(hv.vca, p.metadata.name, 0)
     hv.tick_until(svc, lambda: svc.get_job(jid)["state"] == "succeeded")
     svc.close()
     shutil.rmtree(hv.data)                          # the journal is lost; the finished pod remains

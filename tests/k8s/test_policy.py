@@ -23,7 +23,7 @@ from hived.k8s.service import KubernetesSchedulerService  # noqa: E402
 from hived.k8s.template import JobTemplate  # noqa: E402
 from hived.k8s.watch import wait_for  # noqa: E402
 
-from k8s_helpers import gang_placement, request, spec_for  # noqa: E402
+from k8s_helpers import gang_placement, request, spec_for, vc_prefix  # noqa: E402
 
 POLICY = """
 namespacePrefix: jobs-
@@ -250,7 +250,7 @@ def make_svc(kube, ns, uid, nodes, tmp_path):
     made = []
 
     def make():
-        lau = KubernetesLauncher(kube.kubeconfig, template={"image": IMG}, namespace=ns, instance=uid,
+        lau = KubernetesLauncher(kube.kubeconfig, template={"image": IMG}, namespace_prefix=vc_prefix(ns), instance=uid,
                                  watch_timeout=1, pipeline=True, policy=load_policy(POLICY))
         svc = KubernetesSchedulerService(str(spec), tmp_path / "data", launcher=lau, tick_seconds=0.05)
         made.append(svc)

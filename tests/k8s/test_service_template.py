@@ -17,7 +17,7 @@ from hived.k8s.launcher import KubernetesLauncher  # noqa: E402
 from hived.k8s.service import KubernetesSchedulerService  # noqa: E402
 from hived.k8s.watch import wait_for  # noqa: E402
 
-from k8s_helpers import spec_for  # noqa: E402
+from k8s_helpers import spec_for, vc_prefix  # noqa: E402
 
 DEFAULT = {"image": "registry.example/train:1", "env": {"DATA": "/data"}}
 
@@ -31,7 +31,7 @@ def make_svc(kube, ns, uid, nodes, tmp_path):
     made = []
 
     def make():
-        lau = KubernetesLauncher(kube.kubeconfig, template=DEFAULT, namespace=ns, instance=uid, watch_timeout=1,
+        lau = KubernetesLauncher(kube.kubeconfig, template=DEFAULT, namespace_prefix=vc_prefix(ns), instance=uid, watch_timeout=1,
                                  pipeline=True)
         svc = KubernetesSchedulerService(str(spec), tmp_path / "data", launcher=lau, tick_seconds=0.05)
         made.append(svc)
@@ -116,7 +116,7 @@ def test_without_an_admin_policy_a_jobs_own_fields_meet_the_restricted_default(m
 def test_without_an_admin_policy_the_default_template_is_the_admins_word(kube, ns, uid):
     """The default template (the admin's) may mount what the default policy would refuse a job."""
     from hived.core.jobs import JobRequest, PodGroup
-    lau = KubernetesLauncher(kube.kubeconfig, namespace=ns, instance=uid, watch_timeout=1,
+    lau = KubernetesLauncher(kube.kubeconfig, namespace_prefix=vc_prefix(ns), instance=uid, watch_timeout=1,
                              template={"image": "img", "volumes": [{"name": "d", "hostPath": {"path": "/data"}}],
                                        "service_account": "trainer"})
     req = JobRequest(user="alice", vc="vca", command="x", groups=[PodGroup(1, 1)], k8s_template={"env": {"A": "1"}})

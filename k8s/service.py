@@ -24,7 +24,6 @@ The jupyter-server extension hosts it with
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import logging
 import os
@@ -309,7 +308,9 @@ class KubernetesSchedulerService(SchedulerService):
         """Job ids go on after the highest one the journal or any hived pod in the cluster holds."""
         seen = list(self.eng._jobs) + list(self._extra) + self.launcher.cluster_job_ids()
         top = max((int(m.group(1)) for m in map(_JOB_ID.fullmatch, seen) if m), default=0)
-        self.eng._ids = itertools.count(top + 1)
+        # the service hands out ids from its JobIds (data directory); the cluster's pods bound it too
+        ids = self.job_ids
+        ids._next = max(ids._next, top + 1)
 
     def reload_spec(self, path_or_text) -> dict:
         """Reconfigure while running. Unlike the base service (which refuses a spec that a running

@@ -46,7 +46,8 @@ def test_binding_and_preemption_events(hv):
 
 def test_a_refused_launch_keeps_the_api_message_in_last_error_and_an_event(hv):
     svc = hv.service()
-    jid = "j1"                                      # a fresh namespace and journal: the first id
+    jid = svc.job_ids.next()                        # the id the next job gets (ids follow the cluster's)
+    svc.job_ids.give_back(jid)
     taken = pb.pod_name(jid, 1, 0)
     hv.core.create_namespaced_pod(hv.vca, {"metadata": {"name": taken},
                                           "spec": {"containers": [{"name": "c", "image": "x"}]}})
@@ -64,7 +65,7 @@ def test_finished_pods_are_collected_after_their_ttl(hv):
     svc = hv.service(launcher_kw={"finished_pod_ttl": 1.0, "gc_every": 0.2})
     a, b = hv.start_jobs(svc, {**JOB, "pods": 1}, {**JOB, "pods": 1, "vc": "vcb"})
     for p in hv.pods(a):
-        hv.kubelet.exit(hv.vca, p.metadata.name, 0)
+        hv.kubelet.exit(p.metadata.namespace, p.metadata.name, 0)
     hv.tick_until(svc, lambda: svc.get_job(a)["state"] == "succeeded")
     assert len(hv.pods(a)) == 1                      # kept for a while (logs)
     hv.tick_until(svc, lambda: hv.pods(a) == [], timeout=15)

@@ -70,6 +70,6 @@ def test_gpus_of_a_gang_ended_by_a_spec_change_wait_for_its_pods(hv):
     assert svc2.get_job(big)["state"] == "queued"         # both nodes whole: one still has b's pod on it
     assert {(u["node"], u["reason"]) for u in svc2.status()["unhealthy"]} == {
         (node, f"pods of ended job {b} still stopping")}
-    hv.kubelet.confirm_deletion(hv.vca, pod.metadata.name)
+    hv.kubelet.confirm_deletion(pod.metadata.namespace, pod.metadata.name)
     hv.tick_until(svc2, lambda: svc2.get_job(big)["state"] in ("placed", "running"), timeout=15)
     assert svc2.status()["unhealthy"] == []

@@ -60,7 +60,7 @@ def test_restart_rebuilds_bindings_exactly_and_schedules_nothing_twice(hv):
         assert job["state"] == "running" and job["attempts"] == 1 and job["placement"] == placements[j]
     # the adopted gang still reports its end
     for p in hv.pods(a):
-        hv.kubelet.exit(hv.vca, p.metadata.name, 0)
+        hv.kubelet.exit(p.metadata.namespace, p.metadata.name, 0)
     hv.tick_until(svc2, lambda: svc2.get_job(a)["state"] == "succeeded")
     assert a not in svc2.eng.alloc.grants()
 
@@ -170,7 +170,7 @@ def test_gang_missing_a_member_that_ran_is_torn_down(hv):
     assert {p.metadata.deletion_grace_period_seconds for p in old()} == {20}
     assert svc2.eng.job(a).state.value == "running"
     for p in old():
-        hv.kubelet.confirm_deletion(hv.vca, p.metadata.name)
+        hv.kubelet.confirm_deletion(p.metadata.namespace, p.metadata.name)
     hv.tick_until(svc2, lambda: svc2.eng.job(a).state.value != "running")
     # exit 143 (the member is gone as if killed): the failure rules requeue it as a whole
     states = [h["state"] for h in svc2.get_job(a)["history"]]
@@ -267,7 +267,7 @@ def test_journal_only_job_on_cells_the_pods_hold_ends_as_lost(hv):
     cells_a = svc.get_job(a)["placement"]
     svc.close()
     for p in hv.pods(b):                                     # b's pod is gone ...
-        hv.kubelet.confirm_deletion(hv.vca, p.metadata.name)
+        hv.kubelet.confirm_deletion(p.metadata.namespace, p.metadata.name)
     db = sqlite3.connect(hv.data / "hived.db")               # ... and the journal puts b on a's GPUs
     (rec,) = db.execute("SELECT record FROM jobs WHERE job_id=?", (b,)).fetchone()
     rec = json.loads(rec)

@@ -42,6 +42,11 @@ def grants(svc):
 def test_restart_rebuilds_bindings_exactly_and_schedules_nothing_twice(hv):
     svc = hv.service()
     a, b = hv.start_jobs(svc, JOB_4x2, JOB_B)
+    # each VC's job in its VC's namespace, a's 4-pod gang with its headless Service beside it
+    assert {p.metadata.namespace for p in hv.pods(a)} == {hv.vc_namespaces["vca"]}
+    assert {p.metadata.namespace for p in hv.pods(b)} == {hv.vc_namespaces["vcb"]}
+    assert hv.core.list_namespaced_pod(hv.ns).items == []
+    assert [s.metadata.name for s in hv.core.list_namespaced_service(hv.vca).items] == [pb.service_name(a)]
     before, pods_before = grants(svc), {p.metadata.name: p.metadata.uid for p in hv.pods()}
     placements = {j: svc.get_job(j)["placement"] for j in (a, b)}
     svc.close()                                    # the service goes away; its pods keep running
@@ -63,6 +68,8 @@ def test_restart_rebuilds_bindings_exactly_and_schedules_nothing_twice(hv):
         hv.kubelet.exit(p.metadata.namespace, p.metadata.name, 0)
     hv.tick_until(svc2, lambda: svc2.get_job(a)["state"] == "succeeded")
     assert a not in svc2.eng.alloc.grants()
+    assert wait_for(lambda: not hv.core.list_namespaced_service(hv.vca).items, 10), \
+        "the adopted gang's Service outlived it"
 
 
 def test_journal_disagreeing_with_the_cluster_loses_and_is_logged(hv, caplog):

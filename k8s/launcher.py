@@ -1,8 +1,11 @@
 """KubernetesLauncher: the Launcher protocol (docs/architecture.md) on a Kubernetes cluster.
 
 One pod per gang member, bound to the node of its physical cell with the GPU
-indices hived chose (see pod_builder for the two ways of binding). A pod watch
-turns pod status into the protocol's events:
+indices hived chose (see pod_builder for the two ways of binding), in the
+namespace of the job's VC (the admin policy's, else ``hived-<vc>``; never
+hived's own). A namespace the admin has not applied refuses the launch with
+that reason. One pod watch, across namespaces on hived's labels, turns pod
+status into the protocol's events:
 
 - ``started`` once every pod of the gang is running;
 - ``exited`` once the gang is over: every pod succeeded (exit 0), or one pod
@@ -734,7 +737,7 @@ class KubernetesLauncher:
         return self.watch.snapshot()
 
     def cluster_job_ids(self) -> list[str]:
-        """The job ids on every hived pod in the watched namespace(s), of *any* hived instance:
+        """The job ids on every hived pod in the watched namespaces, of *any* hived instance:
         a new job id must not name an old pod (pod names derive from it)."""
         # this instance's pods are in the watch cache; the list fetches only other instances'
         sel = f"{pb.L_MANAGED}=hived,{pb.L_INSTANCE}!={pb.label_value(self.instance)}"

@@ -51,11 +51,12 @@ ENV = {
     "HIVED_K8S_WATCH_NAMESPACE": "watch pods in this namespace only (default: every namespace, by label; "
                                  "only when all VCs run in one namespace)",
     "HIVED_SPEC_VERSION": "spec version written on pods (default: a hash of the spec)",
-    "HIVED_K8S_POLICY": "pod policy file (YAML, k8s/policy.py; default: a job's own template fields must "
-                        "meet the restricted profile and name no service account)",
+    "HIVED_K8S_POLICY": "pod policy file (YAML, k8s/policy.py): each VC's namespace and what its templates may "
+                        "ask for (default: VC v runs in hived-v; a job's own template fields must meet the "
+                        "restricted profile and name no service account)",
     "HIVED_K8S_LEASE": "name of the coordination.k8s.io Lease for leader election (default: none, "
                        "this instance acts alone)",
-    "HIVED_K8S_LEASE_NAMESPACE": "namespace of that Lease (default: the pod's own namespace, else HIVED_K8S_NAMESPACE)",
+    "HIVED_K8S_LEASE_NAMESPACE": "namespace of that Lease (default: HIVED_K8S_NAMESPACE)",
     "HIVED_K8S_NOTREADY_TOLERATION": "seconds a node may be NotReady before its gangs are moved (default 60)",
     "HIVED_K8S_DEFAULT_GRACE": "grace period (s) of jobs that give none (default 30; never a force delete)",
     "HIVED_K8S_PENDING_TIMEOUT": "seconds a gang's pods may stay Pending before it is torn down and retried "

@@ -205,8 +205,8 @@ def add_node(core, name: str, cap: dict) -> None:
 
 def _service(cluster, spec_path: str, data, ns: str, **kw):
     from hived.k8s.service import KubernetesSchedulerService
-    lau = KubernetesLauncher(cluster.kubeconfig, template={"image": IMAGE}, namespace_prefix=jobs_prefix(ns), instance=ns,
-                             emit_events=False, watch_timeout=5, pipeline=True)
+    lau = KubernetesLauncher(cluster.kubeconfig, template={"image": IMAGE}, namespace_prefix=jobs_prefix(ns),
+                             instance=ns, emit_events=False, watch_timeout=5, pipeline=True)
     return KubernetesSchedulerService(spec_path, data, launcher=lau, tick_seconds=0.05, synchronous="OFF",
                                       **{"leader": None, **kw})
 
@@ -239,8 +239,8 @@ def recovery_bench(cluster, core, nodes: int, n: int, rounds: int, tmp) -> dict:
     t0 = time.perf_counter()
     _running_gangs(cluster, core, str(spec_path), data, ns, n)
     setup = time.perf_counter() - t0
-    lister = KubernetesLauncher(cluster.kubeconfig, template={"image": IMAGE}, namespace_prefix=jobs_prefix(ns), instance=ns,
-                                emit_events=False)
+    lister = KubernetesLauncher(cluster.kubeconfig, template={"image": IMAGE}, namespace_prefix=jobs_prefix(ns),
+                                instance=ns, emit_events=False)
     lists, restarts, per = [], [], []
     for r in range(rounds):
         for which in (("list", "restart") if r % 2 == 0 else ("restart", "list")):

@@ -47,8 +47,8 @@ def outage(kube):
 
 
 def _launcher(kube, ns, **kw):
-    return KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=ns, watch_timeout=1,
-                              pipeline=True, **kw).start()
+    return KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=ns,
+                              watch_timeout=1, pipeline=True, **kw).start()
 
 
 def test_a_few_seconds_of_outage_mid_gang_only_delay_the_launch(kube, core, ns, outage):

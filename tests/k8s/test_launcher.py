@@ -135,8 +135,8 @@ def test_a_bad_member_fails_the_gang_and_tears_it_down(launcher, core, ns, uid, 
 def test_a_failed_gang_is_released_when_a_member_never_confirms_its_deletion(kube, core, ns, uid, kubelet):
     """A member whose node died never confirms its deletion: the gang's cells are released
     teardown_margin after its grace period all the same."""
-    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=uid, watch_timeout=2,
-                             teardown_margin=0.5).start()
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=uid,
+                             watch_timeout=2, teardown_margin=0.5).start()
     try:
         lau.launch("j1", request(groups=[PodGroup(pods=2, gpus=2)], grace_period=1.0),
                    Placement("V100", gang_placement("a", "b").pods[:2]), attempt=1)
@@ -196,7 +196,8 @@ def test_kill_with_zero_grace_honours_the_jobs_grace_and_waits_for_the_kubelet(l
 
 
 def test_a_job_without_grace_gets_the_default_not_a_force_delete(kube, core, ns, kubelet):
-    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=ns, watch_timeout=1, default_grace=45)
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=ns,
+                             watch_timeout=1, default_grace=45)
     try:
         lau.launch("j1", request(grace_period=0.0, groups=[PodGroup(1, 2)]),
                    Placement("V100", gang_placement("a", "b").pods[:1]), attempt=1)
@@ -211,8 +212,8 @@ def test_a_job_without_grace_gets_the_default_not_a_force_delete(kube, core, ns,
 
 def test_pods_never_confirmed_gone_are_released_after_the_stated_bound(kube, core, ns):
     """A lost node's kubelet confirms nothing: the cells go on teardown_margin after the grace."""
-    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=ns, watch_timeout=1,
-                             teardown_margin=1.0)
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=ns,
+                             watch_timeout=1, teardown_margin=1.0)
     try:
         lau.launch("j1", request(grace_period=1.0, groups=[PodGroup(1, 2)]),
                    Placement("V100", gang_placement("a", "b").pods[:1]), attempt=1)
@@ -254,8 +255,8 @@ def test_default_template_is_validated_when_the_launcher_is_built(kube, ns):
 
 @pytest.mark.parametrize("bind", ["node_name", "binding"])
 def test_server_refusing_mid_gang_leaves_no_half_gang(kube, core, ns, uid, bind):
-    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=uid, bind=bind,
-                             watch_timeout=2).start()
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=uid,
+                             bind=bind, watch_timeout=2).start()
     try:
         # Someone else already holds rank 2's name: the server refuses that pod with 409.
         taken = pb.pod_name("j1", 1, 2)
@@ -308,8 +309,8 @@ def test_admission_refusing_mid_gang_leaves_no_half_gang(kube, core, uid, bind):
     meanwhile): the two pods already created are deleted again."""
     ns = f"{uid}-adm-vc-a"
     core.create_namespace({"metadata": {"name": ns}})
-    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=uid, bind=bind,
-                             watch_timeout=1)
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=uid,
+                             bind=bind, watch_timeout=1)
     real = lau.raw.create_pod
     made = []
 

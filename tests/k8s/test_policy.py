@@ -303,6 +303,10 @@ def test_the_service_reads_the_policy_file_named_by_the_environment(kube, ns, tm
     monkeypatch.setenv("HIVED_K8S_POLICY", str(path))
     lau = launcher_from_env()
     assert lau.policy.for_vc("lab").pod_security == "baseline"
+    assert lau.namespace_for("vca") == "jobs-vca" != ns          # the policy's, not hived's own
+    monkeypatch.delenv("HIVED_K8S_POLICY")
+    assert launcher_from_env().namespace_for("vca") == "hived-vca"  # without a policy file
+    monkeypatch.setenv("HIVED_K8S_POLICY", str(path))
     path.write_text("defaults: {podSecurity: lax}\n")
     with pytest.raises(PolicyFileError) as e:
         launcher_from_env()

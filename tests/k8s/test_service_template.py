@@ -37,8 +37,8 @@ def make_svc(kube, ns, uid, nodes, tmp_path):
     made = []
 
     def make():
-        lau = KubernetesLauncher(kube.kubeconfig, template=DEFAULT, namespace_prefix=vc_prefix(ns), instance=uid, watch_timeout=1,
-                                 pipeline=True)
+        lau = KubernetesLauncher(kube.kubeconfig, template=DEFAULT, namespace_prefix=vc_prefix(ns), instance=uid,
+                                 watch_timeout=1, pipeline=True)
         svc = KubernetesSchedulerService(str(spec), tmp_path / "data", launcher=lau, tick_seconds=0.05)
         made.append(svc)
         return svc

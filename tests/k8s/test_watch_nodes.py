@@ -206,8 +206,10 @@ def test_node_health_ignores_nodes_outside_the_spec(core, uid, nodes):
 
 
 def test_owned_pods_are_selected_by_instance(kube, core, ns, uid):
-    a = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=f"{uid}a", watch_timeout=1)
-    b = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=f"{uid}b", watch_timeout=1)
+    a = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=f"{uid}a",
+                           watch_timeout=1)
+    b = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=f"{uid}b",
+                           watch_timeout=1)
     try:
         a.launch("j1", request(), gang_placement("x", "y"), attempt=1)
         assert wait_for(lambda: len(a.owned_pods()) == 4)

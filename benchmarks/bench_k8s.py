@@ -73,6 +73,12 @@ TARGET_OVERHEAD = 0.20
 IMAGE = "registry.example/train:1"
 
 
+def jobs_prefix(ns: str) -> str:
+    """The namespace prefix that puts VC "vc"'s jobs in ``ns`` (each run's namespace ends in "-vc")."""
+    assert ns.endswith("-vc"), ns
+    return ns[:-len("vc")]
+
+
 def spec_doc(nodes: int) -> dict:
     return {
         "physicalCluster": {
@@ -125,7 +131,7 @@ def same_manifests_run(raw: RawApi, ns: str, manifests: list[dict], bind: bool) 
 def same_watched_run(api, raw: RawApi, ns: str, manifests: list[dict], bind: bool) -> float:
     """Third baseline: hived's manifests created without hived, while hived's pod watch follows
     them (until it has seen every pod): what remains is hived's scheduling, building and sending."""
-    lau = KubernetesLauncher(api_client=api, template={"image": IMAGE}, namespace=ns, instance=ns,
+    lau = KubernetesLauncher(api_client=api, template={"image": IMAGE}, namespace_prefix=jobs_prefix(ns), instance=ns,
                              emit_events=False, watch_timeout=5).start()
     try:
         t0 = time.perf_counter()
@@ -155,7 +161,7 @@ def build_manifests(ns: str, n: int, nodes: int, bind: bool) -> list[dict]:
 
 def hived_run(api, core, ns: str, n: int, nodes: int, bind: bool) -> tuple[float, dict]:
     eng = Engine(spec_doc(nodes))
-    lau = KubernetesLauncher(api_client=api, template={"image": IMAGE}, namespace=ns, instance=ns,
+    lau = KubernetesLauncher(api_client=api, template={"image": IMAGE}, namespace_prefix=jobs_prefix(ns), instance=ns,
                              bind="binding" if bind else "node_name", emit_events=False, watch_timeout=5,
                              pipeline=True)
     lau.start()
@@ -199,8 +205,8 @@ def add_node(core, name: str, cap: dict) -> None:
 
 def _service(cluster, spec_path: str, data, ns: str, **kw):
     from hived.k8s.service import KubernetesSchedulerService
-    lau = KubernetesLauncher(cluster.kubeconfig, template={"image": IMAGE}, namespace=ns, instance=ns,
-                             emit_events=False, watch_timeout=5, pipeline=True)
+    lau = KubernetesLauncher(cluster.kubeconfig, template={"image": IMAGE}, namespace_prefix=jobs_prefix(ns),
+                             instance=ns, emit_events=False, watch_timeout=5, pipeline=True)
     return KubernetesSchedulerService(spec_path, data, launcher=lau, tick_seconds=0.05, synchronous="OFF",
                                       **{"leader": None, **kw})
 
@@ -225,7 +231,7 @@ def _running_gangs(cluster, core, spec_path, data, ns: str, n: int) -> None:
 
 
 def recovery_bench(cluster, core, nodes: int, n: int, rounds: int, tmp) -> dict:
-    ns = f"recovery-{uuid.uuid4().hex[:4]}"
+    ns = f"recovery-{uuid.uuid4().hex[:4]}-vc"
     core.create_namespace({"metadata": {"name": ns}})
     spec_path = tmp / "spec.json"
     spec_path.write_text(json.dumps(spec_doc(nodes)))
@@ -233,8 +239,8 @@ def recovery_bench(cluster, core, nodes: int, n: int, rounds: int, tmp) -> dict:
     t0 = time.perf_counter()
     _running_gangs(cluster, core, str(spec_path), data, ns, n)
     setup = time.perf_counter() - t0
-    lister = KubernetesLauncher(cluster.kubeconfig, template={"image": IMAGE}, namespace=ns, instance=ns,
-                                emit_events=False)
+    lister = KubernetesLauncher(cluster.kubeconfig, template={"image": IMAGE}, namespace_prefix=jobs_prefix(ns),
+                                instance=ns, emit_events=False)
     lists, restarts, per = [], [], []
     for r in range(rounds):
         for which in (("list", "restart") if r % 2 == 0 else ("restart", "list")):
@@ -271,7 +277,7 @@ def failover_bench(cluster, core, rounds: int, tmp) -> dict:
     for how in ("handed back", "leader died"):
         times = []
         for r in range(rounds):
-            ns = f"failover-{uuid.uuid4().hex[:4]}"
+            ns = f"failover-{uuid.uuid4().hex[:4]}-vc"
             core.create_namespace({"metadata": {"name": ns}})
             a = _service(cluster, str(spec_path), tmp / f"fa-{ns}", ns,
                          leader={"namespace": ns, "name": "hived", "identity": "a", **lease}).start()
@@ -344,7 +350,7 @@ def main(argv=None) -> int:
             parts = []
             for r in range(rounds):
                 for which in (runs if r % 2 == 0 else runs[::-1]):
-                    ns = f"{which}-{mode.replace('_', '')}-{r}-{uuid.uuid4().hex[:4]}"
+                    ns = f"{which}-{mode.replace('_', '')}-{r}-{uuid.uuid4().hex[:4]}-vc"
                     core.create_namespace({"metadata": {"name": ns}})
                     if which == "plain":
                         times[which].append(plain_run(core, ns, n, nodes, bind, raw))

@@ -1,8 +1,11 @@
 """KubernetesLauncher: the Launcher protocol (docs/architecture.md) on a Kubernetes cluster.
 
 One pod per gang member, bound to the node of its physical cell with the GPU
-indices hived chose (see pod_builder for the two ways of binding). A pod watch
-turns pod status into the protocol's events:
+indices hived chose (see pod_builder for the two ways of binding), in the
+namespace of the job's VC (the admin policy's, else ``hived-<vc>``; never
+hived's own). A namespace the admin has not applied refuses the launch with
+that reason. One pod watch, across namespaces on hived's labels, turns pod
+status into the protocol's events:
 
 - ``started`` once every pod of the gang is running;
 - ``exited`` once the gang is over: every pod succeeded (exit 0), or one pod
@@ -51,6 +54,7 @@ from . import pod_builder as pb
 from .events import EventRecorder
 from .gc import FinishedPods
 from .nodes import NodeHealth
+from .policy import DEFAULT_PREFIX, AdminPolicy
 from .rest_raw import TRANSIENT, RawApi
 from .template import JobTemplate, TemplateError, check_for_vc
 from .watch import (DELETED, EXIT_DELETED, FAILED, PENDING, RUNNING, SUCCEEDED, PodState, pod_key, pod_state,
@@ -64,6 +68,7 @@ EXIT_LAUNCH_REFUSED = 127        # what a gang the API server refused exits with
 DEFAULT_GRACE = 30.0             # a job without a grace period of its own gets Kubernetes' default
 FRESH_LIST_S = 2.0               # a full list younger than this is as fresh as a new one
 EXIT_PENDING_TIMEOUT = 124       # a gang whose pods never all started (timeout(1)'s code)
+APPLY_NAMESPACES = "python -m hived.k8s.policy SPEC POLICY | kubectl apply -f -"
 
 
 @dataclass
@@ -130,6 +135,17 @@ def _send(call, *args, **kw) -> bytes:
         resp.release_conn()
 
 
+def _namespace_missing(e: ApiException, ns: str) -> bool:
+    """A create answered 404 because namespace ``ns`` itself does not exist."""
+    if e.status != 404:
+        return False
+    try:
+        details = json.loads(e.body).get("details") or {}
+    except Exception:
+        return False
+    return details.get("kind") == "namespaces" and details.get("name") == ns
+
+
 def _api_message(e: ApiException) -> str:
     try:
         return json.loads(e.body).get("message") or str(e.reason)
@@ -142,7 +158,7 @@ class KubernetesLauncher:
     a job may add overrides as ``request.k8s_template`` (validated the same way)."""
 
     def __init__(self, kubeconfig: Optional[str] = None, *, api_client: Optional[client.ApiClient] = None,
-                 template: Any = None, namespace: str = "default", instance: str = "hived",
+                 template: Any = None, namespace_prefix: str = DEFAULT_PREFIX, instance: str = "hived",
                  bind: str = "node_name", spec_version: str = "", context: Optional[str] = None,
                  nodes: Optional[Iterable[str]] = None, emit_events: bool = True,
                  priority_of: Optional[Callable[[JobRequest, Placement], Optional[int]]] = None,
@@ -174,18 +190,20 @@ class KubernetesLauncher:
         # policy.AdminPolicy: what each VC's templates may ask for (None: the default policy, on
         # the fields a job sets itself; template.check_for_vc)
         self.policy = policy
-        self.namespace = namespace
+        # Where each VC's jobs run: the policy's namespaces, or without one prefix + VC name. Never
+        # hived's own namespace (the policy refuses that); the admin creates them (policy.py's tool).
+        self._namespaces = policy if policy is not None else AdminPolicy(namespace_prefix=namespace_prefix)
         self.instance = instance
         self.bind = bind
         self.spec_version = spec_version
         self.priority_of = priority_of
         self.events = EventRecorder(self.raw, enabled=emit_events)
         self.selector = f"{pb.L_MANAGED}=hived,{pb.L_INSTANCE}={pb.label_value(instance)}"
-        # Least privilege: watch (and so need RBAC on) the jobs' namespace only; "*" = every
-        # namespace (templates may then name their own; needs a ClusterRole for pods).
-        self.watch_namespace = watch_namespace or namespace
+        # Jobs of every VC, each in its own namespace: one list+watch across namespaces (by label),
+        # or only ``watch_namespace`` when every VC the launcher serves runs there.
+        self.watch_namespace = None if watch_namespace in (None, "*") else watch_namespace
         self.watch = pod_watch(self.core, self.selector, self._on_pod, timeout_seconds=watch_timeout,
-                               namespace=None if self.watch_namespace == "*" else self.watch_namespace)
+                               namespace=self.watch_namespace)
         self.node_health = NodeHealth(self.core, nodes, timeout_seconds=watch_timeout) if nodes else None
         self._gangs: dict[str, _Gang] = {}
         self._events: list[JobEvent] = []
@@ -239,14 +257,18 @@ class KubernetesLauncher:
         if not request.user or not request.vc:
             raise TemplateError("request", "user and vc are required")
         check_for_vc(t, request.vc, self.policy, getattr(request, TEMPLATE_ATTR, None))
-        ns = self.namespace_of(t)
-        if self.watch_namespace != "*" and ns != self.watch_namespace:
-            raise TemplateError("template.namespace", f"hived watches pods in namespace {self.watch_namespace!r} "
-                                f"only, not {ns!r} (start the launcher with watch_namespace='*')")
+        ns = self.namespace_for(request.vc)
+        if t.namespace is not None and t.namespace != ns:
+            raise TemplateError("template.namespace", f"VC {request.vc!r} runs its jobs in namespace {ns!r} only, "
+                                f"not {t.namespace!r}")
+        if self.watch_namespace is not None and ns != self.watch_namespace:
+            raise TemplateError("template.namespace", f"VC {request.vc!r} runs its jobs in namespace {ns!r}, but "
+                                f"hived watches namespace {self.watch_namespace!r} only")
         return t
 
-    def namespace_of(self, template: JobTemplate) -> str:
-        return template.namespace or self.namespace
+    def namespace_for(self, vc: str) -> str:
+        """The namespace of VC ``vc``'s pods, gang Services and Events."""
+        return self._namespaces.for_vc(vc).namespace
 
     def grace_of(self, requested: float) -> float:
         """The grace period pods get: the job's own, or ``default_grace`` when it has none (0 would be a
@@ -264,7 +286,7 @@ class KubernetesLauncher:
     def launch(self, job_id: str, request: JobRequest, placement: Placement, attempt: int) -> None:
         self.start()
         template = self.validate(request)            # refused here: nothing was created
-        ns = self.namespace_of(template)
+        ns = self.namespace_for(request.vc)
         priority = self.priority_of(request, placement) if self.priority_of else None
 
         def build() -> list[dict]:
@@ -378,6 +400,9 @@ class KubernetesLauncher:
                     self.raw.bind_pod(ns, pod["metadata"]["name"], pb.binding_body(pod))
         except Exception as e:   # refused, or the connection broke: no half gang either way
             self._rollback(ns, created, job_id)
+            if isinstance(e, ApiException) and _namespace_missing(e, ns):
+                raise LaunchError(job_id, e.status, f"namespace {ns!r} does not exist; an admin creates each "
+                                  f"VC's namespace: {APPLY_NAMESPACES}") from None
             if isinstance(e, ApiException):
                 raise LaunchError(job_id, e.status, _api_message(e)) from None
             raise LaunchError(job_id, None, f"{e.__class__.__name__}: {e}") from e
@@ -404,7 +429,7 @@ class KubernetesLauncher:
         """Create the gang members ``ranks`` at their recorded cells (finishing an interrupted launch);
         all or none of them, like ``launch``."""
         template = self.validate(request)
-        ns = self.namespace_of(template)
+        ns = self.namespace_for(request.vc)
         pods = [p for p in self._with_grace(pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
                                                           instance=self.instance, bind=self.bind,
                                                           spec_version=self.spec_version))
@@ -450,8 +475,10 @@ class KubernetesLauncher:
         return out
 
     def delete_gang(self, job_id: str, ns: str, names: list[str], grace_period: float) -> None:
-        """Delete pods hived no longer tracks (recovery: leftovers of a job that ended), with the job's grace."""
+        """Delete pods hived no longer tracks (recovery: leftovers of a job that ended), with the job's grace,
+        and the gang's headless Service (if it had one)."""
         self._delete_pods(ns, names, self.grace_of(grace_period), f"delete {job_id}")
+        self._delete_service(ns, pb.service_name(job_id))
 
     def relabel_opportunistic(self, job_id: str) -> None:
         """A tracked gang was downgraded (spec reload): relabel its pods."""
@@ -654,6 +681,8 @@ class KubernetesLauncher:
         present = {p["metadata"]["name"]: p for p in pods}
         with self._lock:
             self._gangs[job_id] = gang
+            if len(names) > 1:     # created before the restart: deleted when the gang ends
+                self._services[job_id] = (ns, pb.service_name(job_id))
             for rank, name in enumerate(names):
                 pod = present.get(name)
                 gang.states[rank] = pod_state(pod) if pod else PodState(DELETED, "missing after restart",
@@ -708,12 +737,12 @@ class KubernetesLauncher:
         return self.watch.snapshot()
 
     def cluster_job_ids(self) -> list[str]:
-        """The job ids on every hived pod in the watched namespace(s), of *any* hived instance:
+        """The job ids on every hived pod in the watched namespaces, of *any* hived instance:
         a new job id must not name an old pod (pod names derive from it)."""
         # this instance's pods are in the watch cache; the list fetches only other instances'
         sel = f"{pb.L_MANAGED}=hived,{pb.L_INSTANCE}!={pb.label_value(self.instance)}"
         own = [a[pb.A_JOB] for p in self.owned_pods() if pb.A_JOB in (a := (p["metadata"].get("annotations") or {}))]
-        if self.watch_namespace == "*":
+        if self.watch_namespace is None:
             resp = self.core.list_pod_for_all_namespaces(label_selector=sel, _preload_content=False)
         else:
             resp = self.core.list_namespaced_pod(self.watch_namespace, label_selector=sel, _preload_content=False)

@@ -24,14 +24,13 @@ The jupyter-server extension hosts it with
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import logging
 import os
 import re
 from typing import Any, Optional
 
-from hived.core.engine import RequestError
+from hived.jupyter_ext.service.degraded import ServiceDegraded
 from hived.jupyter_ext.service.service import SchedulerService
 
 from .launcher import KubernetesLauncher
@@ -43,18 +42,21 @@ from .recovery import reconcile
 log = logging.getLogger("hived.k8s.service")
 
 ENV = {
-    "HIVED_K8S_NAMESPACE": "namespace of the job pods (default: the pod's own namespace, else 'default')",
+    "HIVED_K8S_NAMESPACE": "hived's own namespace, where its Lease lives (default: the pod's own namespace); "
+                           "jobs never run there: each VC's run in the namespace the pod policy names",
     "HIVED_K8S_TEMPLATE": "path of the default job template (JSON or YAML)",
     "HIVED_K8S_BIND": "node_name (default) or binding",
     "HIVED_K8S_INSTANCE": "name of this hived instance in pod labels (default 'hived')",
     "HIVED_K8S_KUBECONFIG": "kubeconfig path (default: in-cluster config, else $KUBECONFIG)",
-    "HIVED_K8S_WATCH_NAMESPACE": "namespace whose pods hived watches (default: HIVED_K8S_NAMESPACE; '*' = all)",
+    "HIVED_K8S_WATCH_NAMESPACE": "watch pods in this namespace only (default: every namespace, by label; "
+                                 "only when all VCs run in one namespace)",
     "HIVED_SPEC_VERSION": "spec version written on pods (default: a hash of the spec)",
-    "HIVED_K8S_POLICY": "pod policy file (YAML, k8s/policy.py; default: a job's own template fields must "
-                        "meet the restricted profile and name no service account)",
+    "HIVED_K8S_POLICY": "pod policy file (YAML, k8s/policy.py): each VC's namespace and what its templates may "
+                        "ask for (default: VC v runs in hived-v; a job's own template fields must meet the "
+                        "restricted profile and name no service account)",
     "HIVED_K8S_LEASE": "name of the coordination.k8s.io Lease for leader election (default: none, "
                        "this instance acts alone)",
-    "HIVED_K8S_LEASE_NAMESPACE": "namespace of that Lease (default: the pod's own namespace, else HIVED_K8S_NAMESPACE)",
+    "HIVED_K8S_LEASE_NAMESPACE": "namespace of that Lease (default: HIVED_K8S_NAMESPACE)",
     "HIVED_K8S_NOTREADY_TOLERATION": "seconds a node may be NotReady before its gangs are moved (default 60)",
     "HIVED_K8S_DEFAULT_GRACE": "grace period (s) of jobs that give none (default 30; never a force delete)",
     "HIVED_K8S_PENDING_TIMEOUT": "seconds a gang's pods may stay Pending before it is torn down and retried "
@@ -71,8 +73,8 @@ def leader_from_env() -> Optional[dict]:
     name = os.environ.get("HIVED_K8S_LEASE")
     if not name:
         return None
-    ns = (os.environ.get("HIVED_K8S_LEASE_NAMESPACE") or _own_namespace()
-          or os.environ.get("HIVED_K8S_NAMESPACE") or "default")
+    ns = (os.environ.get("HIVED_K8S_LEASE_NAMESPACE") or os.environ.get("HIVED_K8S_NAMESPACE")
+          or _own_namespace() or "default")
     return {"name": name, "namespace": ns}
 
 
@@ -117,7 +119,6 @@ def launcher_from_env(nodes=None, **kw) -> KubernetesLauncher:
     return KubernetesLauncher(
         env.get("HIVED_K8S_KUBECONFIG") or None,
         template=_load_template(env.get("HIVED_K8S_TEMPLATE")),
-        namespace=env.get("HIVED_K8S_NAMESPACE") or _own_namespace() or "default",
         instance=env.get("HIVED_K8S_INSTANCE") or "hived",
         bind=env.get("HIVED_K8S_BIND") or "node_name",
         spec_version=env.get("HIVED_SPEC_VERSION", ""),
@@ -202,8 +203,8 @@ class KubernetesSchedulerService(SchedulerService):
     def _require_leader(self) -> None:
         if self._standby:
             holder = self.elector.holder() if self.elector else None
-            raise RequestError("leader", f"this hived instance ({self.elector.identity if self.elector else '?'}) "
-                               f"is a standby; the leader is {holder or 'not known yet'}: send requests there")
+            raise ServiceDegraded(f"this hived instance ({self.elector.identity if self.elector else '?'}) "
+                                  f"is a standby; the leader is {holder or 'not known yet'}: send requests there")
 
     def start(self) -> "KubernetesSchedulerService":
         if self.elector is not None and self._standby:
@@ -308,7 +309,9 @@ class KubernetesSchedulerService(SchedulerService):
         """Job ids go on after the highest one the journal or any hived pod in the cluster holds."""
         seen = list(self.eng._jobs) + list(self._extra) + self.launcher.cluster_job_ids()
         top = max((int(m.group(1)) for m in map(_JOB_ID.fullmatch, seen) if m), default=0)
-        self.eng._ids = itertools.count(top + 1)
+        # the service hands out ids from its JobIds (data directory); the cluster's pods bound it too
+        ids = self.job_ids
+        ids._next = max(ids._next, top + 1)
 
     def reload_spec(self, path_or_text) -> dict:
         """Reconfigure while running. Unlike the base service (which refuses a spec that a running

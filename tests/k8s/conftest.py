@@ -21,7 +21,7 @@ import pytest
 from hived.k8s import minikas
 
 sys.path.insert(0, str(Path(__file__).parent))
-from k8s_helpers import Kubelet, Nodes  # noqa: E402
+from k8s_helpers import VC_A, Kubelet, Nodes  # noqa: E402
 
 TOKEN = minikas.TOKEN
 Cluster = minikas.Cluster
@@ -50,8 +50,10 @@ _ids = itertools.count()
 
 @pytest.fixture
 def ns(core):
-    """A fresh namespace per test (the API server is shared by the session)."""
-    name = f"t{next(_ids)}-{uuid.uuid4().hex[:6]}"
+    """A fresh namespace per test (the API server is shared by the session): the namespace of VC
+    ``vc-a`` (k8s_helpers.request's) under a fresh prefix, so a launcher given
+    ``namespace_prefix=vc_prefix(ns)`` puts that VC's jobs here; ``vc_ns`` makes other VCs'."""
+    name = f"t{next(_ids)}-{uuid.uuid4().hex[:6]}-{VC_A}"
     core.create_namespace({"metadata": {"name": name}})
     return name
 

@@ -16,6 +16,27 @@ TEMPLATE = {"image": "registry.example/train:1", "env": {"DATA": "/data"},
             "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}
 
 
+VC_A = "vc-a"     # the VC of request(); the ``ns`` fixture is its namespace
+
+
+def vc_prefix(ns: str) -> str:
+    """The namespace prefix under which VC vc-a's namespace is ``ns`` (the ``ns`` fixture's)."""
+    assert ns.endswith(f"-{VC_A}"), ns
+    return ns[:-len(VC_A)]
+
+
+def vc_ns(core, ns: str, vc: str) -> str:
+    """VC ``vc``'s namespace beside ``ns`` (same prefix), created if it is not there yet."""
+    from kubernetes.client.rest import ApiException
+    name = vc_prefix(ns) + vc
+    try:
+        core.create_namespace({"metadata": {"name": name}})
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    return name
+
+
 def gang_placement(n1, n2, opportunistic=False):
     """4 pods x 2 GPUs: two per node, each on one 2-GPU cell (a PCIe switch)."""
     cells = [(n1, (0, 1), f"V100/{n1}/0"), (n1, (2, 3), f"V100/{n1}/1"),
@@ -141,6 +162,9 @@ class Harness:
         self.tmp = tmp_path
         self.data = tmp_path / "data"
         self.made = []
+        # each VC's jobs run in its own namespace (vca's and vcb's, beside ``ns``)
+        self.vc_namespaces = {vc: vc_ns(core, ns, vc) for vc in ("vca", "vcb")}
+        self.vca = self.vc_namespaces["vca"]
         for i in range(2):
             nodes.add(f"{uid}-n{i}")
 
@@ -153,7 +177,7 @@ class Harness:
         from hived.k8s.launcher import KubernetesLauncher
         from hived.k8s.service import KubernetesSchedulerService
         lau = KubernetesLauncher(self.kube.kubeconfig, template={"image": "registry.example/train:1"},
-                                 namespace=self.ns, instance=self.uid, watch_timeout=1,
+                                 namespace_prefix=vc_prefix(self.ns), instance=self.uid, watch_timeout=1,
                                  pipeline=True, **(launcher_kw or {}))   # as launcher_from_env builds it
         svc = KubernetesSchedulerService(spec or self.spec(), data or self.data, launcher=lau, tick_seconds=0.05,
                                          **{"leader": None, **kw})
@@ -161,13 +185,14 @@ class Harness:
         return svc
 
     def pods(self, job_id=None):
+        """This test's hived pods, in every VC namespace."""
         sel = f"{pb.L_INSTANCE}={self.uid}" + (f",{pb.L_JOB}={job_id}" if job_id else "")
-        items = self.core.list_namespaced_pod(self.ns, label_selector=sel).items
+        items = self.core.list_pod_for_all_namespaces(label_selector=sel).items
         return sorted(items, key=lambda p: p.metadata.name)
 
     def run_all(self, job_id):
         for p in self.pods(job_id):
-            self.kubelet.run(self.ns, p.metadata.name)
+            self.kubelet.run(p.metadata.namespace, p.metadata.name)
 
     @staticmethod
     def tick_until(svc, pred, timeout=10.0, why=None):

@@ -28,7 +28,7 @@ from hived.k8s.launcher import KubernetesLauncher  # noqa: E402
 from hived.k8s.policy import load_policy, vc_manifests  # noqa: E402
 from hived.k8s.template import JobTemplate  # noqa: E402
 
-from k8s_helpers import gang_placement, request  # noqa: E402
+from k8s_helpers import gang_placement, request, vc_ns, vc_prefix  # noqa: E402
 
 DEPLOY = Path(__file__).resolve().parents[2] / "k8s" / "deploy"
 BASE = DEPLOY / "base"
@@ -298,16 +298,16 @@ def _grants():
     return own, vc, cluster
 
 
-# Granted for what the merged launcher makes but the calls recorded below do not reach:
-# 'get nodes' for operators' tools (kubectl describe); the headless Service of a multi-pod gang
-# (pod_builder.service_manifest), created and deleted by the launcher with the gang's pods.
-NOT_RECORDED = {("get", "", "nodes", "cluster"), ("create", "", "services", "vc"), ("delete", "", "services", "vc")}
+# Granted for what the calls recorded below do not reach: 'get nodes' for operators' tools
+# (kubectl describe).
+NOT_RECORDED = {("get", "", "nodes", "cluster")}
 
 
 def test_rbac_allows_every_call_hived_makes_and_nothing_unused(kube, core, ns, uid, nodes, kubelet):
-    """Every API call of the launcher (pods and events in a VC namespace, nodes cluster-wide) and
-    of the official leader election (the Lease in hived's namespace) is allowed exactly where it is
-    made; every granted rule is used. ``ns`` plays a VC namespace, ``lease_ns`` hived's."""
+    """Every API call of the launcher (pods, the gang's Service and Events in the job's VC
+    namespace; its pods listed and watched, and nodes read, cluster-wide) and of the official leader
+    election (the Lease in hived's namespace) is allowed exactly where it is made; every granted
+    rule is used. ``ns`` is VC vc-a's namespace, ``lease_ns`` hived's."""
     from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
     from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
     n1, n2 = f"{uid}-n1", f"{uid}-n2"
@@ -315,7 +315,7 @@ def test_rbac_allows_every_call_hived_makes_and_nothing_unused(kube, core, ns, u
     lease_ns = f"{ns}-hived"
     core.create_namespace({"metadata": {"name": lease_ns}})
     calls = []
-    lau = KubernetesLauncher(kube.kubeconfig, template={"image": "img"}, namespace=ns, instance=uid,
+    lau = KubernetesLauncher(kube.kubeconfig, template={"image": "img"}, namespace_prefix=vc_prefix(ns), instance=uid,
                              bind="binding", nodes=[n1, n2], watch_timeout=1)
     lock = LeaseLock("hived-scheduler", lease_ns, "me")
     lock.api_instance = client.CoordinationV1Api(lau.api)           # the same recorded pool
@@ -330,8 +330,10 @@ def test_rbac_allows_every_call_hived_makes_and_nothing_unused(kube, core, ns, u
     try:
         lau.start()
         placement = gang_placement(n1, n2)
-        lau.launch("j1", request(), placement, attempt=1)             # create + bind
-        names = [p["metadata"]["name"] for p in lau.owned_pods(fresh=True)]   # list
+        lau.launch("j1", request(), placement, attempt=1)             # Service, create + bind
+        names = [p["metadata"]["name"] for p in lau.owned_pods(fresh=True)]   # list, every namespace
+        assert {p["metadata"]["namespace"] for p in lau.owned_pods()} == {ns}
+        assert "j1" in lau.cluster_job_ids()                          # job ids: every namespace
         core.delete_namespaced_pod(names[0], ns, grace_period_seconds=0)
         lau.create_members("j1", request(), placement, 1, [0])        # recovery: complete a gang
         lau.mark_opportunistic(ns, names, {"chain": "V100", "pods": []})   # recovery: downgrade
@@ -339,8 +341,9 @@ def test_rbac_allows_every_call_hived_makes_and_nothing_unused(kube, core, ns, u
         for n in names:
             kubelet.run(ns, n)
         lau.terminate("j1", 30)                                        # delete with grace + events
-        lau.delete_gang("j1", ns, names, 0)
+        lau.delete_gang("j1", ns, names, 0)                           # pods and the gang's Service
         lau.health_changes()
+        assert lau.events.flush()
         # leader election: read (none yet), create, read, renew
         assert lock.get("hived-scheduler", lease_ns)[0] is False
         rec = LeaderElectionRecord("me", "15", "2026-01-01 00:00:00.123456", "2026-01-01 00:00:00.123456")
@@ -361,8 +364,9 @@ def test_rbac_allows_every_call_hived_makes_and_nothing_unused(kube, core, ns, u
                for res in r["resources"] for v in r["verbs"]}
     unused = granted - used - NOT_RECORDED
     assert not unused, f"rbac.yaml grants what hived never uses: {sorted(unused)}"
-    assert not any(res.startswith("pods") and scope != "vc" for _, _, res, scope in used), \
-        "pods are touched in VC namespaces only"
+    assert {(v, res) for v, _, res, scope in used if res.startswith("pods") and scope != "vc"} == \
+        {("list", "pods"), ("watch", "pods")}, "pods are written in VC namespaces only, and read everywhere"
+    assert not any(res in ("services", "events") and scope != "vc" for _, _, res, scope in used)
     assert not any(g == "coordination.k8s.io" and scope != "own" for _, g, _, scope in used)
 
 
@@ -458,9 +462,13 @@ def test_the_shipped_deployment_runs_with_per_user_identity(kube, core, ns, uid,
     for key, text in cm["data"].items():
         if key == "spec.yaml":      # node names are cluster-wide: this test's own
             text = text.replace("cellAddress: gpu-node-", f"cellAddress: {uid}-gpu-node-")
+        if key == "policy.yaml":    # and so are namespaces
+            assert "namespacePrefix: hived-\n" in text
+            text = text.replace("namespacePrefix: hived-\n", f"namespacePrefix: {vc_prefix(ns)}\n")
         (remap[mounts["config"]] / key).write_text(text)
     for i in range(2):
         nodes.add(f"{uid}-gpu-node-{i}")
+    research = vc_ns(core, ns, "research")      # applied by the admin; product's is not
     tokens = {"tok-alice-0123456789": "alice", "tok-bob-0123456789": "bob"}
     args = [local(a) for a in c["args"]]
     (Path(args[args.index("--user-tokens") + 1])).write_text(json.dumps(tokens))
@@ -468,6 +476,8 @@ def test_the_shipped_deployment_runs_with_per_user_identity(kube, core, ns, uid,
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     args[args.index("--ip") + 1], args[args.index("--port") + 1] = "127.0.0.1", str(port)
+    if os.geteuid() == 0:    # the pod runs as user 10001; a test machine may run its tests as root
+        args.append("--allow-root")
     env = {**os.environ, **{e["name"]: local(e["value"]) for e in c["env"] if "value" in e},
            "HIVED_K8S_KUBECONFIG": kube.kubeconfig, "HIVED_K8S_NAMESPACE": ns, "HIVED_K8S_INSTANCE": uid}
     env.pop("HIVED_TOKEN", None)
@@ -501,13 +511,24 @@ def test_the_shipped_deployment_runs_with_per_user_identity(kube, core, ns, uid,
                     "k8s_template": {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}})
         assert bad.status_code == 400 and "k8s_template.volumes[0].hostPath" in bad.text, bad.text
         end = time.monotonic() + 30
-        while not core.list_namespaced_pod(ns).items:
+        while not core.list_namespaced_pod(research).items:
             assert time.monotonic() < end, "the job's pod was not created"
             time.sleep(0.2)
-        pod = core.list_namespaced_pod(ns).items[0]
+        pod = core.list_namespaced_pod(research).items[0]
         assert pod.spec.containers[0].image.startswith("nvcr.io/nvidia/")
         assert pod.spec.containers[0].security_context.run_as_user == 1000
         assert pod.metadata.labels["hived.io/user"] == "alice"
+        assert core.list_namespaced_pod(ns).items == []         # hived's own namespace: no job
+        # a VC whose namespace the admin has not applied: refused, saying which and how
+        job = call("POST", "jobs", "tok-bob-0123456789", {"vc": "product", "command": "x", "gpus": 2})
+        assert job.status_code == 201, job.text
+        jid, end = job.json()["id"], time.monotonic() + 30
+        while not (view := call("GET", f"jobs/{jid}", "tok-bob-0123456789").json()).get("last_error"):
+            assert time.monotonic() < end, view
+            time.sleep(0.2)
+        missing = f"{vc_prefix(ns)}product"
+        assert f"namespace '{missing}' does not exist" in view["last_error"], view
+        assert "python -m hived.k8s.policy SPEC POLICY | kubectl apply -f -" in view["last_error"]
     finally:
         proc.terminate()
         try:

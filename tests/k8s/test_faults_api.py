@@ -17,7 +17,7 @@ from hived.core.jobs import PodGroup  # noqa: E402
 from hived.k8s.launcher import KubernetesLauncher  # noqa: E402
 from hived.k8s.watch import wait_for  # noqa: E402
 
-from k8s_helpers import TEMPLATE, gang_placement, pods_of, request, wait_events  # noqa: E402
+from k8s_helpers import TEMPLATE, gang_placement, pods_of, request, wait_events, vc_prefix  # noqa: E402
 
 GANG3 = dict(groups=[PodGroup(3, 2)], grace_period=5.0)
 
@@ -47,8 +47,8 @@ def outage(kube):
 
 
 def _launcher(kube, ns, **kw):
-    return KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, watch_timeout=1,
-                              pipeline=True, **kw).start()
+    return KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=ns,
+                              watch_timeout=1, pipeline=True, **kw).start()
 
 
 def test_a_few_seconds_of_outage_mid_gang_only_delay_the_launch(kube, core, ns, outage):

@@ -36,19 +36,20 @@ def test_binding_and_preemption_events(hv):
     hv.tick_until(svc, lambda: svc.get_job(jid)["state"] == "preempting")
     assert svc.launcher.flush() and svc.launcher.events.flush()
     p0 = pb.pod_name(jid, 1, 0)
-    got = _events(hv.core, hv.ns, p0)
+    got = _events(hv.core, hv.vca, p0)
     q0 = placement["pods"][0]
     assert ("Pod", "Normal", "Scheduled", f"hived bound rank 0 of job {jid} to {q0['node']} GPUs {q0['gpus']}") in got
     assert ("Pod", "Normal", "Preempting", f"hived deletes the gang of job {jid} (grace period 3s)") in got
-    job = _events(hv.core, hv.ns, jid)
+    job = _events(hv.core, hv.vca, jid)
     assert {(k, r) for k, _, r, _ in job} >= {(JOB_KIND, "Scheduled"), (JOB_KIND, "Preempting")}
 
 
 def test_a_refused_launch_keeps_the_api_message_in_last_error_and_an_event(hv):
     svc = hv.service()
-    jid = "j1"                                      # a fresh namespace and journal: the first id
+    jid = svc.job_ids.next()                        # the id the next job gets (ids follow the cluster's)
+    svc.job_ids.give_back(jid)
     taken = pb.pod_name(jid, 1, 0)
-    hv.core.create_namespaced_pod(hv.ns, {"metadata": {"name": taken},
+    hv.core.create_namespaced_pod(hv.vca, {"metadata": {"name": taken},
                                           "spec": {"containers": [{"name": "c", "image": "x"}]}})
     got = svc.submit("alice", {**JOB, "pods": 1})["id"]
     assert got == jid
@@ -56,7 +57,7 @@ def test_a_refused_launch_keeps_the_api_message_in_last_error_and_an_event(hv):
     job = svc.get_job(jid)
     assert f'pods "{taken}" already exists' in job["last_error"], job
     assert svc.launcher.events.flush()
-    (ev,) = [e for e in _events(hv.core, hv.ns, jid) if e[2] == "LaunchRefused"]
+    (ev,) = [e for e in _events(hv.core, hv.vca, jid) if e[2] == "LaunchRefused"]
     assert ev[1] == "Warning" and "already exists" in ev[3]
 
 
@@ -64,7 +65,7 @@ def test_finished_pods_are_collected_after_their_ttl(hv):
     svc = hv.service(launcher_kw={"finished_pod_ttl": 1.0, "gc_every": 0.2})
     a, b = hv.start_jobs(svc, {**JOB, "pods": 1}, {**JOB, "pods": 1, "vc": "vcb"})
     for p in hv.pods(a):
-        hv.kubelet.exit(hv.ns, p.metadata.name, 0)
+        hv.kubelet.exit(p.metadata.namespace, p.metadata.name, 0)
     hv.tick_until(svc, lambda: svc.get_job(a)["state"] == "succeeded")
     assert len(hv.pods(a)) == 1                      # kept for a while (logs)
     hv.tick_until(svc, lambda: hv.pods(a) == [], timeout=15)

@@ -13,7 +13,7 @@ from hived.core.failures import FailureClass, classify  # noqa: E402
 from hived.core.jobs import Placement, PodGroup  # noqa: E402
 from hived.k8s.launcher import EXIT_PENDING_TIMEOUT, KubernetesLauncher  # noqa: E402
 
-from k8s_helpers import TEMPLATE, Harness, gang_placement, pods_of, request, wait_events  # noqa: E402
+from k8s_helpers import TEMPLATE, Harness, gang_placement, pods_of, request, wait_events, vc_prefix  # noqa: E402
 
 
 @pytest.fixture
@@ -45,8 +45,8 @@ def _one_pod():
 
 
 def test_a_gang_pending_past_the_timeout_is_torn_down_and_reported(kube, core, ns, kubelet):
-    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, watch_timeout=1,
-                             pending_timeout=1.0, teardown_margin=30).start()
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=ns,
+                             watch_timeout=1, pending_timeout=1.0, teardown_margin=30).start()
     try:
         req, pl = _one_pod()
         lau.launch("j1", req, pl, attempt=1)
@@ -71,12 +71,13 @@ def test_a_gang_pending_past_the_timeout_is_torn_down_and_reported(kube, core, n
 
 def test_an_adopted_gang_that_never_started_times_out_too(kube, core, ns, kubelet):
     """After a restart, pods all Pending are not a running job for ever."""
-    first = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, watch_timeout=1)
+    first = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=ns,
+                               watch_timeout=1)
     req, pl = _one_pod()
     first.launch("j1", req, pl, attempt=1)
     first.stop()
-    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, watch_timeout=1,
-                             pending_timeout=1.0, teardown_margin=0.5).start()
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=ns,
+                             watch_timeout=1, pending_timeout=1.0, teardown_margin=0.5).start()
     try:
         assert lau.adopt("j1", pl)
         ev = wait_events(lau, lambda es: any(e.kind == "exited" for e in es), timeout=15)

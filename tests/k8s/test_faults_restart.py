@@ -26,10 +26,10 @@ def test_restart_during_retry_backoff_counts_the_failure_once(hv, leftover):
     svc = hv.service(launcher_kw={"teardown_margin": 0.5})
     (jid,) = hv.start_jobs(svc, JOB)
     p0, p1 = [p.metadata.name for p in hv.pods(jid)]
-    hv.kubelet.node_lost(hv.ns, p0)            # an infrastructure failure: retried after a back-off
+    hv.kubelet.node_lost(hv.vca, p0)            # an infrastructure failure: retried after a back-off
     assert svc.launcher.flush()
     if leftover == "failed pod":
-        hv.kubelet.confirm_deletion(hv.ns, p1)  # the sibling is gone; the failed pod stays listed
+        hv.kubelet.confirm_deletion(hv.vca, p1)  # the sibling is gone; the failed pod stays listed
     hv.tick_until(svc, lambda: svc.get_job(jid)["state"] == "queued")
     before = svc.get_job(jid)
     assert before["attempts"] == 1 and svc.eng.job(jid).failures == 1
@@ -70,6 +70,6 @@ def test_gpus_of_a_gang_ended_by_a_spec_change_wait_for_its_pods(hv):
     assert svc2.get_job(big)["state"] == "queued"         # both nodes whole: one still has b's pod on it
     assert {(u["node"], u["reason"]) for u in svc2.status()["unhealthy"]} == {
         (node, f"pods of ended job {b} still stopping")}
-    hv.kubelet.confirm_deletion(hv.ns, pod.metadata.name)
+    hv.kubelet.confirm_deletion(pod.metadata.namespace, pod.metadata.name)
     hv.tick_until(svc2, lambda: svc2.get_job(big)["state"] in ("placed", "running"), timeout=15)
     assert svc2.status()["unhealthy"] == []

@@ -16,11 +16,11 @@ from hived.k8s import pod_builder as pb
 from hived.k8s.launcher import KubernetesLauncher, LaunchError
 from hived.k8s.template import TemplateError
 
-from k8s_helpers import TEMPLATE, gang_placement, pods_of, request, wait_events
+from k8s_helpers import TEMPLATE, gang_placement, pods_of, request, wait_events, vc_prefix
 
 @pytest.fixture
 def launcher(kube, ns, uid):
-    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, instance=uid,
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=uid,
                              spec_version="7", watch_timeout=2).start()
     yield lau
     lau.stop()
@@ -30,7 +30,7 @@ def launcher(kube, ns, uid):
 def test_gang_lands_on_its_cells_with_annotations_and_env(kube, core, ns, uid, nodes, bind):
     n1, n2 = f"{uid}-n1", f"{uid}-n2"
     nodes.add(n1), nodes.add(n2)
-    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, instance=uid,
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=uid,
                              spec_version="7", bind=bind, watch_timeout=2).start()
     try:
         placement = gang_placement(n1, n2)
@@ -135,8 +135,8 @@ def test_a_bad_member_fails_the_gang_and_tears_it_down(launcher, core, ns, uid, 
 def test_a_failed_gang_is_released_when_a_member_never_confirms_its_deletion(kube, core, ns, uid, kubelet):
     """A member whose node died never confirms its deletion: the gang's cells are released
     teardown_margin after its grace period all the same."""
-    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, instance=uid, watch_timeout=2,
-                             teardown_margin=0.5).start()
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=uid,
+                             watch_timeout=2, teardown_margin=0.5).start()
     try:
         lau.launch("j1", request(groups=[PodGroup(pods=2, gpus=2)], grace_period=1.0),
                    Placement("V100", gang_placement("a", "b").pods[:2]), attempt=1)
@@ -196,7 +196,8 @@ def test_kill_with_zero_grace_honours_the_jobs_grace_and_waits_for_the_kubelet(l
 
 
 def test_a_job_without_grace_gets_the_default_not_a_force_delete(kube, core, ns, kubelet):
-    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, watch_timeout=1, default_grace=45)
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=ns,
+                             watch_timeout=1, default_grace=45)
     try:
         lau.launch("j1", request(grace_period=0.0, groups=[PodGroup(1, 2)]),
                    Placement("V100", gang_placement("a", "b").pods[:1]), attempt=1)
@@ -211,8 +212,8 @@ def test_a_job_without_grace_gets_the_default_not_a_force_delete(kube, core, ns,
 
 def test_pods_never_confirmed_gone_are_released_after_the_stated_bound(kube, core, ns):
     """A lost node's kubelet confirms nothing: the cells go on teardown_margin after the grace."""
-    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, watch_timeout=1,
-                             teardown_margin=1.0)
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=ns,
+                             watch_timeout=1, teardown_margin=1.0)
     try:
         lau.launch("j1", request(grace_period=1.0, groups=[PodGroup(1, 2)]),
                    Placement("V100", gang_placement("a", "b").pods[:1]), attempt=1)
@@ -249,13 +250,13 @@ def test_invalid_template_refused_before_any_pod(launcher, core, ns, bad, where)
 
 def test_default_template_is_validated_when_the_launcher_is_built(kube, ns):
     with pytest.raises(TemplateError, match="template.image"):
-        KubernetesLauncher(kube.kubeconfig, template={"command": ["x"]}, namespace=ns)
+        KubernetesLauncher(kube.kubeconfig, template={"command": ["x"]}, namespace_prefix=vc_prefix(ns))
 
 
 @pytest.mark.parametrize("bind", ["node_name", "binding"])
 def test_server_refusing_mid_gang_leaves_no_half_gang(kube, core, ns, uid, bind):
-    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, instance=uid, bind=bind,
-                             watch_timeout=2).start()
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=uid,
+                             bind=bind, watch_timeout=2).start()
     try:
         # Someone else already holds rank 2's name: the server refuses that pod with 409.
         taken = pb.pod_name("j1", 1, 2)
@@ -271,13 +272,18 @@ def test_server_refusing_mid_gang_leaves_no_half_gang(kube, core, ns, uid, bind)
         lau.stop()
 
 
-def test_missing_namespace_is_refused_cleanly(kube, core, uid):
-    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=f"{uid}-nope", instance=uid,
+@pytest.mark.parametrize("pods", [1, 4])      # a gang of several pods meets it at its Service first
+def test_a_missing_vc_namespace_is_refused_naming_it_and_the_command(kube, core, uid, pods):
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=f"{uid}-nope-", instance=uid,
                              watch_timeout=2)
+    placement = Placement("V100", gang_placement("a", "b").pods[:pods])
     try:
         with pytest.raises(LaunchError) as e:
-            lau.launch("j1", request(), gang_placement("a", "b"), attempt=1)
+            lau.launch("j1", request(groups=[PodGroup(pods, 2)]), placement, attempt=1)
         assert e.value.status == 404
+        assert f"namespace '{uid}-nope-vc-a' does not exist" in str(e.value)
+        assert "python -m hived.k8s.policy SPEC POLICY | kubectl apply -f -" in str(e.value)
+        assert lau.poll() == [] and lau.gang_states("j1") == {}
     finally:
         lau.stop()
 
@@ -301,10 +307,10 @@ def test_string_command_runs_through_a_shell(launcher, core, ns):
 def test_admission_refusing_mid_gang_leaves_no_half_gang(kube, core, uid, bind):
     """The API server's namespace admission refuses pod 3 of 4 (its namespace was deleted
     meanwhile): the two pods already created are deleted again."""
-    ns = f"{uid}-adm"
+    ns = f"{uid}-adm-vc-a"
     core.create_namespace({"metadata": {"name": ns}})
-    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, instance=uid, bind=bind,
-                             watch_timeout=1)
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=uid,
+                             bind=bind, watch_timeout=1)
     real = lau.raw.create_pod
     made = []
 
@@ -318,7 +324,7 @@ def test_admission_refusing_mid_gang_leaves_no_half_gang(kube, core, uid, bind):
     try:
         with pytest.raises(LaunchError) as e:
             lau.launch("j1", request(), gang_placement("a", "b"), attempt=1)
-        assert e.value.status == 404 and "namespaces" in str(e.value) and len(made) == 2
+        assert e.value.status == 404 and f"namespace {ns!r} does not exist" in str(e.value) and len(made) == 2
         assert core.list_namespaced_pod(ns).items == [], "half gang left behind"
         assert lau.poll() == [] and lau.gang_states("j1") == {}
     finally:

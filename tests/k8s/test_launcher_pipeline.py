@@ -16,12 +16,12 @@ from hived.k8s import pod_builder as pb
 from hived.k8s.launcher import EXIT_LAUNCH_REFUSED, KubernetesLauncher
 from hived.k8s.template import TemplateError
 
-from k8s_helpers import TEMPLATE, gang_placement, pods_of, request, wait_events
+from k8s_helpers import TEMPLATE, gang_placement, pods_of, request, wait_events, vc_prefix
 
 
 @pytest.fixture
 def piped(kube, ns, uid):
-    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, instance=uid,
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=uid,
                              watch_timeout=2, pipeline=True).start()
     yield lau
     lau.stop()
@@ -103,7 +103,7 @@ def test_terminate_after_the_create_deletes_with_the_grace_period(piped, core, n
 
 
 def test_stop_makes_every_queued_call_first(kube, core, ns, uid):
-    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, instance=uid,
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=uid,
                              watch_timeout=2, pipeline=True).start()
     for i in range(5):
         lau.launch(f"j{i}", request(groups=[PodGroup(1, 2)]), Placement("V100", gang_placement("a", "b").pods[:1]),

@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).parent))   # k8s_helpers (pytest runs with
 
 import pytest  # noqa: E402
 
-from hived.core.engine import RequestError  # noqa: E402
+from hived.jupyter_ext.service.degraded import ServiceDegraded  # noqa: E402 (REST: 503)
 from hived.k8s.watch import wait_for  # noqa: E402
 
 from k8s_helpers import Harness  # noqa: E402
@@ -46,8 +46,12 @@ def test_standby_stays_idle_then_takes_over_and_adopts(hv):
     assert not b.leading and b.status()["leader"] == {"leading": False, "identity": "b",
                                                        "lease": f"{hv.ns}/hived-scheduler", "lost": False}
     assert b.recovered.get("standby") and b.list_jobs() == [] and not b.launcher._started
-    with pytest.raises(RequestError, match="standby; the leader is a"):
+    with pytest.raises(ServiceDegraded, match="standby; the leader is a"):
         b.submit("alice", JOB)
+    from hived.jupyter_ext.handlers.base import ApiError, service_errors
+    with pytest.raises(ApiError) as e, service_errors():      # what the REST layer answers
+        b.cancel(jid, "alice")
+    assert e.value.status_code == 503 and "the leader is a" in e.value.message
     assert b.tick() == []
 
     # the leader stops: the standby leads, rebuilds the gang from its pods and relaunches nothing
@@ -86,7 +90,7 @@ def test_job_ids_never_repeat_after_a_lost_journal(hv):
     svc = hv.service()
     (jid,) = hv.start_jobs(svc, {**JOB, "pods": 1})
     for p in hv.pods(jid):
-        hv.kubelet.exit(hv.ns, p.metadata.name, 0)
+        hv.kubelet.exit(p.metadata.namespace, p.metadata.name, 0)
     hv.tick_until(svc, lambda: svc.get_job(jid)["state"] == "succeeded")
     svc.close()
     shutil.rmtree(hv.data)                          # the journal is lost; the finished pod remains
@@ -124,5 +128,5 @@ def test_a_leader_that_cannot_renew_stops_scheduling(hv):
     st = a.status()
     assert st["leader"]["lost"] and "lost the leader Lease" in st["last_error"]
     assert a.tick() == []
-    with pytest.raises(RequestError, match="standby"):
+    with pytest.raises(ServiceDegraded, match="standby"):
         a.submit("alice", JOB)

@@ -12,6 +12,7 @@ import pytest  # noqa: E402
 from hived.core.jobs import JobClass, JobRequest, Placement, PodGroup, PodPlacement  # noqa: E402
 from hived.k8s import pod_builder as pb  # noqa: E402
 from hived.k8s.template import JobTemplate, TemplateError  # noqa: E402
+from k8s_helpers import vc_ns, vc_prefix  # noqa: E402
 
 TPL = JobTemplate.from_dict({"image": "registry.example/train:1",
                              "resources": {"requests": {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "10Gi"},
@@ -122,21 +123,35 @@ def test_gang_pods_and_their_service_are_accepted_by_the_api_server(core, ns):
     assert ranks == {"0", "1", "2"}
 
 
-def test_a_three_pod_gang_launched_through_the_launcher(kube, core, ns, uid, nodes):
+def test_a_three_pod_gang_launched_through_the_launcher(kube, core, ns, uid, nodes, kubelet):
+    """In its VC's namespace, with its headless Service there from the start; the Service goes when
+    the gang has ended."""
     from hived.k8s.launcher import KubernetesLauncher
+    from hived.k8s.watch import wait_for
     for r in range(3):
         nodes.add(f"{uid}-n{r}")
+    jns = vc_ns(core, ns, "vca")
     req, _ = three_pods(cpus=2, memory_gb=4)
     placement = Placement("V100", tuple(PodPlacement(r, f"{uid}-n{r}", (0, 1), (f"c{r}",)) for r in range(3)))
-    lau = KubernetesLauncher(kube.kubeconfig, template={"image": "registry.example/train:1"}, namespace=ns,
-                             instance=uid, watch_timeout=1)
+    lau = KubernetesLauncher(kube.kubeconfig, template={"image": "registry.example/train:1"},
+                             namespace_prefix=vc_prefix(ns), instance=uid, watch_timeout=1)
     try:
         lau.launch("j3", req, placement, attempt=1)
+        pods = sorted(core.list_namespaced_pod(jns).items, key=lambda p: p.metadata.name)
+        envs = [{e.name: e.value for e in p.spec.containers[0].env} for p in pods]
+        assert [e["RANK"] for e in envs] == ["0", "1", "2"] and {e["WORLD_SIZE"] for e in envs} == {"3"}
+        assert {e["MASTER_ADDR"] for e in envs} == {f"{pods[0].metadata.name}.{pb.service_name('j3')}.{jns}.svc"}
+        assert [p.spec.node_name for p in pods] == [f"{uid}-n{r}" for r in range(3)]
+        assert {p.spec.containers[0].resources.requests["cpu"] for p in pods} == {"2"}
+        assert core.list_namespaced_pod(ns).items == []            # vc-a's namespace: not this job's
+        svc = core.read_namespaced_service(pb.service_name("j3"), jns)
+        assert svc.spec.cluster_ip == "None" and svc.metadata.labels[pb.L_INSTANCE] == uid
+
+        for p in pods:
+            kubelet.exit(jns, p.metadata.name, 0)
+        ended = []
+        assert wait_for(lambda: ended.extend(e for e in lau.poll() if e.kind == "exited") or bool(ended), 10)
+        assert ended[0].exit_code == 0
+        assert wait_for(lambda: not core.list_namespaced_service(jns).items, 10), "the gang's Service outlived it"
     finally:
         lau.stop()
-    pods = sorted(core.list_namespaced_pod(ns).items, key=lambda p: p.metadata.name)
-    envs = [{e.name: e.value for e in p.spec.containers[0].env} for p in pods]
-    assert [e["RANK"] for e in envs] == ["0", "1", "2"] and {e["WORLD_SIZE"] for e in envs} == {"3"}
-    assert {e["MASTER_ADDR"] for e in envs} == {f"{pods[0].metadata.name}.{pb.service_name('j3')}.{ns}.svc"}
-    assert [p.spec.node_name for p in pods] == [f"{uid}-n{r}" for r in range(3)]
-    assert {p.spec.containers[0].resources.requests["cpu"] for p in pods} == {"2"}

@@ -23,7 +23,7 @@ from hived.k8s.service import KubernetesSchedulerService  # noqa: E402
 from hived.k8s.template import JobTemplate  # noqa: E402
 from hived.k8s.watch import wait_for  # noqa: E402
 
-from k8s_helpers import gang_placement, request, spec_for  # noqa: E402
+from k8s_helpers import gang_placement, request, spec_for, vc_ns, vc_prefix  # noqa: E402
 
 POLICY = """
 namespacePrefix: jobs-
@@ -242,6 +242,12 @@ def test_a_template_may_not_pick_another_namespace():
 # ---------------------------------------------------------------- at submit, end to end
 
 @pytest.fixture
+def jns(core, ns):
+    """VC vca's namespace, where its jobs run (beside ``ns``, vc-a's)."""
+    return vc_ns(core, ns, "vca")
+
+
+@pytest.fixture
 def make_svc(kube, ns, uid, nodes, tmp_path):
     for i in range(2):
         nodes.add(f"{uid}-n{i}")
@@ -250,8 +256,9 @@ def make_svc(kube, ns, uid, nodes, tmp_path):
     made = []
 
     def make():
-        lau = KubernetesLauncher(kube.kubeconfig, template={"image": IMG}, namespace=ns, instance=uid,
-                                 watch_timeout=1, pipeline=True, policy=load_policy(POLICY))
+        policy = load_policy(POLICY.replace("namespacePrefix: jobs-", f"namespacePrefix: {vc_prefix(ns)}"))
+        lau = KubernetesLauncher(kube.kubeconfig, template={"image": IMG}, instance=uid, watch_timeout=1,
+                                 pipeline=True, policy=policy)      # vca's jobs: in jns, the policy's
         svc = KubernetesSchedulerService(str(spec), tmp_path / "data", launcher=lau, tick_seconds=0.05)
         made.append(svc)
         return svc
@@ -265,22 +272,22 @@ def make_svc(kube, ns, uid, nodes, tmp_path):
     ({"service_account": "hived"}, "k8s_template.service_account"),
     ({"image": "quay.io/anyone/x:1"}, "k8s_template.image"),
 ])
-def test_a_refused_template_is_refused_at_submit_and_nothing_is_created(make_svc, core, ns, bad, where):
+def test_a_refused_template_is_refused_at_submit_and_nothing_is_created(make_svc, core, jns, bad, where):
     svc = make_svc()
     with pytest.raises(RequestError) as e:
         svc.submit("alice", {"vc": "vca", "command": "true", "gpus": 2, "k8s_template": bad})
     assert e.value.field == where
     assert svc.list_jobs() == [] and svc.store.count_jobs() == 0
     svc.tick()
-    assert core.list_namespaced_pod(ns).items == []
+    assert core.list_namespaced_pod(jns).items == []
 
 
-def test_an_allowed_image_and_service_account_run(make_svc, core, ns):
+def test_an_allowed_image_and_service_account_run(make_svc, core, jns):
     svc = make_svc()
     own = {"image": "nvcr.io/nvidia/pytorch:24.05-py3", "service_account": "trainer"}
     job = svc.submit("alice", {"vc": "vca", "command": "python train.py", "gpus": 2, "k8s_template": own})
-    assert wait_for(lambda: svc.tick() is not None and len(core.list_namespaced_pod(ns).items) == 1, 10)
-    pod = core.list_namespaced_pod(ns).items[0]
+    assert wait_for(lambda: svc.tick() is not None and len(core.list_namespaced_pod(jns).items) == 1, 10)
+    pod = core.list_namespaced_pod(jns).items[0]
     assert pod.metadata.annotations[pb.A_JOB] == job["id"]
     assert pod.spec.service_account_name == "trainer" and pod.spec.automount_service_account_token is True
     assert pod.spec.containers[0].image == own["image"]
@@ -296,6 +303,10 @@ def test_the_service_reads_the_policy_file_named_by_the_environment(kube, ns, tm
     monkeypatch.setenv("HIVED_K8S_POLICY", str(path))
     lau = launcher_from_env()
     assert lau.policy.for_vc("lab").pod_security == "baseline"
+    assert lau.namespace_for("vca") == "jobs-vca" != ns          # the policy's, not hived's own
+    monkeypatch.delenv("HIVED_K8S_POLICY")
+    assert launcher_from_env().namespace_for("vca") == "hived-vca"  # without a policy file
+    monkeypatch.setenv("HIVED_K8S_POLICY", str(path))
     path.write_text("defaults: {podSecurity: lax}\n")
     with pytest.raises(PolicyFileError) as e:
         launcher_from_env()

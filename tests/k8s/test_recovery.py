@@ -20,7 +20,7 @@ from hived.k8s.launcher import KubernetesLauncher  # noqa: E402
 from hived.k8s.service import KubernetesSchedulerService  # noqa: E402
 from hived.k8s.watch import wait_for  # noqa: E402
 
-from k8s_helpers import Harness  # noqa: E402
+from k8s_helpers import Harness, vc_prefix  # noqa: E402
 
 HERE = Path(__file__).parent
 JOB_4x2 = {"vc": "vca", "command": ["python", "train.py"], "job_class": "be", "pods": 4, "gpus": 2,
@@ -42,6 +42,11 @@ def grants(svc):
 def test_restart_rebuilds_bindings_exactly_and_schedules_nothing_twice(hv):
     svc = hv.service()
     a, b = hv.start_jobs(svc, JOB_4x2, JOB_B)
+    # each VC's job in its VC's namespace, a's 4-pod gang with its headless Service beside it
+    assert {p.metadata.namespace for p in hv.pods(a)} == {hv.vc_namespaces["vca"]}
+    assert {p.metadata.namespace for p in hv.pods(b)} == {hv.vc_namespaces["vcb"]}
+    assert hv.core.list_namespaced_pod(hv.ns).items == []
+    assert [s.metadata.name for s in hv.core.list_namespaced_service(hv.vca).items] == [pb.service_name(a)]
     before, pods_before = grants(svc), {p.metadata.name: p.metadata.uid for p in hv.pods()}
     placements = {j: svc.get_job(j)["placement"] for j in (a, b)}
     svc.close()                                    # the service goes away; its pods keep running
@@ -60,9 +65,11 @@ def test_restart_rebuilds_bindings_exactly_and_schedules_nothing_twice(hv):
         assert job["state"] == "running" and job["attempts"] == 1 and job["placement"] == placements[j]
     # the adopted gang still reports its end
     for p in hv.pods(a):
-        hv.kubelet.exit(hv.ns, p.metadata.name, 0)
+        hv.kubelet.exit(p.metadata.namespace, p.metadata.name, 0)
     hv.tick_until(svc2, lambda: svc2.get_job(a)["state"] == "succeeded")
     assert a not in svc2.eng.alloc.grants()
+    assert wait_for(lambda: not hv.core.list_namespaced_service(hv.vca).items, 10), \
+        "the adopted gang's Service outlived it"
 
 
 def test_journal_disagreeing_with_the_cluster_loses_and_is_logged(hv, caplog):
@@ -141,7 +148,7 @@ def test_gang_missing_members_is_completed_when_none_started(hv):
     svc.close()
     names = [p.metadata.name for p in hv.pods(a)]
     for n in names[1:3]:                                 # as if the launch was cut short
-        hv.core.delete_namespaced_pod(n, hv.ns, grace_period_seconds=0)
+        hv.core.delete_namespaced_pod(n, hv.vca, grace_period_seconds=0)
     svc2 = hv.service()
     cl = svc2.recovered["cluster"]
     assert cl["completed"] == [f"{a}: members [1, 2] were missing and none had started; created them"]
@@ -159,7 +166,7 @@ def test_gang_missing_a_member_that_ran_is_torn_down(hv):
     (a,) = hv.start_jobs(svc, JOB_4x2)
     svc.close()
     names = [p.metadata.name for p in hv.pods(a)]
-    hv.kubelet.confirm_deletion(hv.ns, names[2])         # a member vanished while hived was down
+    hv.kubelet.confirm_deletion(hv.vca, names[2])         # a member vanished while hived was down
     svc2 = hv.service()
     assert svc2.recovered["adopted"] == [a]
 
@@ -170,7 +177,7 @@ def test_gang_missing_a_member_that_ran_is_torn_down(hv):
     assert {p.metadata.deletion_grace_period_seconds for p in old()} == {20}
     assert svc2.eng.job(a).state.value == "running"
     for p in old():
-        hv.kubelet.confirm_deletion(hv.ns, p.metadata.name)
+        hv.kubelet.confirm_deletion(p.metadata.namespace, p.metadata.name)
     hv.tick_until(svc2, lambda: svc2.eng.job(a).state.value != "running")
     # exit 143 (the member is gone as if killed): the failure rules requeue it as a whole
     states = [h["state"] for h in svc2.get_job(a)["history"]]
@@ -204,7 +211,7 @@ def test_sigkill_of_the_service_process_then_restart(hv, tmp_path):
 import json, sys, time
 from hived.k8s.launcher import KubernetesLauncher
 from hived.k8s.service import KubernetesSchedulerService
-lau = KubernetesLauncher({hv.kube.kubeconfig!r}, template={{"image": "img"}}, namespace={hv.ns!r},
+lau = KubernetesLauncher({hv.kube.kubeconfig!r}, template={{"image": "img"}}, namespace_prefix={vc_prefix(hv.ns)!r},
                          instance={hv.uid!r}, watch_timeout=1)
 svc = KubernetesSchedulerService({spec!r}, {str(hv.data)!r}, launcher=lau, tick_seconds=0.05)
 jid = svc.submit("alice", json.loads({json.dumps(JOB_4x2)!r}))["id"]
@@ -230,7 +237,7 @@ time.sleep(600)
 
 
 def test_refused_launch_fails_the_job_and_frees_its_cells(hv):
-    lau = KubernetesLauncher(hv.kube.kubeconfig, template={"image": "img"}, namespace=f"{hv.uid}-missing",
+    lau = KubernetesLauncher(hv.kube.kubeconfig, template={"image": "img"}, namespace_prefix=f"{hv.uid}-missing-",
                              instance=hv.uid, watch_timeout=1)
     svc = KubernetesSchedulerService(hv.spec(), hv.data, launcher=lau, tick_seconds=0.05)
     hv.made.append(svc)
@@ -267,7 +274,7 @@ def test_journal_only_job_on_cells_the_pods_hold_ends_as_lost(hv):
     cells_a = svc.get_job(a)["placement"]
     svc.close()
     for p in hv.pods(b):                                     # b's pod is gone ...
-        hv.kubelet.confirm_deletion(hv.ns, p.metadata.name)
+        hv.kubelet.confirm_deletion(p.metadata.namespace, p.metadata.name)
     db = sqlite3.connect(hv.data / "hived.db")               # ... and the journal puts b on a's GPUs
     (rec,) = db.execute("SELECT record FROM jobs WHERE job_id=?", (b,)).fetchone()
     rec = json.loads(rec)

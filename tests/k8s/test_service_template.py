@@ -17,9 +17,15 @@ from hived.k8s.launcher import KubernetesLauncher  # noqa: E402
 from hived.k8s.service import KubernetesSchedulerService  # noqa: E402
 from hived.k8s.watch import wait_for  # noqa: E402
 
-from k8s_helpers import spec_for  # noqa: E402
+from k8s_helpers import spec_for, vc_ns, vc_prefix  # noqa: E402
 
 DEFAULT = {"image": "registry.example/train:1", "env": {"DATA": "/data"}}
+
+
+@pytest.fixture
+def jns(core, ns):
+    """VC vca's namespace, where its jobs run (beside ``ns``, vc-a's)."""
+    return vc_ns(core, ns, "vca")
 
 
 @pytest.fixture
@@ -31,8 +37,8 @@ def make_svc(kube, ns, uid, nodes, tmp_path):
     made = []
 
     def make():
-        lau = KubernetesLauncher(kube.kubeconfig, template=DEFAULT, namespace=ns, instance=uid, watch_timeout=1,
-                                 pipeline=True)
+        lau = KubernetesLauncher(kube.kubeconfig, template=DEFAULT, namespace_prefix=vc_prefix(ns), instance=uid,
+                                 watch_timeout=1, pipeline=True)
         svc = KubernetesSchedulerService(str(spec), tmp_path / "data", launcher=lau, tick_seconds=0.05)
         made.append(svc)
         return svc
@@ -49,25 +55,25 @@ def make_svc(kube, ns, uid, nodes, tmp_path):
     ({"resources": {"limits": {"nvidia.com/gpu": "1"}}}, "k8s_template.resources.limits.nvidia.com/gpu"),
     ({"imagee": "x"}, "k8s_template.imagee"),
 ])
-def test_bad_template_fields_are_refused_at_submit_and_nothing_is_queued(make_svc, core, ns, bad, where):
+def test_bad_template_fields_are_refused_at_submit_and_nothing_is_queued(make_svc, core, jns, bad, where):
     svc = make_svc()
     with pytest.raises(RequestError) as e:
         svc.submit("alice", {"vc": "vca", "command": "true", "gpus": 2, "k8s_template": bad})
     assert e.value.field == where
     assert svc.list_jobs() == [] and svc.store.count_jobs() == 0
     svc.tick()
-    assert core.list_namespaced_pod(ns).items == []
+    assert core.list_namespaced_pod(jns).items == []
 
 
-def test_job_template_fields_reach_the_pods_and_survive_a_restart(make_svc, core, ns):
+def test_job_template_fields_reach_the_pods_and_survive_a_restart(make_svc, core, jns):
     svc = make_svc()
     own = {"image": "nvcr.io/nvidia/pytorch:24.05-py3", "env": {"LR": "0.1"},
            "resources": {"requests": {"memory": "64Gi"}}}
     job = svc.submit("alice", {"vc": "vca", "command": "python train.py", "gpus": 2, "job_class": "be",
                                "k8s_template": own})
     assert job["k8s_template"] == own
-    assert wait_for(lambda: svc.tick() is not None and len(core.list_namespaced_pod(ns).items) == 1, 10)
-    pod = core.list_namespaced_pod(ns).items[0]
+    assert wait_for(lambda: svc.tick() is not None and len(core.list_namespaced_pod(jns).items) == 1, 10)
+    pod = core.list_namespaced_pod(jns).items[0]
     c = pod.spec.containers[0]
     env = {e.name: e.value for e in c.env}
     assert c.image == own["image"] and env["LR"] == "0.1" and env["DATA"] == "/data"
@@ -102,7 +108,7 @@ def test_working_directory_order_job_template_then_workdir_then_default():
     ({"security_context": {"privileged": True}}, "k8s_template.security_context.privileged"),
     ({"host_network": True}, "k8s_template.host_network"),
 ])
-def test_without_an_admin_policy_a_jobs_own_fields_meet_the_restricted_default(make_svc, core, ns, bad, where):
+def test_without_an_admin_policy_a_jobs_own_fields_meet_the_restricted_default(make_svc, core, jns, bad, where):
     """A launcher given no policy still holds a job to the default one (restricted, no service
     account) for what the job asks for itself; nothing is queued or created."""
     svc = make_svc()
@@ -110,13 +116,13 @@ def test_without_an_admin_policy_a_jobs_own_fields_meet_the_restricted_default(m
     with pytest.raises(RequestError) as e:
         svc.submit("alice", {"vc": "vca", "command": "true", "gpus": 2, "k8s_template": bad})
     assert e.value.field == where
-    assert svc.store.count_jobs() == 0 and core.list_namespaced_pod(ns).items == []
+    assert svc.store.count_jobs() == 0 and core.list_namespaced_pod(jns).items == []
 
 
 def test_without_an_admin_policy_the_default_template_is_the_admins_word(kube, ns, uid):
     """The default template (the admin's) may mount what the default policy would refuse a job."""
     from hived.core.jobs import JobRequest, PodGroup
-    lau = KubernetesLauncher(kube.kubeconfig, namespace=ns, instance=uid, watch_timeout=1,
+    lau = KubernetesLauncher(kube.kubeconfig, namespace_prefix=vc_prefix(ns), instance=uid, watch_timeout=1,
                              template={"image": "img", "volumes": [{"name": "d", "hostPath": {"path": "/data"}}],
                                        "service_account": "trainer"})
     req = JobRequest(user="alice", vc="vca", command="x", groups=[PodGroup(1, 1)], k8s_template={"env": {"A": "1"}})

@@ -17,7 +17,7 @@ from hived.k8s.launcher import KubernetesLauncher
 from hived.k8s.nodes import NodeHealth, node_healthy
 from hived.k8s.watch import ListWatch, _Expired, pod_state, wait_for
 
-from k8s_helpers import TEMPLATE, Kubelet, gang_placement, pods_of, request, spec_for, wait_events
+from k8s_helpers import TEMPLATE, Kubelet, gang_placement, pods_of, request, spec_for, wait_events, vc_prefix
 
 POD = {"spec": {"containers": [{"name": "c", "image": "i"}]}}
 
@@ -49,7 +49,7 @@ def test_expired_version_relists_and_emits_only_the_difference(kube, core, ns):
 
 
 def test_launcher_watch_recovers_from_expiry_without_losing_a_status(kube, core, ns, uid, kubelet):
-    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, instance=uid,
+    lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=uid,
                              watch_timeout=1).start()
     try:
         lau.launch("j1", request(groups=[PodGroup(2, 2)]),
@@ -206,8 +206,10 @@ def test_node_health_ignores_nodes_outside_the_spec(core, uid, nodes):
 
 
 def test_owned_pods_are_selected_by_instance(kube, core, ns, uid):
-    a = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, instance=f"{uid}a", watch_timeout=1)
-    b = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace=ns, instance=f"{uid}b", watch_timeout=1)
+    a = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=f"{uid}a",
+                           watch_timeout=1)
+    b = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=f"{uid}b",
+                           watch_timeout=1)
     try:
         a.launch("j1", request(), gang_placement("x", "y"), attempt=1)
         assert wait_for(lambda: len(a.owned_pods()) == 4)

@@ -42,7 +42,8 @@ def register(subparsers, summary: str) -> None:
                    help='JSON file {"token": "username", ...}: per-user tokens (without JupyterHub); '
                         "re-read on SIGHUP or POST hived/api/tokens/reload, so removing a token revokes it")
     p.add_argument("--allow-root", action="store_true",
-                   help="run even as root (then jobs of the local launcher run as root too)")
+                   help="run even as root: the server then holds root's rights (local jobs still run under per-VC "
+                        "accounts unless HIVED_JOB_ACCOUNT=server; docs/security.md)")
     p.add_argument("--jupyter", action="store_true",
                    help="also serve Jupyter's own routes (Lab, contents, kernels, terminals) to the "
                         "server's account (its token only); other users never reach them")
@@ -146,8 +147,8 @@ def _refusal(args: argparse.Namespace) -> str:
         return ("--token is refused: a token on the command line is visible to every user of this "
                 "machine (ps, /proc); use --token-file FILE or $HIVED_TOKEN")
     if os.geteuid() == 0 and not args.allow_root:
-        return ("refusing to run as root: jobs of the local launcher would run as root too; run it "
-                "under a dedicated account, or pass --allow-root if you mean it")
+        return ("refusing to run as root: the server would hold root's rights; run it under a "
+                "dedicated account, or pass --allow-root if you mean it (docs/security.md)")
     if bool(args.certfile) != bool(args.keyfile):
         return "--certfile and --keyfile go together"
     for flag in ("certfile", "keyfile"):
@@ -163,8 +164,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"hived serve: {refusal}", file=sys.stderr)
         return 2
     if os.geteuid() == 0:
-        print("hived serve: running as root (--allow-root): every job of the local launcher runs as "
-              "root, and anyone holding an admin token controls a root process", file=sys.stderr)
+        print("warning: hived serve runs as root (--allow-root): the server holds root's rights; local jobs "
+              "run under per-VC accounts unless HIVED_JOB_ACCOUNT=server makes them root too",
+              file=sys.stderr)
     spec = Path(args.spec)
     if not spec.is_file():
         print(f"hived serve: no spec file at {spec}", file=sys.stderr)

@@ -103,7 +103,9 @@ def test_a_member_reaches_no_jupyter_route_and_no_secret(served):
 
 
 def test_data_dir_is_private_and_jobs_do_not_get_the_server_token(served):
-    srv = served(env={"HIVED_TOKEN": "tok-from-env-secret"})
+    # jobs as the server's own account: every folder stays 0700 (with a uid per VC, as by default
+    # under root, the folders jobs must traverse are 0711: tests/service/test_local_isolation.py)
+    srv = served(env={"HIVED_TOKEN": "tok-from-env-secret", "HIVED_JOB_ACCOUNT": "server"})
     r = srv.call("POST", "hived/api/jobs", "tok-alice", json={"vc": "vca", "command": "env; echo done"})
     assert r.status_code == 201, r.text
     job = r.json()["id"]
@@ -112,12 +114,16 @@ def test_data_dir_is_private_and_jobs_do_not_get_the_server_token(served):
         assert time.monotonic() < deadline
         time.sleep(0.1)
     text = srv.call("GET", f"hived/api/jobs/{job}/logs", "tok-alice").json()["text"]
-    assert "done" in text and "tok-from-env-secret" not in text
+    assert "done" in text, json.dumps(srv.call("GET", f"hived/api/jobs/{job}", "tok-alice").json())
+    assert "tok-from-env-secret" not in text
     assert srv.call("GET", "hived/api/status", "tok-from-env-secret").json()["user"]  # the env token is the server's
     assert stat.S_IMODE(srv.data.stat().st_mode) == 0o700
     for path in srv.data.rglob("*"):
         mode = stat.S_IMODE(path.stat().st_mode)
-        assert mode & 0o077 == 0, f"{path} is mode {oct(mode)}"
+        # folders may let others pass through (search, never list or write): jobs under their own
+        # uids must reach their own folder; files are for hived alone
+        hidden = 0o066 if path.is_dir() else 0o077
+        assert mode & hidden == 0, f"{path} is mode {oct(mode)}"
 
 
 def test_removed_token_is_refused_at_once_cookie_or_not(served):

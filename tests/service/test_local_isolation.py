@@ -267,7 +267,7 @@ def test_hived_serve_started_with_a_token_keeps_it_from_jobs(open_data):
     env = {k: v for k, v in os.environ.items() if k not in ("HIVED_JOB_ACCOUNT", "HIVED_URL", "HIVED_DATA_DIR")}
     env.update(SECRETS)
     srv = subprocess.Popen([PY, "-m", "hived.jupyter_ext.cli.main", "serve", "--spec", spec, "--data-dir",
-                            str(open_data), "--port", "0", "--trust-user-header", "--tick", "0.1"],
+                            str(open_data), "--port", "0", "--trust-user-header", "--tick", "0.1", "--allow-root"],
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         wait_until(lambda: srv.poll() is not None or (open_data / "server.json").exists(), timeout=60,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import pwd
 import shlex
@@ -44,6 +45,8 @@ from . import local_cgroups
 from .launcher import LauncherEvent
 from .local_accounts import Account, AccountError, JobAccounts
 from .pod_runner import SegmentLog, proc_start_ticks, seg_path, segments
+
+log = logging.getLogger("hived.local_launcher")
 
 RUNNER = str(Path(__file__).with_name("pod_runner.py"))
 LOG_TAIL_BYTES = 4096
@@ -179,6 +182,7 @@ class LocalLauncher:
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o711)
         self.accounts = JobAccounts(self.root, accounts, job_account)
+        self._warn_if_unreachable()
         self._cgroups = cgroups
         self.cgroup_base = local_cgroups.cgroup_base(self.root, cgroups)   # None: process-tree sweep
         if self.cgroup_base is not None:   # made again at the next launch: none left while idle
@@ -306,6 +310,19 @@ class LocalLauncher:
             raise AccountError(f"jobs run as uid {account.uid} cannot reach their folder {work}: {blocked} "
                                "denies search to others; allow it (chmod o+x) or put the data directory "
                                "elsewhere")
+
+    def _warn_if_unreachable(self) -> None:
+        """Say at start, not at each job's launch, when jobs under their own uids could never
+        reach the data directory (it sits in a folder that denies search to others)."""
+        if os.geteuid() != 0 or self.accounts.mode == "server":
+            return
+        blocked = next((d for d in self.root.parent.resolve().parents
+                        if d.stat().st_mode & 0o001 == 0), None)
+        if blocked is not None:
+            log.warning("jobs run under their own unix accounts, but %s (mode %04o) denies search to "
+                        "others, so none of them can reach its folder under %s: allow it (chmod o+x), "
+                        "put the data directory elsewhere, or map VCs to accounts that may (docs/security.md)",
+                        blocked, blocked.stat().st_mode & 0o777, self.root.parent)
 
     def check_account(self, request: JobRequest) -> None:
         """Raises AccountError when the job could not be given an account (see local_accounts)."""

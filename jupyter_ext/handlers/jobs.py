@@ -34,7 +34,7 @@ class JobsHandler(HivedHandler):
             await self.require("read", vc_resource(vc), f"see the jobs of VC {vc!r} (not a member)", "query.vc")
         with service_errors("query"):
             jobs = await self.run(self.svc.list_jobs, vc=vc, state=state, user=user)
-        if not self.hived.access.is_admin(self.username):
+        if not self.hived.access.is_admin(self.username, self.groups):
             jobs = [j for j in jobs if await self.allowed("read", job_resource(j["vc"], j["user"]))]
         self.reply({"jobs": jobs})
 

@@ -15,7 +15,7 @@ in its environment) uses :class:`HubIdentityProvider`:
   the Hub's roles decide who may reach hived at all;
 - browsers log in through the Hub's OAuth: ``hived/login`` sends them to
   the Hub, ``oauth_callback`` brings them back with a cookie holding their
-  Hub token (checked like any other, XSRF included);
+  Hub token (checked like any other; writes need jupyter-server's XSRF token);
 - the server's own token and a ``--user-tokens`` file keep working beside
   the Hub (the operator's local clients), and are checked first, so they
   never cost a Hub request.
@@ -92,9 +92,10 @@ class HubIdentityProvider(HivedIdentityProvider):
             handler._token_authenticated = True
             credential = fingerprint(given)
         else:
-            # a browser: the Hub token its OAuth login left in a cookie; a
-            # cookie-authenticated write must pass the XSRF check too
-            self.hub_auth._patch_xsrf(handler)
+            # a browser: the Hub token its OAuth login left in a cookie. Not
+            # token-authenticated, so jupyter-server's own XSRF check applies to
+            # its writes (HubOAuth's _patch_xsrf is not used: it replaces that
+            # check for every handler class, before any request is identified)
             model = await self._ask_hub(self.hub_auth._get_user_cookie(handler))
             if model is None:
                 return None

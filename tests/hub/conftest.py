@@ -1,7 +1,8 @@
 """One real JupyterHub for the module: loopback, SQLite in a temporary folder,
 the npm configurable-http-proxy, an authenticator that knows alice (group
 team-a), bob (team-b) and hubadmin (hived-admins), and hived as the Hub's
-managed service. A ``driver`` service (its token known to the tests) makes
+managed service. The three may reach the service (a role with its access
+scope); which VCs they use follows from their groups alone. A ``driver`` service (its token known to the tests) makes
 users' tokens and changes groups through the Hub's REST API.
 """
 from __future__ import annotations
@@ -68,7 +69,7 @@ c.JupyterHub.services = [
 ]
 c.JupyterHub.load_roles = [
     {{"name": "hived-users", "scopes": ["access:services!service=hived", "read:services!service=hived"],
-     "groups": {group_names!r}}},
+     "users": {user_names!r}}},
     {{"name": "driver", "scopes": ["admin:users", "admin:groups", "tokens", "access:services", "read:services"],
      "services": ["driver"]}},
 ]
@@ -86,7 +87,7 @@ class Hub:
         config.write_text(CONFIG.format(
             public=self.public, hub=hub, proxy_api=proxy_api, hived=hived, tmp=tmp, proxy=proxy_command(),
             users=set(USERS), groups={g: {"users": [u]} for u, g in USERS.items()},
-            group_names=sorted(set(USERS.values())), spec=SPEC, cache=CACHE_SECONDS, driver=DRIVER_TOKEN))
+            user_names=sorted(USERS), spec=SPEC, cache=CACHE_SECONDS, driver=DRIVER_TOKEN))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HIVED_", "JUPYTERHUB_"))}
         self.log = open(tmp / "hub.log", "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=tmp,

@@ -16,7 +16,7 @@ class GcHandler(HivedHandler):
         self.reply(out)
 
     async def post(self):
-        body = self.json_body("Gc", required=False)
+        body = await self.json_body("Gc", required=False)
         vc, dry_run, policy = body.get("vc"), bool(body.get("dry_run")), body.get("policy")
         quota = "disk_quota" in body or body.get("clear_disk_quota")
         if (policy is not None or quota) and vc is None:

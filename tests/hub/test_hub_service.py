@@ -124,3 +124,17 @@ def test_removed_from_group_is_refused_within_the_cache_lifetime(hub, tokens):
     while call(hub, tokens["alice"], "POST", "jobs", json=submit).status_code not in (200, 201):
         assert time.monotonic() < deadline, "not accepted again after being added back"
         time.sleep(0.2)
+
+
+def test_cli_inside_a_hub_session_lists_the_hub_users_own_jobs(hub, tokens):
+    import subprocess
+    import sys
+    mine = call(hub, tokens["bob"], "POST", "jobs", json={"vc": "vcb", "command": "true", "gpus": 1}).json()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HIVED_", "JUPYTERHUB_"))}
+    env.update(JUPYTERHUB_API_URL=hub.api, JUPYTERHUB_API_TOKEN=tokens["bob"], USER="someone-else")
+    out = subprocess.run([sys.executable, "-m", "hived.jupyter_ext.cli.main", "jobs", "--mine", "--json"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    import json
+    jobs = json.loads(out.stdout)["jobs"]
+    assert mine["id"] in {j["id"] for j in jobs} and {j["user"] for j in jobs} == {"bob"}, jobs

@@ -19,7 +19,7 @@ class JobsHandler(HivedHandler):
             raise ApiError(400, f"no VC named {vc!r}; VCs: {', '.join(sorted(self.hived.access.vc_users))}", "body.vc")
         await self.require("write", vc_resource(vc), f"submit to VC {vc!r} (not in its users)", "body.vc")
         with service_errors("body"):
-            job = await self.run(self.svc.submit, self.username, body)
+            job = await self.run(self.svc.submit, self.username, body, self.groups)
         self.reply(job, status=201)
 
     async def get(self):
@@ -51,7 +51,7 @@ class CancelHandler(HivedHandler):
         if job["state"] in TERMINAL_STATES:
             raise ApiError(409, f"job {job_id} already {job['state']}", f"jobs/{job_id}")
         with service_errors(f"jobs/{job_id}"):
-            self.reply(await self.run(self.svc.cancel, job_id, self.username))
+            self.reply(await self.run(self.svc.cancel, job_id, self.username, self.groups))
 
 
 class LogsHandler(HivedHandler):

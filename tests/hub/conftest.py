@@ -64,7 +64,7 @@ c.JupyterHub.services = [
     {{"name": "hived", "url": "http://127.0.0.1:{hived}",
      "command": [sys.executable, "-m", "hived.jupyter_ext.cli.main", "serve", "--spec", "{spec}",
                  "--data-dir", "{tmp}/hived-data", "--allow-root", "--tick", "0.05",
-                 "--hub-cache", "{cache}"]}},
+                 "--hub-cache", "{cache}", *{extra!r}]}},
     {{"name": "driver", "api_token": "{driver}"}},
 ]
 c.JupyterHub.load_roles = [
@@ -77,17 +77,19 @@ c.JupyterHub.load_roles = [
 
 
 class Hub:
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, extra: tuple = (), cache: int = CACHE_SECONDS, spec: Path = SPEC):
+        """``extra``: more ``hived serve`` arguments; ``cache``: its --hub-cache."""
         self.tmp = tmp
         self.public, hub, proxy_api, hived = (_port() for _ in range(4))
         self.url = f"http://127.0.0.1:{self.public}/"
         self.api = self.url + "hub/api/"
         self.hived = self.url + "services/hived/"
+        self.hived_direct = f"http://127.0.0.1:{hived}/services/hived/"  # past the proxy
         config = tmp / "jupyterhub_config.py"
         config.write_text(CONFIG.format(
             public=self.public, hub=hub, proxy_api=proxy_api, hived=hived, tmp=tmp, proxy=proxy_command(),
             users=set(USERS), groups={g: {"users": [u]} for u, g in USERS.items()},
-            user_names=sorted(USERS), spec=SPEC, cache=CACHE_SECONDS, driver=DRIVER_TOKEN))
+            user_names=sorted(USERS), spec=spec, cache=cache, driver=DRIVER_TOKEN, extra=list(extra)))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HIVED_", "JUPYTERHUB_"))}
         self.log = open(tmp / "hub.log", "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config)], cwd=tmp,

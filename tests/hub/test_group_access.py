@@ -59,3 +59,36 @@ def test_admin_groups_make_cluster_admins(access):
     assert decide(access, "zed", "write", "hived:admin", groups=["hived-admins"])
     assert not decide(access, "zed", "write", "hived:admin", groups=["team-a", "leads-a"])
     assert access.is_admin("zed", ["hived-admins"]) and not access.is_admin("zed")
+
+
+@pytest.fixture
+def service(tmp_path):
+    from hived.jupyter_ext.service.launcher_noop import InstantLauncher
+    from hived.jupyter_ext.service.service import SchedulerService
+    doc = yaml.safe_load(SPEC.read_text())
+    doc["virtualClusters"]["vca"]["users"] = ["solo"]  # by name and by group at once
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    svc = SchedulerService(str(spec), tmp_path / "data", launcher=InstantLauncher())
+    yield svc
+    svc.close()
+
+
+def test_service_takes_group_members_beside_named_users(service):
+    from hived.jupyter_ext.service.service import NotAuthorized
+    assert service.submit("solo", {"vc": "vca", "command": "true", "gpus": 1})["user"] == "solo"
+    assert service.submit("carol", {"vc": "vca", "command": "true", "gpus": 1}, ["team-a"])["vc"] == "vca"
+    with pytest.raises(NotAuthorized, match="'carol' is not a member of VC 'vca'.*group team-a"):
+        service.submit("carol", {"vc": "vca", "command": "true", "gpus": 1}, ["team-b"])
+    with pytest.raises(NotAuthorized):
+        service.submit("carol", {"vc": "vcb", "command": "true", "gpus": 1})  # a groups-only VC is not open
+
+
+def test_service_lets_admin_groups_cancel_others_jobs(service):
+    from hived.jupyter_ext.service.service import NotAuthorized
+    job = service.submit("solo", {"vc": "vca", "command": "sleep 60", "gpus": 1})
+    with pytest.raises(NotAuthorized):
+        service.cancel(job["id"], "carol", ["team-a"])  # a member, not an admin
+    assert service.cancel(job["id"], "lead", ["leads-a"])["id"] == job["id"]
+    other = service.submit("solo", {"vc": "vca", "command": "sleep 60", "gpus": 1})
+    assert service.cancel(other["id"], "zed", ["hived-admins"])["id"] == other["id"]

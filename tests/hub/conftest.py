@@ -60,6 +60,13 @@ c.Authenticator.admin_users = {{"hubadmin"}}
 c.JupyterHub.load_groups = {groups!r}
 c.JupyterHub.spawner_class = "simple"
 c.SimpleLocalProcessSpawner.home_dir_template = "{tmp}/home/{{username}}"
+c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]
+c.Spawner.args = ["--allow-root"]  # the test machine may run everything as root
+c.Spawner.start_timeout = 120
+c.Spawner.http_timeout = 120
+# what docs/jupyterhub.md asks for: the servers' own tokens may use hived
+c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server",
+                                 "access:services!service=hived", "read:services!service=hived"]
 c.JupyterHub.services = [
     {{"name": "hived", "url": "http://127.0.0.1:{hived}",
      "command": [sys.executable, "-m", "hived.jupyter_ext.cli.main", "serve", "--spec", "{spec}",
@@ -70,7 +77,8 @@ c.JupyterHub.services = [
 c.JupyterHub.load_roles = [
     {{"name": "hived-users", "scopes": ["access:services!service=hived", "read:services!service=hived"],
      "users": {user_names!r}}},
-    {{"name": "driver", "scopes": ["admin:users", "admin:groups", "tokens", "access:services", "read:services"],
+    {{"name": "driver", "scopes": ["admin:users", "admin:groups", "admin:servers", "access:servers", "tokens",
+                                   "access:services", "read:services"],
      "services": ["driver"]}},
 ]
 """
@@ -122,6 +130,55 @@ class Hub:
     def token_for(self, user: str) -> str:
         """A token the user has on the Hub (as if made on the Hub's token page)."""
         return self.as_driver("POST", f"users/{user}/tokens", json={"note": "hived test"}).json()["token"]
+
+    def start_server(self, user: str, timeout: float = 120) -> str:
+        """Start the user's single-user server through the Hub; its URL through the proxy."""
+        self.as_driver("POST", f"users/{user}/server")
+        deadline = time.monotonic() + timeout
+        while not (self.as_driver("GET", f"users/{user}").json().get("servers", {}).get("", {}).get("ready")):
+            assert time.monotonic() < deadline, f"{user}'s server did not start:\n{self.output()}"
+            time.sleep(0.3)
+        return self.url + f"user/{user}/"
+
+    def execute(self, server: str, cells: list[str], timeout: float = 120) -> list[str]:
+        """Run cells in a new kernel of a user's server (Jupyter's kernel
+        websocket protocol); each cell's stream output and error text."""
+        import json
+        import uuid
+
+        import websocket
+        auth = {"Authorization": f"token {DRIVER_TOKEN}"}
+        kernel = requests.post(server + "api/kernels", json={"name": "python3"}, headers=auth, timeout=60)
+        assert kernel.status_code == 201, kernel.text
+        ws = websocket.create_connection(server.replace("http", "ws", 1) + f"api/kernels/{kernel.json()['id']}/channels",
+                                         header=[f"Authorization: token {DRIVER_TOKEN}"], timeout=timeout)
+        session, outputs = uuid.uuid4().hex, []
+        try:
+            for code in cells:
+                msg_id = uuid.uuid4().hex
+                ws.send(json.dumps({
+                    "header": {"msg_id": msg_id, "session": session, "username": "test", "date": "",
+                               "msg_type": "execute_request", "version": "5.3"},
+                    "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+                    "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
+                                "allow_stdin": False, "stop_on_error": True}}))
+                text = ""
+                while True:
+                    msg = json.loads(ws.recv())
+                    if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                        continue
+                    kind, content = msg["msg_type"], msg["content"]
+                    if kind == "stream":
+                        text += content["text"]
+                    elif kind == "error":
+                        text += "\n".join(content["traceback"])
+                    elif kind == "status" and content["execution_state"] == "idle":
+                        break
+                outputs.append(text)
+        finally:
+            ws.close()
+            requests.delete(server + f"api/kernels/{kernel.json()['id']}", headers=auth, timeout=30)
+        return outputs
 
     def stop(self) -> None:
         if self.proc.poll() is None:

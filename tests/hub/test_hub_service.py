@@ -138,3 +138,23 @@ def test_cli_inside_a_hub_session_lists_the_hub_users_own_jobs(hub, tokens):
     import json
     jobs = json.loads(out.stdout)["jobs"]
     assert mine["id"] in {j["id"] for j in jobs} and {j["user"] for j in jobs} == {"bob"}, jobs
+
+
+@pytest.mark.parametrize("user, vc, other", [("alice", "vca", "vcb"), ("bob", "vcb", "vca")])
+def test_magics_in_the_users_own_hub_server_submit_as_that_user(hub, user, vc, other):
+    """The kernel runs in the user's single-user server the Hub spawned, with
+    the server's own $JUPYTERHUB_API_TOKEN: no token or URL is given."""
+    server = hub.start_server(user)
+    out = hub.execute(server, [
+        "import os; print(os.environ['JUPYTERHUB_USER'], 'HIVED_URL' in os.environ)",
+        "%load_ext hived.jupyter_ext",
+        "%gpu_submit --gpus 1 -- python -c \"print('hello from', 'the server')\"",
+        "print('job', _gpu_job['user'], _gpu_job['vc'], _gpu_job['state'])",
+        f"%gpu_submit --vc {other} --gpus 1 --detach -- true",
+        "%gpu_jobs",
+    ])
+    assert out[0].strip() == f"{user} False", out
+    assert "hello from the server" in out[2], out
+    assert out[3].strip() == f"job {user} {vc} succeeded", out
+    assert "may not submit" in out[4], out
+    assert user in out[5] and other not in out[5], out

@@ -158,3 +158,24 @@ def test_magics_in_the_users_own_hub_server_submit_as_that_user(hub, user, vc, o
     assert out[3].strip() == f"job {user} {vc} succeeded", out
     assert "may not submit" in out[4], out
     assert user in out[5] and other not in out[5], out
+
+
+def _client_in_session(hub, token, **env):
+    import subprocess
+    import sys
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith(("HIVED_", "JUPYTERHUB_"))}
+    run_env.update(JUPYTERHUB_API_URL=hub.api, JUPYTERHUB_API_TOKEN=token, **env)
+    code = ("from hived.jupyter_ext.client import HivedClient, HivedError\n"
+            "try:\n    c = HivedClient(); print(c.url, c.status()['user'])\n"
+            "except HivedError as e:\n    print(e)")
+    return subprocess.run([sys.executable, "-c", code], env=run_env, capture_output=True, text=True,
+                          timeout=60).stdout.strip()
+
+
+def test_discovery_goes_through_the_proxy_when_the_hub_hides_the_service(hub):
+    blind = hub.as_driver("POST", "users/alice/tokens",
+                          json={"note": "no read:services", "scopes": ["access:services!service=hived"]}).json()["token"]
+    refused = _client_in_session(hub, blind)
+    assert "no service 'hived'" in refused and "read:services!service=hived" in refused, refused
+    found = _client_in_session(hub, blind, JUPYTERHUB_PUBLIC_URL=hub.url)
+    assert found == f"{hub.hived} alice", found

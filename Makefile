@@ -47,7 +47,7 @@ demo: install
 test: system-deps install $(PROXY)
 	PATH="$(CURDIR)/$(VENV)/bin:$(CURDIR)/$(NODE)/node_modules/.bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
 
-bench: install
+bench: install $(PROXY)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
 
 clean:

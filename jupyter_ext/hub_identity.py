@@ -86,24 +86,26 @@ class HubIdentityProvider(HivedIdentityProvider):
             if local is not None:
                 handler._token_authenticated = True
                 return local
-            model = await self._ask_hub(self.hub_auth.user_for_token(given, sync=False))
-            if model is None:
-                return None
-            handler._token_authenticated = True
-            credential = fingerprint(given)
+            token = given
         else:
             # a browser: the Hub token its OAuth login left in a cookie. Not
             # token-authenticated, so jupyter-server's own XSRF check applies to
             # its writes (HubOAuth's _patch_xsrf is not used: it replaces that
             # check for every handler class, before any request is identified)
-            model = await self._ask_hub(self.hub_auth._get_user_cookie(handler))
-            if model is None:
+            token = self.hub_auth._get_token_cookie(handler)
+            if not token:
                 return None
-            credential = ""
+        # HubAuth's cache keeps an answer forever when its age limit is 0: ask every time then
+        model = await self._ask_hub(self.hub_auth.user_for_token(
+            token, use_cache=self.cache_seconds > 0, sync=False))
+        if model is None:
+            return None
+        if given:
+            handler._token_authenticated = True
         if not self.hub_auth.check_scopes(self.hub_auth.access_scopes, model):
             raise web.HTTPError(403, f"the Hub does not let {model.get('name')!r} use this service "
                                      f"(needs one of: {', '.join(sorted(self.access_scopes))})")
-        return user_of(model, credential)
+        return user_of(model, fingerprint(token))
 
     async def _ask_hub(self, pending):
         try:

@@ -179,3 +179,17 @@ def test_discovery_goes_through_the_proxy_when_the_hub_hides_the_service(hub):
     assert "no service 'hived'" in refused and "read:services!service=hived" in refused, refused
     found = _client_in_session(hub, blind, JUPYTERHUB_PUBLIC_URL=hub.url)
     assert found == f"{hub.hived} alice", found
+
+
+def test_without_a_cache_a_group_change_applies_on_the_next_request(tmp_path_factory):
+    from .conftest import Hub
+    hub = Hub(tmp_path_factory.mktemp("hub-nocache"), cache=0)
+    try:
+        token = hub.token_for("bob")
+        assert call(hub, token, "GET", "status").json()["vcs"] == ["vcb"]
+        hub.as_driver("DELETE", "groups/team-b/users", json={"users": ["bob"]})
+        assert call(hub, token, "GET", "status").json()["vcs"] == []
+        r = call(hub, token, "POST", "jobs", json={"vc": "vcb", "command": "true", "gpus": 1})
+        assert r.status_code == 403, r.text
+    finally:
+        hub.stop()

@@ -30,11 +30,12 @@ def find_hub_service(timeout: float = 5.0) -> Optional[dict]:
         return None
     api, token = os.environ["JUPYTERHUB_API_URL"].rstrip("/") + "/", os.environ["JUPYTERHUB_API_TOKEN"]
     name = os.environ.get("HIVED_HUB_SERVICE") or DEFAULT_SERVICE
+    problem = f"the Hub shows no service {name!r} to this user"
     try:
         r = requests.get(urljoin(api, f"services/{name}"), timeout=timeout,
                          headers={"Authorization": f"token {token}"})
-    except requests.RequestException:
-        r = None
+    except requests.RequestException as exc:
+        r, problem = None, f"the Hub's API did not answer ({type(exc).__name__})"
     if r is not None and r.ok:
         model = r.json()
         if model.get("url"):
@@ -46,6 +47,6 @@ def find_hub_service(timeout: float = 5.0) -> Optional[dict]:
         base = os.environ.get("JUPYTERHUB_BASE_URL") or "/"
         return {"url": urljoin(public, base.rstrip("/") + f"/services/{name}/"), "token": token}
     from .client import HivedUnreachable
-    raise HivedUnreachable(0, f"inside JupyterHub, but the Hub shows no service {name!r} to this user "
-                              f"(ask the Hub admin for read:services!service={name}, or set HIVED_URL)",
+    raise HivedUnreachable(0, f"inside JupyterHub, but {problem} (ask the Hub admin for "
+                              f"read:services!service={name}, or set HIVED_URL)",
                            urljoin(api, f"services/{name}"))

@@ -26,6 +26,10 @@ def hub_refusal(args) -> str:
     if missing:
         return (f"--hub needs {' and '.join(missing)} in the environment (the Hub sets them for a "
                 f"managed service; see docs/jupyterhub.md)")
+    try:
+        import jupyterhub.services.auth  # noqa: F401
+    except ImportError:
+        return "--hub needs the jupyterhub package: pip install 'hived[hub]'"
     if getattr(args, "jupyter", False):
         return ("--jupyter is refused with --hub: on a Hub, Jupyter's routes are each user's own "
                 "single-user server")

@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+NODE   := $(VENV)/node
+PROXY  := $(NODE)/node_modules/.bin/configurable-http-proxy
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
@@ -22,13 +24,18 @@ $(STAMP): pyproject.toml setup.py
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
+# JupyterHub's proxy (npm), for the tests that run a real Hub (tests/hub)
+$(PROXY): | $(STAMP)
+	npm install --silent --no-fund --no-audit --prefix $(NODE) configurable-http-proxy@5 >/dev/null
+
 install: $(STAMP)
 
 # Debian packages the tests need: chromium for the browser test, xz and curl
-# for the shared Kubernetes test API server.
+# for the shared Kubernetes test API server, node and npm for JupyterHub's proxy.
 system-deps:
 	@missing=""; \
 	for p in chromium xz-utils curl; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
@@ -37,10 +44,10 @@ system-deps:
 demo: install
 	$(PY) examples/demo/run_demo.py
 
-test: install system-deps
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
+test: system-deps install $(PROXY)
+	PATH="$(CURDIR)/$(VENV)/bin:$(CURDIR)/$(NODE)/node_modules/.bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
 
-bench: install
+bench: install $(PROXY)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
 
 clean:

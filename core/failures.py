@@ -51,6 +51,9 @@ RULES: tuple[Rule, ...] = (
     Rule("network", FailureClass.INFRA, pattern=r"Connection (reset|refused|timed out)|Network is unreachable|Broken pipe|Transport endpoint"),
     Rule("storage", FailureClass.INFRA, pattern=r"Input/output error|Stale file handle|HDFS|No space left on device|Read-only file system"),
     Rule("gpu-driver", FailureClass.INFRA, pattern=r"\bXid\b|ECC error|CUDA driver version is insufficient|cudaErrorInitializationError|CUDA error: (unknown error|initialization error)|GPU is lost|NVML"),
+    # a gang whose pods never all started (image pull, a node that never runs them): the
+    # launcher tears it down and says so; nothing of the user's code ran
+    Rule("pods-never-started", FailureClass.INFRA, pattern=r"\bPendingTimeout\b"),
     Rule("checkpoint-io", FailureClass.INFRA, pattern=r"(checkpoint|ckpt).*(timeout|I/O|unavailable)"),
     Rule("syntax", FailureClass.USER, pattern=r"\b(SyntaxError|IndentationError|TabError)\b"),
     Rule("import", FailureClass.USER, pattern=r"\b(ImportError|ModuleNotFoundError)\b"),

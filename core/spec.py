@@ -2,8 +2,9 @@
 
 The YAML follows hivedscheduler's shape (``physicalCluster.cellTypes``,
 ``physicalCluster.physicalCells``, ``virtualClusters``) with extensions:
-per-VC ``users``/``admins``/``weight``/``maxPreemptions``/``account``, and
-cluster ``admins`` and ``accounts``. See docs/spec.md for the format.
+per-VC ``users``/``admins``/``groups``/``adminGroups``/``weight``/
+``maxPreemptions``/``account``, and cluster ``admins``, ``adminGroups`` and
+``accounts`` (groups are JupyterHub groups, see docs/jupyterhub.md). See docs/spec.md for the format.
 
 Loading happens in three passes. A walk over the plain YAML values refuses
 what JSON Schema cannot see (non-text keys, NaN, 2.0 for an integer, deep
@@ -144,6 +145,8 @@ class VCSpec:
     pinned: list[str] = field(default_factory=list)
     users: list[str] = field(default_factory=list)
     admins: list[str] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)        # JupyterHub groups whose members are users
+    admin_groups: list[str] = field(default_factory=list)  # JupyterHub groups whose members are admins
     weight: float = 0.0          # default: the VC's GPU count
     weight_given: bool = False
     max_preemptions: Optional[int] = None  # times one job may be preempted; None: the service default
@@ -159,6 +162,7 @@ class ClusterSpec:
     source: str = "<spec>"
     raw: dict = field(default_factory=dict)
     accounts: dict[str, str] = field(default_factory=dict)  # hived user -> Unix account (local mode)
+    admin_groups: list[str] = field(default_factory=list)  # JupyterHub groups of cluster admins
 
     def unix_account(self, user: str, vc: str) -> Optional[str]:
         """The Unix account a job of ``user`` in ``vc`` runs as: the user's mapping, else the VC's, else None."""
@@ -366,7 +370,8 @@ class _Builder:
         spec = ClusterSpec(chains=chains, vcs=vcs, admins=admins,
                            pinned={k: (v[0], v[1]) for k, v in self.pinned.items()},
                            source=self.name, raw=self.doc,
-                           accounts={u: str(a) for u, a in self.doc.get("accounts", {}).items()})
+                           accounts={u: str(a) for u, a in self.doc.get("accounts", {}).items()},
+                           admin_groups=list(self.doc.get("adminGroups", [])))
         for vc in vcs.values():
             if not vc.weight_given:
                 vc.weight = float(spec.vc_gpus(vc.name))
@@ -513,7 +518,8 @@ class _Builder:
         claimed: dict[str, str] = {}
         for name, raw in self.doc["virtualClusters"].items():
             base = f"virtualClusters.{name}"
-            vc = VCSpec(name=name, users=list(raw.get("users", [])), admins=list(raw.get("admins", [])))
+            vc = VCSpec(name=name, users=list(raw.get("users", [])), admins=list(raw.get("admins", [])),
+                        groups=list(raw.get("groups", [])), admin_groups=list(raw.get("adminGroups", [])))
             if "weight" in raw:
                 vc.weight, vc.weight_given = float(raw["weight"]), True
             vc.max_preemptions = raw.get("maxPreemptions")

@@ -39,7 +39,7 @@ import hashlib
 import hmac
 import json
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterable, Optional
 from urllib.parse import quote, unquote
 
 from jupyter_server.auth import Authorizer, IdentityProvider, User
@@ -50,11 +50,20 @@ from .client import USER_HEADER
 
 @dataclass(frozen=True)
 class Access:
-    """The membership lists of one spec, in the shape the checks need."""
+    """The membership lists of one spec, in the shape the checks need.
+
+    ``groups`` arguments are the groups the identity provider reports for
+    the caller (JupyterHub's groups; none without a Hub). They are looked up
+    on every check, so a change on the Hub applies as soon as the provider
+    sees it, with no spec reload.
+    """
 
     vc_users: dict[str, frozenset[str]] = field(default_factory=dict)
     vc_admins: dict[str, frozenset[str]] = field(default_factory=dict)
     admins: frozenset[str] = frozenset()
+    vc_groups: dict[str, frozenset[str]] = field(default_factory=dict)
+    vc_admin_groups: dict[str, frozenset[str]] = field(default_factory=dict)
+    admin_groups: frozenset[str] = frozenset()
 
     @classmethod
     def from_spec(cls, spec) -> "Access":
@@ -62,23 +71,33 @@ class Access:
             vc_users={n: frozenset(v.users or ()) for n, v in spec.vcs.items()},
             vc_admins={n: frozenset(v.admins or ()) for n, v in spec.vcs.items()},
             admins=frozenset(spec.admins or ()),
+            vc_groups={n: frozenset(getattr(v, "groups", None) or ()) for n, v in spec.vcs.items()},
+            vc_admin_groups={n: frozenset(getattr(v, "admin_groups", None) or ()) for n, v in spec.vcs.items()},
+            admin_groups=frozenset(getattr(spec, "admin_groups", None) or ()),
         )
 
-    def is_admin(self, user: str) -> bool:
-        return user in self.admins
+    def is_admin(self, user: str, groups: Iterable[str] = ()) -> bool:
+        return user in self.admins or not self.admin_groups.isdisjoint(groups)
 
-    def is_vc_admin(self, user: str, vc: str) -> bool:
-        return user in self.admins or user in self.vc_admins.get(vc, ())
+    def is_vc_admin(self, user: str, vc: str, groups: Iterable[str] = ()) -> bool:
+        return (self.is_admin(user, groups) or user in self.vc_admins.get(vc, ())
+                or not self.vc_admin_groups.get(vc, frozenset()).isdisjoint(groups))
 
-    def is_member(self, user: str, vc: str) -> bool:
-        return self.is_vc_admin(user, vc) or user in self.vc_users.get(vc, ())
+    def is_member(self, user: str, vc: str, groups: Iterable[str] = ()) -> bool:
+        return (self.is_vc_admin(user, vc, groups) or user in self.vc_users.get(vc, ())
+                or not self.vc_groups.get(vc, frozenset()).isdisjoint(groups))
 
-    def known(self, user: str) -> bool:
-        return user in self.admins or any(self.is_member(user, vc) for vc in self.vc_users)
+    def known(self, user: str, groups: Iterable[str] = ()) -> bool:
+        return self.is_admin(user, groups) or any(self.is_member(user, vc, groups) for vc in self.vc_users)
 
-    def vcs_of(self, user: str) -> list[str]:
+    def vcs_of(self, user: str, groups: Iterable[str] = ()) -> list[str]:
         """The VCs this user sees (all of them for cluster admins)."""
-        return [vc for vc in self.vc_users if self.is_member(user, vc)]
+        return [vc for vc in self.vc_users if self.is_member(user, vc, groups)]
+
+
+def groups_of(user) -> tuple[str, ...]:
+    """The groups an authenticated user object carries (none for plain users)."""
+    return tuple(getattr(user, "groups", None) or ())
 
 
 def vc_resource(vc: str) -> str:
@@ -93,29 +112,33 @@ def exchange_resource(vc: str) -> str:
     return f"hived:exchange:{quote(vc, safe='')}"
 
 
-def decide(access: Access, username: str, action: str, resource: str) -> bool:
-    """The whole policy, free of tornado so that it is easy to test and read."""
+def decide(access: Access, username: str, action: str, resource: str,
+           groups: Iterable[str] = ()) -> bool:
+    """The whole policy, free of tornado so that it is easy to test and read.
+
+    ``groups``: the caller's JupyterHub groups (membership may come from them)."""
+    groups = frozenset(groups)
     if resource != "hived" and not resource.startswith("hived:"):
         return True  # not ours: behave like jupyter-server's AllowAllAuthorizer
     if resource == "hived":
         return True
-    if access.is_admin(username):
+    if access.is_admin(username, groups):
         return True
     kind, _, rest = resource[len("hived:"):].partition(":")
     parts = [unquote(p) for p in rest.split(":")] if rest else []
     if kind == "cluster":
-        return action == "read" and access.known(username)
+        return action == "read" and access.known(username, groups)
     if kind == "vc" and len(parts) == 1:
-        return access.is_member(username, parts[0])
+        return access.is_member(username, parts[0], groups)
     if kind == "job" and len(parts) == 2:
         vc, owner = parts
         if action == "read":
-            return username == owner or access.is_member(username, vc)
-        return username == owner or access.is_vc_admin(username, vc)
+            return username == owner or access.is_member(username, vc, groups)
+        return username == owner or access.is_vc_admin(username, vc, groups)
     if kind == "exchange" and len(parts) == 1:
         if action == "read":
-            return access.is_member(username, parts[0])
-        return access.is_vc_admin(username, parts[0])
+            return access.is_member(username, parts[0], groups)
+        return access.is_vc_admin(username, parts[0], groups)
     return False  # "hived:admin" and anything unknown: cluster admins only
 
 
@@ -129,7 +152,7 @@ class HivedAuthorizer(Authorizer):
     def is_authorized(self, handler, user: User, action: str, resource: str) -> bool:
         state = handler.settings.get("hived") if handler is not None else None
         access = getattr(state, "access", None) or Access()
-        return decide(access, user.username, action, resource)
+        return decide(access, user.username, action, resource, groups_of(user))
 
 
 class HivedUser(User):

@@ -8,9 +8,11 @@ happen in one place.
 Finding the service, first match wins:
 1. ``url=`` / ``token=`` given to the constructor;
 2. ``$HIVED_URL`` / ``$HIVED_TOKEN``;
-3. inside a Jupyter kernel: the Jupyter server that runs this kernel (hived's
+3. inside a JupyterHub session: the Hub's hived service, with the user's own
+   token (hub_discovery.py);
+4. inside a Jupyter kernel: the Jupyter server that runs this kernel (hived's
    extension is enabled in it);
-4. the ``server.json`` that ``hived serve`` wrote in the data directory
+5. the ``server.json`` that ``hived serve`` wrote in the data directory
    (``data_dir=``, ``$HIVED_DATA_DIR``, then ``~/.hived``).
 """
 from __future__ import annotations
@@ -133,6 +135,10 @@ def find_service(url: Optional[str] = None, token: Optional[str] = None,
         return url, token if token is not None else os.environ.get("HIVED_TOKEN")
     if os.environ.get("HIVED_URL"):
         return os.environ["HIVED_URL"], token if token is not None else os.environ.get("HIVED_TOKEN")
+    from .hub_discovery import find_hub_service
+    hub = find_hub_service()
+    if hub:
+        return hub["url"], token if token is not None else hub["token"]
     for info in (_own_jupyter_server(), read_server_file(data_dir)):
         if info:
             return info["url"], token if token is not None else info.get("token")

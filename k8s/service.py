@@ -233,13 +233,13 @@ class KubernetesSchedulerService(SchedulerService):
             return []
         return super().tick()
 
-    def submit(self, user: str, payload: dict) -> dict:
+    def submit(self, user: str, payload: dict, groups=()) -> dict:
         self._require_leader()
-        return super().submit(user, payload)
+        return super().submit(user, payload, groups)
 
-    def cancel(self, job_id: str, user: str) -> dict:
+    def cancel(self, job_id: str, user: str, groups=()) -> dict:
         self._require_leader()
-        return super().cancel(job_id, user)
+        return super().cancel(job_id, user, groups)
 
     def report_progress(self, job_id: str, done: float, total: float) -> dict:
         self._require_leader()

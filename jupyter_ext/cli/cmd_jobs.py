@@ -11,15 +11,21 @@ def register(subparsers, summary: str) -> None:
     p.add_argument("--state", default=None,
                    help="only this state (queued, placed, running, preempting, succeeded, failed, cancelled)")
     who = p.add_mutually_exclusive_group()
-    who.add_argument("--mine", action="store_true", help="only my jobs")
+    who.add_argument("--mine", action="store_true", help="only my jobs (as the service knows me)")
     who.add_argument("--owner", default=None, help="only this user's jobs")
     p.add_argument("--active", action="store_true", help="hide jobs that have ended")
     cs.add_common(p)
     p.set_defaults(func=cs.guarded("hived jobs", run))
 
 
+def _me(args, backend) -> str:
+    """Who the service says we are: a Hub or per-user token names its person,
+    who need not be this machine's login name."""
+    return backend.whoami().get("user") or cs.user_of(args)
+
+
 def run(args, backend) -> int:
-    user = cs.user_of(args) if args.mine else args.owner
+    user = _me(args, backend) if args.mine else args.owner
     jobs = backend.jobs(vc=args.vc, state=args.state, user=user)
     if args.active:
         jobs = [j for j in jobs if j["state"] not in cs.TERMINAL]

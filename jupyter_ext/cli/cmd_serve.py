@@ -51,6 +51,13 @@ def register(subparsers, summary: str) -> None:
     p.add_argument("--keyfile", default=None, help="TLS private key (PEM) of --certfile")
     p.add_argument("--trust-user-header", action="store_true",
                    help="let holders of the server token name the user in X-Hived-User (trusted front ends, tests)")
+    p.add_argument("--hub", action="store_true",
+                   help="run as a JupyterHub service: identity (user, groups) from the Hub's API, browser "
+                        "login through the Hub (the default when the Hub starts hived: JUPYTERHUB_API_URL, "
+                        "JUPYTERHUB_API_TOKEN and JUPYTERHUB_SERVICE_NAME are set); see docs/jupyterhub.md")
+    p.add_argument("--hub-cache", type=int, default=30, metavar="SECONDS",
+                   help="with --hub: how long the Hub's answer for a token is kept (a user removed from "
+                        "a group is refused at most this long after)")
     p.add_argument("--tick", type=float, default=0.5, help="seconds between scheduling rounds")
     p.add_argument("--launcher", default="local",
                    help="'local' (processes on this machine), 'kubernetes' (pods through the cluster "
@@ -99,6 +106,9 @@ def build_config(args: argparse.Namespace, token: str):
     if args.user_tokens:
         c.HivedIdentityProvider.user_tokens_file = str(Path(args.user_tokens).resolve())
     c.HivedIdentityProvider.trust_user_header = bool(args.trust_user_header)
+    if getattr(args, "hub", False):
+        from hived.jupyter_ext.hub_service import configure
+        configure(c, args)
     c.HivedExtension.serve_jupyter = jupyter
     if not jupyter:
         c.ServerApp.terminals_enabled = False
@@ -143,6 +153,10 @@ def server_token(args: argparse.Namespace) -> str:
 
 def _refusal(args: argparse.Namespace) -> str:
     """Why these arguments cannot start a server ('' when they can)."""
+    from hived.jupyter_ext.hub_service import hub_refusal, started_by_hub
+    args.hub = bool(getattr(args, "hub", False)) or started_by_hub()
+    if args.hub and hub_refusal(args):
+        return hub_refusal(args)
     if args.token is not None:
         return ("--token is refused: a token on the command line is visible to every user of this "
                 "machine (ps, /proc); use --token-file FILE or $HIVED_TOKEN")
@@ -163,10 +177,6 @@ def run(args: argparse.Namespace) -> int:
     if refusal:
         print(f"hived serve: {refusal}", file=sys.stderr)
         return 2
-    if os.geteuid() == 0:
-        print("warning: hived serve runs as root (--allow-root): the server holds root's rights; local jobs "
-              "run under per-VC accounts unless HIVED_JOB_ACCOUNT=server makes them root too",
-              file=sys.stderr)
     spec = Path(args.spec)
     if not spec.is_file():
         print(f"hived serve: no spec file at {spec}", file=sys.stderr)
@@ -189,6 +199,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"hived serve: {exc}", file=sys.stderr)
         return 2
+    if os.geteuid() == 0:   # after the checks: a refusal stays the first line
+        print("warning: hived serve runs as root (--allow-root): the server holds root's rights; local jobs "
+              "run under per-VC accounts unless HIVED_JOB_ACCOUNT=server makes them root too",
+              file=sys.stderr)
     os.umask(0o077)  # the journal, logs and server.json are this account's alone
     data_dir = Path(args.data_dir).expanduser()
     data_dir.mkdir(parents=True, exist_ok=True)

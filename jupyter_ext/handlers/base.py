@@ -19,7 +19,7 @@ import asyncio
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
-from ..auth import job_resource
+from ..auth import groups_of, job_resource
 from ..service.degraded import ServiceDegraded
 from . import schema
 
@@ -125,6 +125,11 @@ class HivedHandler(APIHandler):
     @property
     def username(self) -> str:
         return self.current_user.username
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The caller's JupyterHub groups (VC membership may come from them)."""
+        return groups_of(self.current_user)
 
     # -- permissions ------------------------------------------------------
     async def allowed(self, action: str, resource: str) -> bool:

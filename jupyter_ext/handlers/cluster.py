@@ -21,8 +21,8 @@ class StatusHandler(HivedHandler):
             "ok": state.service is not None,
             "version": state.version,
             "user": user,
-            "admin": access.is_admin(user),
-            "vcs": access.vcs_of(user),
+            "admin": access.is_admin(user, self.groups),
+            "vcs": access.vcs_of(user, self.groups),
             **({"error": state.error} if state.service is None else {}),
         })
 
@@ -38,8 +38,8 @@ class ClusterHandler(HivedHandler):
         with service_errors("cluster"):
             doc, held = await self.run(_cluster_and_holders, self.svc)
         doc = with_holders(doc, held)
-        if not self.hived.access.is_admin(self.username):
-            doc = redact(doc, set(self.hived.access.vcs_of(self.username)))
+        if not self.hived.access.is_admin(self.username, self.groups):
+            doc = redact(doc, set(self.hived.access.vcs_of(self.username, self.groups)))
         self.reply(doc)
 
 
@@ -79,7 +79,7 @@ class VCsHandler(HivedHandler):
         with service_errors("vcs"):
             doc = await self.run(self.svc.vcs)
         vcs = doc.get("vcs", doc) if isinstance(doc, dict) else {}
-        visible = set(self.hived.access.vcs_of(self.username))
+        visible = set(self.hived.access.vcs_of(self.username, self.groups))
         self.reply({"vcs": {name: view for name, view in vcs.items() if name in visible}})
 
 

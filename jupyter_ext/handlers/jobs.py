@@ -18,10 +18,10 @@ class JobsHandler(HivedHandler):
         if vc not in self.hived.access.vc_users:
             raise ApiError(404, f"no VC named {vc!r}; VCs: {', '.join(sorted(self.hived.access.vc_users))}", "body.vc")
         await self.require("write", vc_resource(vc), f"submit to VC {vc!r} (not in its users)", "body.vc")
-        svc, user = self.svc, self.username
+        svc, user, groups = self.svc, self.username, self.groups
         with service_errors("body"):
             # the answer echoes the command and env (up to a megabyte): encoded off the IOLoop too
-            text = await self.run(lambda: to_json(svc.submit(user, body)))
+            text = await self.run(lambda: to_json(svc.submit(user, body, groups)))
         self.reply_text(text, status=201)
 
     async def get(self):
@@ -36,7 +36,7 @@ class JobsHandler(HivedHandler):
             await self.require("read", vc_resource(vc), f"see the jobs of VC {vc!r} (not a member)", "query.vc")
         with service_errors("query"):
             jobs = await self.run(self.svc.list_jobs, vc=vc, state=state, user=user)
-        if not self.hived.access.is_admin(self.username):
+        if not self.hived.access.is_admin(self.username, self.groups):
             jobs = [j for j in jobs if await self.allowed("read", job_resource(j["vc"], j["user"]))]
         self.reply({"jobs": jobs})
 
@@ -53,7 +53,7 @@ class CancelHandler(HivedHandler):
         if job["state"] in TERMINAL_STATES:
             raise ApiError(409, f"job {job_id} already {job['state']}", f"jobs/{job_id}")
         with service_errors(f"jobs/{job_id}"):
-            self.reply(await self.run(self.svc.cancel, job_id, self.username))
+            self.reply(await self.run(self.svc.cancel, job_id, self.username, self.groups))
 
 
 class LogsHandler(HivedHandler):

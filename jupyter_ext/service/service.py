@@ -559,26 +559,36 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
 
     # ------------------------------------------------------------------ API
 
-    def _authorize_vc(self, user: str, vc: str) -> None:
+    def _authorize_vc(self, user: str, vc: str, groups=()) -> None:
+        """``groups``: the caller's JupyterHub groups, for VCs that name groups."""
         spec = self.spec.vcs.get(vc)
         if spec is None:
             raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
         users = list(spec.users or [])
-        if users and user not in users and user not in self._admins(vc):
-            raise NotAuthorized(f"user {user!r} is not a member of VC {vc!r} (members: {', '.join(users)})")
+        grouped = set(getattr(spec, "groups", None) or ()) | set(getattr(spec, "admin_groups", None) or ())
+        if (users or grouped) and user not in users and not self._is_admin(user, vc, groups) \
+                and grouped.isdisjoint(groups):
+            members = ", ".join(users + [f"group {g}" for g in sorted(grouped)])
+            raise NotAuthorized(f"user {user!r} is not a member of VC {vc!r} (members: {members})")
+
+    def _is_admin(self, user: str, vc: str, groups=()) -> bool:
+        spec = self.spec.vcs.get(vc)
+        admin_groups = set(getattr(spec, "admin_groups", None) or ()) | set(getattr(self.spec, "admin_groups", None) or ())
+        return user in self._admins(vc) or not admin_groups.isdisjoint(groups)
 
     def _admins(self, vc: str) -> set:
         spec = self.spec.vcs.get(vc)
         return set(getattr(spec, "admins", []) or []) | set(getattr(self.spec, "admins", []) or [])
 
-    def submit(self, user: str, payload: dict) -> dict:
-        """Validate, queue and durably store one job; returns its job dict."""
+    def submit(self, user: str, payload: dict, groups=()) -> dict:
+        """Validate, queue and durably store one job; returns its job dict.
+        ``groups``: the user's JupyterHub groups (VC membership may come from them)."""
         if not isinstance(user, str) or not user.strip():
             raise RequestError("user", "must be a non-empty user name")
         req = parse_job(user, payload, check_workdir=self._check_workdir)
         self._check_for_launcher(req)
         with self._lock:
-            self._authorize_vc(user, req.vc)
+            self._authorize_vc(user, req.vc, groups)
             self._check_quota(req.vc)
             now = self.clock()
             self._require_journal(now)
@@ -676,10 +686,10 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             return [job_dict(r, positions.get(r.job_id)) for r in self.eng.jobs(vc, state)
                     if user is None or r.request.user == user]
 
-    def cancel(self, job_id: str, user: str) -> dict:
+    def cancel(self, job_id: str, user: str, groups=()) -> dict:
         with self._lock:
             rec = self._rec(job_id)
-            if user != rec.request.user and user not in self._admins(rec.request.vc):
+            if user != rec.request.user and not self._is_admin(user, rec.request.vc, groups):
                 raise NotAuthorized(f"user {user!r} may not cancel {job_id}: it belongs to "
                                     f"{rec.request.user!r} and {user!r} is not an admin of VC {rec.request.vc!r}")
             self._cancel(job_id, user)

@@ -64,7 +64,7 @@ def test_a_gang_pending_past_the_timeout_is_torn_down_and_reported(kube, core, n
         (ex,) = [e for e in ev if e.kind == "exited"]
         assert (ex.exit_code, ex.reason) == (EXIT_PENDING_TIMEOUT, "PendingTimeout")
         assert "not all running 1s after creation" in ex.log_tail
-        assert classify(ex.exit_code, ex.log_tail).cls is FailureClass.UNKNOWN    # retried once, later
+        assert classify(ex.exit_code, ex.log_tail).cls is FailureClass.INFRA      # retried with back-off
     finally:
         lau.stop()
 

@@ -71,7 +71,10 @@ c.JupyterHub.services = [
     {{"name": "hived", "url": "http://127.0.0.1:{hived}",
      "command": [sys.executable, "-m", "hived.jupyter_ext.cli.main", "serve", "--spec", "{spec}",
                  "--data-dir", "{tmp}/hived-data", "--allow-root", "--tick", "0.05",
-                 "--hub-cache", "{cache}", *{extra!r}]}},
+                 "--hub-cache", "{cache}", *{extra!r}],
+     # pytest's folders are 0700, which a per-VC uid cannot pass: jobs run as the server's
+     # account here (per-VC accounts are tested in tests/service/test_local_isolation.py)
+     "environment": {{"HIVED_JOB_ACCOUNT": "server"}}}},
     {{"name": "driver", "api_token": "{driver}"}},
 ]
 c.JupyterHub.load_roles = [

@@ -20,6 +20,7 @@ for name, folder in FOLDERS.items():
 setup(
     packages=packages,
     package_dir=FOLDERS,
-    package_data={name: ["*.yaml", "*.json", "**/*.yaml", "**/*.json", "**/*.js", "**/*.css"] for name in FOLDERS},
+    package_data={name: ["*.yaml", "*.json", "**/*.yaml", "**/*.json", "**/*.js", "**/*.css",
+                                 "**/data/**/*.csv", "**/data/**/*.gz", "**/data/**/README.md"] for name in FOLDERS},
     data_files=[("etc/jupyter/jupyter_server_config.d", ["jupyter_ext/etc/hived.json"])],
 )

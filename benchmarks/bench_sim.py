@@ -15,9 +15,8 @@ import time
 
 from hived.core.sim.schemes import size_cluster
 from hived.core.sim.simulate import simulate
-from hived.core.sim.traces import read_philly
+from hived.core.sim.traces import PHILLY_DIR as PHILLY, read_philly
 
-PHILLY = "/work/shared/traces/philly"
 
 
 def main(argv=None) -> int:

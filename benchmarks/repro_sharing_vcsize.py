@@ -1,7 +1,7 @@
 """Sharing-anomaly check with quotas proportional to Philly's own VC sizes.
 
 Reads the per-scheme outputs of ``hived simulate`` (run with
-``--shares`` from /work/shared/traces/philly/vc_nodes.csv, see
+``--shares`` from the packaged Philly trace's vc_nodes.csv, see
 docs/reproduction-sharing.md) and prints, per tenant, the average queueing
 delay under private / quota / hived, which tenants wait longer than in their
 private cluster, and the HiveD jobs left waiting with room in their VC.
@@ -18,8 +18,10 @@ import json
 import os
 import sys
 
+from hived.core.sim.traces import PHILLY_DIR
 
-def vc_shares(path: str = "/work/shared/traces/philly/vc_nodes.csv") -> str:
+
+def vc_shares(path: str = os.path.join(PHILLY_DIR, "vc_nodes.csv")) -> str:
     """The --shares argument: each VC's machine count as its weight."""
     with open(path, encoding="utf-8") as f:
         rows = list(csv.reader(f))[1:]

@@ -1,6 +1,6 @@
 """Workloads for the AlloX experiment: Philly jobs given a CPU configuration.
 
-The Philly trace (/work/shared/traces/philly, Jeon et al. ATC'19, CC-BY-4.0)
+The Philly trace (shipped with hived, hived.core.sim.traces.PHILLY_DIR; Jeon et al. ATC'19, CC-BY-4.0)
 has GPU run times only. Paper 003 §5.1 reports GPU-over-CPU speedups of
 1.8-10 for its TensorFlow jobs, so each job gets a CPU time of
 ``gpu_time * s`` with ``s`` drawn uniformly from [1.8, 10] per job (seeded).
@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterator, Optional
 
+from ..sim.traces import PHILLY_DIR
 from .model import Machine, SimJob
 
-PHILLY = os.environ.get("HIVED_PHILLY", "/work/shared/traces/philly/philly_jobs.csv.gz")
+PHILLY = os.path.join(PHILLY_DIR, "philly_jobs.csv.gz")
 SPEEDUP = (1.8, 10.0)
 CLIP = (60.0, 6 * 3600.0)
 
@@ -41,7 +42,7 @@ class TraceJob:
 def philly_rows(path: str = PHILLY) -> Iterator[TraceJob]:
     """The trace's rows, as read (the .gz directly); raises with the line on a bad row."""
     if not os.path.exists(path):
-        raise FileNotFoundError(f"Philly trace not found at {path} (set HIVED_PHILLY)")
+        raise FileNotFoundError(f"Philly trace not found at {path}")
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt", newline="") as f:
         for n, row in enumerate(csv.DictReader(f), start=2):

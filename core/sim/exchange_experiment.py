@@ -1,6 +1,6 @@
 """Paper 000 §5.4: what cell exchange gains each tenant on the Philly trace.
 
-A fluid, per-VC replay of the Philly trace (/work/shared/traces/philly,
+A fluid, per-VC replay of the Philly trace (shipped with hived,
 Jeon et al. ATC'19, CC-BY-4.0): every VC (tenant) runs its jobs FIFO on its
 guaranteed GPUs (a gang larger than the VC is capped to it); nodes are
 8-GPU cells (level 4 of core/sim/cluster.py's chain). Every ``window``

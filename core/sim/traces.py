@@ -3,7 +3,7 @@
 A trace is a list of ``TraceJob`` sorted by submit time (seconds from the
 trace's first submission), plus the tenants in it.
 
-**Philly** (``../shared/traces/philly/philly_jobs.csv.gz``; columns
+**Philly** (``PHILLY_DIR``: shipped in the package, ``data/philly/``; columns
 ``timestamp,duration,num_gpus,gpu_time,cluster``): the VC (``cluster``) is
 the tenant. A job of g <= 8 GPUs is one pod of g GPUs (it must sit on one
 node: hard affinity, as 001 §5.1 says most jobs ask); a larger job is a gang
@@ -37,10 +37,15 @@ import io
 import math
 import os
 from collections import Counter
+from importlib.resources import files
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable, Optional
 
+
+# Package data (see its README for the CC-BY-4.0 attribution); a plain folder
+# for an installed or editable hived, so callers may join paths onto it.
+PHILLY_DIR = str(files("hived.core.sim") / "data" / "philly")
 
 YEAR = 365 * 86400.0
 MAX_SECONDS = 10 * YEAR        # a duration, a grace period, or the span of submit times

@@ -1,7 +1,8 @@
 """A real Kubernetes API server for the k8s tests: etcd + minikas on loopback.
 
 The session fixture ``kube`` starts etcd and minikas (hived.k8s.minikas: the
-shared test API server built on k8s.io/apiserver, ../shared/k8s-apiserver),
+shared test API server built on k8s.io/apiserver, in ``$HIVED_SHARED/k8s-apiserver``;
+``HIVED_SHARED`` defaults to ``../shared`` beside the repository),
 writes a kubeconfig, and stops both at the end. It can also restart the API
 server alone (same port, same etcd), run a second one, and compact etcd, to
 test watch expiry and reconnects.

@@ -7,10 +7,9 @@ import pytest
 
 from hived.core.sim.schemes import size_cluster
 from hived.core.sim.simulate import simulate
-from hived.core.sim.traces import read_philly
+from hived.core.sim.traces import PHILLY_DIR as PHILLY, read_philly
 from hived.jupyter_ext.report.sharing import anomalies
 
-PHILLY = "/work/shared/traces/philly"
 
 
 @pytest.fixture(scope="module")

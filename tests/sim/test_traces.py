@@ -3,9 +3,8 @@ import io
 import pytest
 
 from hived.core.sim import generator
-from hived.core.sim.traces import TraceError, default_pods, parse_csv, read_csv, read_philly, soften, write_csv
+from hived.core.sim.traces import PHILLY_DIR as PHILLY, TraceError, default_pods, parse_csv, read_csv, read_philly, soften, write_csv
 
-PHILLY = "/work/shared/traces/philly"
 
 
 def test_philly_reader_maps_vcs_and_gangs():

@@ -10,6 +10,7 @@ from .exchange import ExchangeHandler
 from .gc import GcHandler
 from .health import HealthHandler, ReadyHandler
 from .jobs import CancelHandler, JobHandler, JobsHandler, LogsHandler
+from .metrics import MetricsHandler
 from .tokens import TokensReloadHandler
 from .summary import SummaryHandler
 
@@ -34,6 +35,7 @@ ROUTES = [
     ("tokens/reload", TokensReloadHandler, "/tokens/reload"),
     ("healthz", HealthHandler, "/healthz"),
     ("readyz", ReadyHandler, "/readyz"),
+    ("metrics", MetricsHandler, "/metrics"),
 ]
 
 

@@ -45,6 +45,7 @@ from hived.core.jobs import DecisionKind, JobState
 from .degraded import ServiceDegraded
 from .job_ids import JobIds, JobIdsError
 from .launcher import Launcher
+from .metrics import ServiceMetrics
 from .payload import job_dict, parse_job
 from .service_exchange import ExchangeMixin, make_arbiter
 from .service_quota import QuotaMixin
@@ -147,6 +148,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         self.tick_seconds = float(tick_seconds)
         self.clock = clock
         self._lock = threading.RLock()
+        self.metrics = ServiceMetrics(self)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -247,7 +249,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         eng = self.eng
         seen, hist, bound, unbound, written = {}, {}, {}, [], []
         try:
-            with self.store.transaction():
+            with self.metrics.commit_seconds.time(), self.store.transaction():
                 for jid in dict.fromkeys(ids):
                     rec = eng._jobs.get(jid)
                     if rec is None:
@@ -478,7 +480,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
 
     def tick(self) -> list[dict]:
         """One round: launcher events in, engine step, write, then act."""
-        with self._lock:
+        with self._lock, self.metrics.round_seconds.time():
             now = self.clock()
             self.ticks += 1
             if self.degraded is not None and not self._flush(now):
@@ -537,6 +539,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                     continue
                 self._launched.add(d.job_id)
             elif d.kind in (DecisionKind.PREEMPT, DecisionKind.KILL):
+                if d.kind is DecisionKind.PREEMPT:
+                    self.metrics.preemptions.labels(rec.request.vc).inc()
                 if d.job_id in self._launched:
                     self.launcher.terminate(d.job_id, d.grace_period if d.kind is DecisionKind.PREEMPT else 0.0)
                 elif rec.state in HOLDING:

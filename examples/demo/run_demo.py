@@ -346,7 +346,9 @@ def all_jobs(svc, jobs: list[str]) -> None:
 
 NEXT = """  Try next (docs/cli.md, docs/jupyter.md, docs/mlflow.md):
     hived spec check examples/demo/demo_cluster.yaml       # the cells and VCs of a spec
-    hived serve --spec examples/demo/demo_cluster.yaml --data-dir /tmp/hived-try --trust-user-header &
+    hived serve --spec examples/demo/demo_cluster.yaml --data-dir /tmp/hived-try --trust-user-header
+        # in a second terminal. As root add --allow-root: jobs then run under a uid per VC, which
+        # must be able to run your python (docs/security.md); HIVED_JOB_ACCOUNT=server opts out
     hived submit --data-dir /tmp/hived-try --user alice --vc research --be --gpus 4 --grace 10 \\
         --name first -- python examples/demo/train.py 40 0.5
     hived jobs --data-dir /tmp/hived-try ; hived status --data-dir /tmp/hived-try

@@ -35,5 +35,5 @@ class ExchangeHandler(HivedHandler):
         await self.require("write", exchange_resource(vc), f"trade the cells of VC {vc!r} (VC admins only)", "body.vc")
         kind = "offer" if what == "offers" else "request"
         with service_errors("body"):
-            doc = await self.run(self._method(f"post_{kind}"), self.username, body)
+            doc = await self.run(self._method(f"post_{kind}"), self.username, body, self.groups)
         self.reply(doc if isinstance(doc, dict) else {kind: doc}, status=201)

@@ -26,16 +26,17 @@ class GcHandler(HivedHandler):
         where = "body.vc" if vc is not None else "gc"
         if policy is not None and dry_run:   # what this policy would remove; nothing is set
             with service_errors(where):
-                self.reply(await self.run(self.svc.gc, self.username, vc, True, policy))
+                self.reply(await self.run(self.svc.gc, self.username, vc, True, policy, self.groups))
             return
         out: dict = {}
         if quota and not dry_run:
             with service_errors("body.disk_quota"):
-                out["quota"] = await self.run(self.svc.set_disk_quota, self.username, vc, body.get("disk_quota"))
+                out["quota"] = await self.run(self.svc.set_disk_quota, self.username, vc, body.get("disk_quota"),
+                                                self.groups)
         if policy is not None:
             with service_errors(where):
                 out["policy"] = (await self.run(self.svc.set_retention, self.username, vc,
-                                                policy.get("max_age"), policy.get("keep")))["policy"]
+                                                policy.get("max_age"), policy.get("keep"), self.groups))["policy"]
         with service_errors(where):
-            out.update(await self.run(self.svc.gc, self.username, vc, dry_run))
+            out.update(await self.run(self.svc.gc, self.username, vc, dry_run, None, self.groups))
         self.reply(out)

@@ -61,13 +61,13 @@ class ExchangeMixin:
             return {"requests": self._arbiter().board()["requests"]}
 
     # --- posting (VC admins) -------------------------------------------------
-    def exchange_post_offer(self, user: str, body: dict) -> dict:
-        return self._exchange_post("offer", user, body)
+    def exchange_post_offer(self, user: str, body: dict, groups=()) -> dict:
+        return self._exchange_post("offer", user, body, groups)
 
-    def exchange_post_request(self, user: str, body: dict) -> dict:
-        return self._exchange_post("request", user, body)
+    def exchange_post_request(self, user: str, body: dict, groups=()) -> dict:
+        return self._exchange_post("request", user, body, groups)
 
-    def _exchange_post(self, kind: str, user: str, body: dict) -> dict:
+    def _exchange_post(self, kind: str, user: str, body: dict, groups=()) -> dict:
         from .service import NotAuthorized, NotFound
         if not isinstance(body, dict):
             raise RequestError("body", f"must be an object, got {type(body).__name__}")
@@ -76,7 +76,7 @@ class ExchangeMixin:
             arb = self._arbiter()
             if not isinstance(vc, str) or vc not in self.spec.vcs:
                 raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
-            if user not in self._admins(vc):
+            if not self._is_admin(user, vc, groups):
                 raise NotAuthorized(f"user {user!r} may not trade the cells of VC {vc!r} "
                                     f"(VC admins only: {', '.join(sorted(self._admins(vc))) or 'none'})")
             now = self.clock()

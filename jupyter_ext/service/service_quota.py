@@ -55,11 +55,11 @@ class QuotaMixin:
             return {"quotas": {v: {"max_bytes": self._quota.get(v), "used_bytes": self._used.get(v),
                                    "over": self._over(v)} for v in sorted(self.spec.vcs)}}
 
-    def set_disk_quota(self, user: str, vc: str, max_bytes=None) -> dict:
+    def set_disk_quota(self, user: str, vc: str, max_bytes=None, groups=()) -> dict:
         """Cap the job folders of ``vc`` at ``max_bytes`` (``None``: no cap); durable first."""
         max_bytes = _limit("max_bytes", max_bytes, integer=True)
         with self._lock:
-            self._administered(user, vc)
+            self._administered(user, vc, groups)
             now = self.clock()
             self._require_journal(now)
             quota = dict(self._quota)

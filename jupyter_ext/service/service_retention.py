@@ -64,16 +64,16 @@ class RetentionMixin:
         raw = getattr(self.store, "get_meta", lambda k: None)("retention")
         self._retention = json.loads(raw) if raw else {}
 
-    def _administered(self, user: str, vc: Optional[str]) -> list[str]:
+    def _administered(self, user: str, vc: Optional[str], groups=()) -> list[str]:
         from .service import NotAuthorized, NotFound
         if vc is not None:
             if vc not in self.spec.vcs:
                 raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
-            if user not in self._admins(vc):
+            if not self._is_admin(user, vc, groups):
                 raise NotAuthorized(f"user {user!r} may not set or apply the retention of VC {vc!r} "
                                     f"(VC admins only: {', '.join(sorted(self._admins(vc))) or 'none'})")
             return [vc]
-        mine = [v for v in sorted(self.spec.vcs) if user in self._admins(v)]
+        mine = [v for v in sorted(self.spec.vcs) if self._is_admin(user, v, groups)]
         if not mine:
             raise NotAuthorized(f"user {user!r} administers no VC: garbage collection is for admins")
         return mine
@@ -83,13 +83,13 @@ class RetentionMixin:
         with self._lock:
             return {"policies": {v: self._retention.get(v) for v in sorted(self.spec.vcs)}}
 
-    def set_retention(self, user: str, vc: str, max_age=None, keep=None) -> dict:
+    def set_retention(self, user: str, vc: str, max_age=None, keep=None, groups=()) -> dict:
         """Set (or, with both limits ``None``, remove) the policy of ``vc``; durable before it is
         answered. Raises ``ServiceDegraded`` (changing nothing) when the journal cannot take it."""
         max_age = _limit("max_age", max_age, integer=False)
         keep = _limit("keep", keep, integer=True)
         with self._lock:
-            self._administered(user, vc)
+            self._administered(user, vc, groups)
             now = self.clock()
             self._require_journal(now)
             policies = dict(self._retention)
@@ -101,11 +101,12 @@ class RetentionMixin:
             self._retention = policies
             return {"vc": vc, "policy": policies.get(vc)}
 
-    def gc(self, user: str, vc: Optional[str] = None, dry_run: bool = False, policy: Optional[dict] = None) -> dict:
+    def gc(self, user: str, vc: Optional[str] = None, dry_run: bool = False, policy: Optional[dict] = None,
+           groups=()) -> dict:
         """Apply the policies of the VCs ``user`` administers (or of ``vc``) now. ``policy``
         (with ``dry_run`` and ``vc``): what a policy would remove, without setting it."""
         with self._lock:
-            vcs = self._administered(user, vc)
+            vcs = self._administered(user, vc, groups)
             now = self.clock()
             if policy is not None:
                 if not dry_run or vc is None:

@@ -92,3 +92,25 @@ def test_service_lets_admin_groups_cancel_others_jobs(service):
     assert service.cancel(job["id"], "lead", ["leads-a"])["id"] == job["id"]
     other = service.submit("solo", {"vc": "vca", "command": "sleep 60", "gpus": 1})
     assert service.cancel(other["id"], "zed", ["hived-admins"])["id"] == other["id"]
+
+
+def test_admin_groups_trade_cells_and_set_retention_and_quota(service):
+    """Admins by group may do what admins by name may; members by group may not."""
+    from hived.jupyter_ext.service.service import NotAuthorized
+    assert service.set_retention("lead", "vca", keep=5, groups=["leads-a"])["policy"] == {"max_age": None,
+                                                                                          "keep": 5}
+    assert service.set_disk_quota("lead", "vca", 1 << 30, groups=["leads-a"])["max_bytes"] == 1 << 30
+    assert service.gc("lead", groups=["leads-a"])["vcs"] == ["vca"]
+    offer = service.exchange_post_offer("lead", {"vc": "vca", "cell_type": "H-NODE", "count": 1, "duration": 60},
+                                        groups=["leads-a"])
+    assert offer["vc"] == "vca"
+    for call in (lambda g: service.set_retention("carol", "vca", keep=1, groups=g),
+                 lambda g: service.set_disk_quota("carol", "vca", 1, groups=g),
+                 lambda g: service.gc("carol", groups=g),
+                 lambda g: service.exchange_post_request(
+                     "carol", {"vc": "vca", "cell_type": "H-NODE", "count": 1, "duration": 30}, groups=g)):
+        with pytest.raises(NotAuthorized):
+            call(["team-a"])         # a member by group, not an admin
+        with pytest.raises(NotAuthorized):
+            call(["leads-b"])        # an admin group of no VC
+    assert service.retention()["policies"]["vca"] == {"max_age": None, "keep": 5}   # unchanged by refusals

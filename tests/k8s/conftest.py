@@ -22,7 +22,7 @@ import pytest
 from hived.k8s import minikas
 
 sys.path.insert(0, str(Path(__file__).parent))
-from k8s_helpers import VC_A, Kubelet, Nodes  # noqa: E402
+from k8s_helpers import VC_A, Kubelet, Nodes, vc_ns  # noqa: E402
 
 TOKEN = minikas.TOKEN
 Cluster = minikas.Cluster
@@ -57,6 +57,12 @@ def ns(core):
     name = f"t{next(_ids)}-{uuid.uuid4().hex[:6]}-{VC_A}"
     core.create_namespace({"metadata": {"name": name}})
     return name
+
+
+@pytest.fixture
+def jns(core, ns):
+    """VC vca's namespace, where its jobs run (beside ``ns``, vc-a's)."""
+    return vc_ns(core, ns, "vca")
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from hived.k8s.service import KubernetesSchedulerService  # noqa: E402
 from hived.k8s.template import JobTemplate  # noqa: E402
 from hived.k8s.watch import wait_for  # noqa: E402
 
-from k8s_helpers import gang_placement, request, spec_for, vc_ns, vc_prefix  # noqa: E402
+from k8s_helpers import gang_placement, request, spec_for, vc_prefix  # noqa: E402
 
 POLICY = """
 namespacePrefix: jobs-
@@ -240,12 +240,6 @@ def test_a_template_may_not_pick_another_namespace():
 
 
 # ---------------------------------------------------------------- at submit, end to end
-
-@pytest.fixture
-def jns(core, ns):
-    """VC vca's namespace, where its jobs run (beside ``ns``, vc-a's)."""
-    return vc_ns(core, ns, "vca")
-
 
 @pytest.fixture
 def make_svc(kube, ns, uid, nodes, tmp_path):

@@ -17,15 +17,9 @@ from hived.k8s.launcher import KubernetesLauncher  # noqa: E402
 from hived.k8s.service import KubernetesSchedulerService  # noqa: E402
 from hived.k8s.watch import wait_for  # noqa: E402
 
-from k8s_helpers import spec_for, vc_ns, vc_prefix  # noqa: E402
+from k8s_helpers import spec_for, vc_prefix  # noqa: E402
 
 DEFAULT = {"image": "registry.example/train:1", "env": {"DATA": "/data"}}
-
-
-@pytest.fixture
-def jns(core, ns):
-    """VC vca's namespace, where its jobs run (beside ``ns``, vc-a's)."""
-    return vc_ns(core, ns, "vca")
 
 
 @pytest.fixture

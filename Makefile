@@ -14,7 +14,8 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make demo    - install, then run the main job end to end (SQLite, local launcher, demo spec)"
-	@echo "make test    - install (venv, packages, chromium) and run the whole test suite"
+	@echo "make test    - install (venv, packages, chromium, JupyterHub's proxy) and run the whole test suite"
+	@echo "make soak    - the engine's randomized checker with a long budget (HIVED_SOAK_EXAMPLES)"
 	@echo "make bench   - run the benchmarks in quick mode"
 	@echo "make clean   - remove the venv and build outputs"
 

@@ -13,7 +13,8 @@ Finding the service, first match wins:
 4. inside a Jupyter kernel: the Jupyter server that runs this kernel (hived's
    extension is enabled in it);
 5. the ``server.json`` that ``hived serve`` wrote in the data directory
-   (``data_dir=``, ``$HIVED_DATA_DIR``, then ``~/.hived``).
+   (``data_dir=``, ``$HIVED_DATA_DIR``, then ``/var/lib/hived`` for root,
+   ``~/.hived`` for anyone else).
 """
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ from typing import Any, Optional
 import requests
 
 TERMINAL_STATES = ("succeeded", "failed", "cancelled")
-DEFAULT_DATA_DIR = "~/.hived"
 USER_HEADER = "X-Hived-User"  # honoured only by servers configured to trust it (see docs/jupyter.md)
 
 
@@ -76,7 +76,11 @@ class HivedTimeout(HivedError, TimeoutError):
 
 
 def default_data_dir(data_dir: Optional[str] = None) -> Path:
-    return Path(data_dir or os.environ.get("HIVED_DATA_DIR") or DEFAULT_DATA_DIR).expanduser()
+    """The data directory: ``data_dir``, else ``$HIVED_DATA_DIR``, else ``/var/lib/hived`` for
+    root (a system service: its local jobs run under per-VC accounts, which must be able to
+    pass through the folders above it, and root's home is private), else ``~/.hived``."""
+    fallback = "/var/lib/hived" if os.geteuid() == 0 else "~/.hived"
+    return Path(data_dir or os.environ.get("HIVED_DATA_DIR") or fallback).expanduser()
 
 
 def read_server_file(data_dir: Optional[str] = None) -> Optional[dict]:

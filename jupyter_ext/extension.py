@@ -31,7 +31,8 @@ class HivedExtension(LoggingConfigurable):
     """Settings of hived inside a Jupyter server."""
 
     spec_path = Unicode(config=True, help="Cluster spec (YAML). Default: $HIVED_SPEC.")
-    data_dir = Unicode(config=True, help="Where the job store and logs live. Default: $HIVED_DATA_DIR or ~/.hived.")
+    data_dir = Unicode(config=True, help="Where the job store and logs live. Default: $HIVED_DATA_DIR, else "
+                                         "/var/lib/hived for root, ~/.hived for anyone else.")
     launcher = Unicode("local", config=True, help="Launcher of the service: 'local' (processes) or an import path.")
     tick_seconds = Float(0.5, config=True, help="Seconds between scheduling rounds.")
     follow_timeout = Float(20.0, config=True, help="Longest wait of a logs?follow=1 request, in seconds.")
@@ -59,7 +60,8 @@ class HivedExtension(LoggingConfigurable):
 
     @default("data_dir")
     def _data_default(self) -> str:
-        return os.environ.get("HIVED_DATA_DIR") or os.path.expanduser("~/.hived")
+        from .client import default_data_dir
+        return str(default_data_dir())
 
 
 class HivedState:

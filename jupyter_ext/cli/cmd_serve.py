@@ -30,8 +30,10 @@ def register(subparsers, summary: str) -> None:
             "through DATA_DIR/server.json."),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--spec", required=True, help="cluster spec (YAML) to schedule")
-    p.add_argument("--data-dir", default=os.environ.get("HIVED_DATA_DIR") or os.path.expanduser("~/.hived"),
-                   help="job store, logs and server.json")
+    from hived.jupyter_ext.client import default_data_dir
+    p.add_argument("--data-dir", default=str(default_data_dir()),
+                   help="job store, logs and server.json ($HIVED_DATA_DIR; /var/lib/hived for root, "
+                        "else ~/.hived)")
     p.add_argument("--ip", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=8890, help="port (0: pick a free one)")
     p.add_argument("--token", default=None, help=argparse.SUPPRESS)  # refused: see run()

@@ -360,3 +360,18 @@ def test_served_exchange_prints_tables_and_documented_codes(served):
     code, _, err = served("exchange", "offer", "--vc", "vcb", "--cell-type", "T-NODE.T-SOCKET", "--count", "1",
                           "--duration", "1h", "--user", "ada")
     assert code == 3 and err.startswith("hived exchange: ") and "hived: " not in err and "may not trade" in err
+
+
+def test_default_data_dir_is_one_root_jobs_can_pass(monkeypatch):
+    """Root's home is private, so a root server defaults to /var/lib/hived (its per-VC job
+    accounts must pass through the folders above the data directory); others to ~/.hived."""
+    from hived.jupyter_ext.cli.main import build_parser
+    from hived.jupyter_ext.client import default_data_dir
+    monkeypatch.delenv("HIVED_DATA_DIR", raising=False)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert default_data_dir() == Path("/var/lib/hived")
+    assert build_parser().parse_args(["serve", "--spec", "x.yaml"]).data_dir == "/var/lib/hived"
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert default_data_dir() == Path("~/.hived").expanduser()
+    monkeypatch.setenv("HIVED_DATA_DIR", "/srv/hived")
+    assert default_data_dir() == Path("/srv/hived") and default_data_dir("/elsewhere") == Path("/elsewhere")

@@ -176,10 +176,13 @@ def test_a_killed_runner_leaves_no_daemon_behind(tmp_path):
               "if os.fork() == 0:\n"
               "    os.setsid()\n"
               "    if os.fork() == 0:\n"
-              "        open(os.environ['HIVED_JOB_DIR'] + '/d.pid', 'w').write(str(os.getpid()))\n"
+              "        d = os.environ['HIVED_JOB_DIR']\n"
+              "        open(d + '/d.tmp', 'w').write(str(os.getpid())); os.rename(d + '/d.tmp', d + '/d.pid')\n"
               "        time.sleep(300)\n"
               "    os._exit(0)\n"
-              "os.wait(); print('ready', flush=True); time.sleep(300)\n")
+              "os.wait()\n"
+              "while not os.path.exists(os.environ['HIVED_JOB_DIR'] + '/d.pid'): time.sleep(0.01)\n"
+              "print('ready', flush=True); time.sleep(300)\n")   # ready once the daemon wrote its pid
     la.launch("k", req([PY, "-c", daemon]), placement([0]), 1)
     wait_until(lambda: "\nready\n" in la.logs("k")[0])
     pid = int((tmp_path / "k" / "work" / "d.pid").read_text())

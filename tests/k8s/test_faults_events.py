@@ -62,12 +62,13 @@ def test_a_refused_launch_keeps_the_api_message_in_last_error_and_an_event(hv):
 
 
 def test_finished_pods_are_collected_after_their_ttl(hv):
-    svc = hv.service(launcher_kw={"finished_pod_ttl": 1.0, "gc_every": 0.2})
+    # a TTL that a loaded machine cannot outrun between the job's end and the check below
+    svc = hv.service(launcher_kw={"finished_pod_ttl": 5.0, "gc_every": 0.2})
     a, b = hv.start_jobs(svc, {**JOB, "pods": 1}, {**JOB, "pods": 1, "vc": "vcb"})
     for p in hv.pods(a):
         hv.kubelet.exit(p.metadata.namespace, p.metadata.name, 0)
     hv.tick_until(svc, lambda: svc.get_job(a)["state"] == "succeeded")
     assert len(hv.pods(a)) == 1                      # kept for a while (logs)
-    hv.tick_until(svc, lambda: hv.pods(a) == [], timeout=15)
+    hv.tick_until(svc, lambda: hv.pods(a) == [], timeout=30)
     assert svc.launcher.gc.collected == 1
     assert len(hv.pods(b)) == 1 and svc.get_job(b)["state"] == "running"   # a running gang is never touched

@@ -80,22 +80,25 @@ def worse_than_private(private: dict, shared: dict) -> list:
     return [t for t in sorted(shared) if t in private and shared[t] > private[t] + 1e-9]
 
 
-def anomalies(results: dict) -> dict:
-    """Per shared run: tenants whose average queueing delay exceeds the private one."""
-    out = {}
+def paired_delays(results: dict):
+    """(run, shared delays, private delays) per shared run that has a private baseline, each
+    tenant's average over the jobs that started in both runs: a job refused or never started
+    in one run would otherwise move one average and not the other (summary: refused,
+    never_started)."""
     for name, r in results.items():
         priv = baseline(results, name)
         if is_private(name) or priv is None:
             continue
-        # the same jobs on both sides: a job refused or never started in one run would
-        # otherwise move one average and not the other (summary: refused, never_started)
         common = priv.started_ids() & r.started_ids()
-        base = priv.tenant_delays(common)
-        d = r.tenant_delays(common)
-        out[name] = {t: {"private_s": round(base[t], 1), "shared_s": round(d[t], 1),
-                         "ratio": round(d[t] / base[t], 3) if base[t] > 0 else None}
-                     for t in worse_than_private(base, d)}
-    return out
+        yield name, r.tenant_delays(common), priv.tenant_delays(common)
+
+
+def anomalies(results: dict) -> dict:
+    """Per shared run: tenants whose average queueing delay exceeds the private one."""
+    return {name: {t: {"private_s": round(base[t], 1), "shared_s": round(d[t], 1),
+                       "ratio": round(d[t] / base[t], 3) if base[t] > 0 else None}
+                   for t in worse_than_private(base, d)}
+            for name, d, base in paired_delays(results)}
 
 
 def waited_for_others(results: dict) -> dict:
@@ -179,15 +182,8 @@ def plot_delay_over_time(results: dict, path: str, tenants: Optional[list] = Non
 def normalized(results: dict) -> dict:
     """run -> tenant -> (shared delay s, private delay s, ratio or None when private is 0),
     each run against its own private baseline, over the jobs that started in both."""
-    out = {}
-    for name, r in results.items():
-        priv = baseline(results, name)
-        if is_private(name) or priv is None:
-            continue
-        common = priv.started_ids() & r.started_ids()
-        base, d = priv.tenant_delays(common), r.tenant_delays(common)
-        out[name] = {t: (d[t], base[t], (d[t] / base[t]) if base[t] > 0 else None) for t in d if t in base}
-    return out
+    return {name: {t: (d[t], base[t], (d[t] / base[t]) if base[t] > 0 else None) for t in d if t in base}
+            for name, d, base in paired_delays(results)}
 
 
 def plot_normalized(results: dict, path: str) -> None:

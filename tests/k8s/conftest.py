@@ -22,7 +22,7 @@ import pytest
 from hived.k8s import minikas
 
 sys.path.insert(0, str(Path(__file__).parent))
-from k8s_helpers import VC_A, Kubelet, Nodes, vc_ns  # noqa: E402
+from k8s_helpers import VC_A, Harness, Kubelet, Nodes, vc_ns  # noqa: E402
 
 TOKEN = minikas.TOKEN
 Cluster = minikas.Cluster
@@ -57,6 +57,14 @@ def ns(core):
     name = f"t{next(_ids)}-{uuid.uuid4().hex[:6]}-{VC_A}"
     core.create_namespace({"metadata": {"name": name}})
     return name
+
+
+@pytest.fixture
+def hv(kube, core, ns, uid, nodes, kubelet, tmp_path):
+    """A hived service harness over the test API server; its services are closed afterwards."""
+    h = Harness(kube, core, ns, uid, nodes, kubelet, tmp_path)
+    yield h
+    h.close_all()
 
 
 @pytest.fixture

@@ -1,26 +1,14 @@
 """Events on pods and jobs (binding, preemption, refusals) and a refused launch's message kept as last_error."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))   # k8s_helpers (pytest runs with --import-mode=importlib)
 
-import pytest  # noqa: E402
 
 from hived.k8s import pod_builder as pb  # noqa: E402
 from hived.k8s.events import JOB_KIND  # noqa: E402
 
-from k8s_helpers import Harness  # noqa: E402
 
 JOB = {"vc": "vca", "command": "sleep 1000", "job_class": "be", "pods": 2, "gpus": 2, "grace_period": 3}
-
-
-@pytest.fixture
-def hv(kube, core, ns, uid, nodes, kubelet, tmp_path):
-    h = Harness(kube, core, ns, uid, nodes, kubelet, tmp_path)
-    yield h
-    h.close_all()
 
 
 def _events(core, ns, name):

@@ -1,24 +1,13 @@
 """Restarts in the middle of a fault: nothing is counted twice, nothing is left half done."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))   # k8s_helpers (pytest runs with --import-mode=importlib)
 
 import pytest  # noqa: E402
 
-from k8s_helpers import Harness  # noqa: E402
 
 JOB = {"vc": "vca", "command": "sleep 1000", "job_class": "be", "pods": 2, "gpus": 2, "max_retries": 3,
        "grace_period": 1}
-
-
-@pytest.fixture
-def hv(kube, core, ns, uid, nodes, kubelet, tmp_path):
-    h = Harness(kube, core, ns, uid, nodes, kubelet, tmp_path)
-    yield h
-    h.close_all()
 
 
 @pytest.mark.parametrize("leftover", ["failed pod", "failed pod and a member still terminating"])

@@ -1,27 +1,16 @@
 """One active scheduler: two instances on one Lease; the standby acts only after it leads."""
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))   # k8s_helpers (pytest runs with --import-mode=importlib)
 
 import pytest  # noqa: E402
 
 from hived.jupyter_ext.service.degraded import ServiceDegraded  # noqa: E402 (REST: 503)
 from hived.k8s.watch import wait_for  # noqa: E402
 
-from k8s_helpers import Harness  # noqa: E402
 
 JOB = {"vc": "vca", "command": "sleep 1000", "job_class": "be", "pods": 3, "gpus": 2}
-
-
-@pytest.fixture
-def hv(kube, core, ns, uid, nodes, kubelet, tmp_path):
-    h = Harness(kube, core, ns, uid, nodes, kubelet, tmp_path)
-    yield h
-    h.close_all()
 
 
 def _instance(hv, name, spec):

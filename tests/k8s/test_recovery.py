@@ -13,26 +13,18 @@ import signal  # noqa: E402
 import sqlite3  # noqa: E402
 import subprocess  # noqa: E402
 
-import pytest  # noqa: E402
 
 from hived.k8s import pod_builder as pb  # noqa: E402
 from hived.k8s.launcher import KubernetesLauncher  # noqa: E402
 from hived.k8s.service import KubernetesSchedulerService  # noqa: E402
 from hived.k8s.watch import wait_for  # noqa: E402
 
-from k8s_helpers import Harness, vc_prefix  # noqa: E402
+from k8s_helpers import vc_prefix  # noqa: E402
 
 HERE = Path(__file__).parent
 JOB_4x2 = {"vc": "vca", "command": ["python", "train.py"], "job_class": "be", "pods": 4, "gpus": 2,
            "grace_period": 20}
 JOB_B = {"vc": "vcb", "command": "sleep 1000", "job_class": "be", "pods": 1, "gpus": 2}
-
-
-@pytest.fixture
-def hv(kube, core, ns, uid, nodes, kubelet, tmp_path):
-    h = Harness(kube, core, ns, uid, nodes, kubelet, tmp_path)
-    yield h
-    h.close_all()
 
 
 def grants(svc):

@@ -4,12 +4,10 @@ keeps cookies and follows redirects, as a browser does)."""
 from __future__ import annotations
 
 import re
+import time
 from urllib.parse import urljoin
 
-import time
-
 import pytest
-
 import requests
 
 pytestmark = pytest.mark.slow

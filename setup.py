@@ -1,4 +1,4 @@
-"""Maps the four top-level folders onto the one import package ``hived``.
+"""Maps the top-level folders onto the one import package ``hived``.
 
 The sub-packages are discovered here so that adding a folder under ``core/``
 never needs a change to the packaging.
@@ -7,9 +7,13 @@ from setuptools import find_packages, setup
 
 FOLDERS = {
     "hived.core": "core",
+    "hived.service": "service",
+    "hived.cli": "cli",
+    "hived.reports": "reports",
     "hived.jupyter_ext": "jupyter_ext",
     "hived.mlflow_plugin": "mlflow_plugin",
     "hived.k8s": "k8s",
+    "hived.testing": "testing",
 }
 
 packages = []

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.hub.conftest import Hub  # noqa: E402  (the same Hub the tests run)
 
-LAUNCHER = "hived.jupyter_ext.service.launcher_noop.InstantLauncher"
+LAUNCHER = "hived.testing.launcher_noop.InstantLauncher"
 TARGET = 1.20
 
 

@@ -1,6 +1,6 @@
 """Benchmark: binding single-GPU pods through hived on a real Kubernetes API server.
 
-Setup: etcd + minikas (hived.k8s.minikas: an API server built on the real
+Setup: etcd + minikas (hived.testing.minikas: an API server built on the real
 k8s.io/apiserver library, loopback HTTPS), 125 Node objects of 8 GPUs, one VC
 holding all 1,000 GPUs. Each round creates N single-GPU pods twice, in fresh
 namespaces, with the same API client, sequentially (one call at a time, as the
@@ -63,7 +63,7 @@ from hived.core.engine import Engine
 from hived.core.jobs import DecisionKind, JobClass, JobRequest, PodGroup
 from hived.k8s.launcher import KubernetesLauncher, _send
 from hived.k8s import pod_builder as pb
-from hived.k8s.minikas import Cluster
+from hived.testing.minikas import Cluster
 from hived.k8s.rest_raw import RawApi
 from hived.k8s.template import JobTemplate
 from hived.k8s.watch import wait_for

@@ -26,7 +26,7 @@ import tempfile
 import time
 
 from hived.core.jobs import JobRequest, Placement, PodPlacement
-from hived.jupyter_ext.service.local_launcher import LocalLauncher
+from hived.service.local_launcher import LocalLauncher
 
 PLACEMENT = Placement("A", (PodPlacement(0, "n0", ()),))
 

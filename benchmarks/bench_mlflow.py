@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     api_reps, cli_reps = (3, 1) if args.quick else (15, 7)
 
-    from hived.mlflow_plugin.devserver import VC, start_server, stop_server
+    from hived.testing.mlflow_server import VC, start_server, stop_server
     tmp = Path(tempfile.mkdtemp(prefix="bench_mlflow_"))
     project = tmp / "project"
     project.mkdir()

@@ -41,9 +41,9 @@ def start_server(data: Path) -> tuple[subprocess.Popen, str]:
     (data / "tokens.json").write_text(json.dumps(TOKENS))
     env = dict(os.environ, HIVED_TOKEN="tok-server")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hived.jupyter_ext.cli.main", "serve", "--spec", str(SPEC), "--data-dir", str(data),
+        [sys.executable, "-m", "hived.cli.main", "serve", "--spec", str(SPEC), "--data-dir", str(data),
          "--port", "0", "--allow-root", "--user-tokens", str(data / "tokens.json"), "--tick", "0.5",
-         "--launcher", "hived.jupyter_ext.service.launcher_noop.InstantLauncher"],
+         "--launcher", "hived.testing.launcher_noop.InstantLauncher"],
         stdout=open(data / "serve.log", "w"), stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 60
     while not (data / "server.json").exists():

@@ -27,8 +27,8 @@ import sys
 import tempfile
 import time
 
-from hived.jupyter_ext.service.launcher_noop import NoopLauncher
-from hived.jupyter_ext.service.service import SchedulerService
+from hived.testing.launcher_noop import NoopLauncher
+from hived.service.scheduler import SchedulerService
 
 
 def spec(nodes: int) -> dict:

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hived.jupyter_ext.service.store import SqliteStore
+from hived.service.store import SqliteStore
 
 
 def record(i: int) -> dict:

@@ -16,7 +16,7 @@ their VC (head_waited_with_vc_room). ``--out`` writes the table as JSON and CSV.
 
 ``--figures DIR`` runs only the first setting given, in this process, and
 writes the simulator's own outputs there (summary.json, per-job CSVs and the
-plots of jupyter_ext/report/sharing.py), the delay-over-time plot showing the
+plots of reports/sharing.py), the delay-over-time plot showing the
 tenants that wait longer than in private first.
 
 The runs are deterministic; ``--jobs`` runs that many simulations at once
@@ -42,7 +42,7 @@ def _trace():
     global _TRACE
     if _TRACE is None:
         from hived.core.sim.traces import read_philly
-        from hived.jupyter_ext.cli.cmd_simulate import PHILLY_DEFAULT    # what `--trace philly` reads
+        from hived.cli.cmd_simulate import PHILLY_DEFAULT    # what `--trace philly` reads
         _TRACE = read_philly(PHILLY_DEFAULT)
     return _TRACE
 
@@ -78,7 +78,7 @@ def run_one(task):
 
 def compare(res: dict) -> dict:
     """One table row from the three runs of a setting."""
-    from hived.jupyter_ext.report.sharing import worse_than_private
+    from hived.reports.sharing import worse_than_private
     priv = res["private"]["delays"]
     row = {"nodes": res["private"]["nodes"], "offered_load": round(res["private"]["load"], 3),
            "jobs": res["private"]["jobs"], "tenants": res["private"]["tenants"]}
@@ -118,7 +118,7 @@ COLS = ["window", "load", "nodes", "offered_load", "jobs", "quota_guaranteed_sha
 def figures(window, load, out_dir) -> int:
     """One setting's private, quota and hived runs, written with the simulator's report code."""
     from hived.core.sim.simulate import simulate
-    from hived.jupyter_ext.report.sharing import anomalies, run_name, write_comparison, write_run
+    from hived.reports.sharing import anomalies, run_name, write_comparison, write_run
     tr, sz = setting(window, load)
     results = {}
     for scheme in ("private", "quota", "hived"):

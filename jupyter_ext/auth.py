@@ -45,7 +45,7 @@ from urllib.parse import quote, unquote
 from jupyter_server.auth import Authorizer, IdentityProvider, User
 from traitlets import Bool, Dict, Unicode, default
 
-from .client import USER_HEADER
+from hived.service.client import USER_HEADER
 
 
 @dataclass(frozen=True)

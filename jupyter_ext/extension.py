@@ -46,7 +46,7 @@ class HivedExtension(LoggingConfigurable):
              "hived serve sets this False unless started with --jupyter.",
     )
     service_class = Type(
-        "hived.jupyter_ext.service.service.SchedulerService", klass=object, config=True,
+        "hived.service.scheduler.SchedulerService", klass=object, config=True,
         help="The scheduler service to host (constructor: spec_path, data_dir, launcher=, tick_seconds=).",
     )
     authorizer_class = Type(
@@ -60,7 +60,7 @@ class HivedExtension(LoggingConfigurable):
 
     @default("data_dir")
     def _data_default(self) -> str:
-        from .client import default_data_dir
+        from hived.service.client import default_data_dir
         return str(default_data_dir())
 
 

@@ -46,7 +46,7 @@ def find_hub_service(timeout: float = 5.0) -> Optional[dict]:
     if public:
         base = os.environ.get("JUPYTERHUB_BASE_URL") or "/"
         return {"url": urljoin(public, base.rstrip("/") + f"/services/{name}/"), "token": token}
-    from .client import HivedUnreachable
+    from hived.service.client import HivedUnreachable
     raise HivedUnreachable(0, f"inside JupyterHub, but {problem} (ask the Hub admin for "
                               f"read:services!service={name}, or set HIVED_URL)",
                            urljoin(api, f"services/{name}"))

@@ -19,9 +19,9 @@ from typing import Optional
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 
-from .client import TERMINAL_STATES, HivedClient, HivedError
-from .submit_flags import add_submit_flags, body_from_args
-from .terminal_text import visible
+from hived.service.client import TERMINAL_STATES, HivedClient, HivedError
+from hived.service.submit_flags import add_submit_flags, body_from_args
+from hived.service.terminal_text import visible
 
 
 class _Parser(argparse.ArgumentParser):
@@ -231,7 +231,7 @@ class HivedMagics(Magics):
             job = self.client.cancel(self._job_id(line))
         except HivedError as exc:
             return self._fail(exc)
-        from .cli.cmd_cancel import said
+        from hived.cli.cmd_cancel import said
         print(f"{job['id']}: {said(job)}")
 
     @line_magic

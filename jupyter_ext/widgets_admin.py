@@ -11,7 +11,7 @@ from typing import Callable
 
 import ipywidgets as W
 
-from .client import HivedClient, HivedError
+from hived.service.client import HivedClient, HivedError
 
 
 class AdminActions(W.VBox):

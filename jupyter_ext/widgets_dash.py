@@ -13,7 +13,7 @@ from typing import Optional
 
 import ipywidgets as W
 
-from .client import TERMINAL_STATES, HivedClient, HivedError
+from hived.service.client import TERMINAL_STATES, HivedClient, HivedError
 from .widgets_admin import AdminActions
 from .widgets_render import esc, jobs_html, legend_html, picture_html, vc_colours, vc_table_html
 

@@ -11,7 +11,7 @@ from typing import Optional
 
 import ipywidgets as W
 
-from .terminal_text import visible
+from hived.service.terminal_text import visible
 
 STATE_COLOURS = {
     "queued": "#b58900", "placed": "#268bd2", "running": "#2aa198", "preempting": "#cb4b16",

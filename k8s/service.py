@@ -30,8 +30,8 @@ import os
 import re
 from typing import Any, Optional
 
-from hived.jupyter_ext.service.degraded import ServiceDegraded
-from hived.jupyter_ext.service.service import SchedulerService
+from hived.service.degraded import ServiceDegraded
+from hived.service.scheduler import SchedulerService
 
 from .launcher import KubernetesLauncher
 from .leader import Elector

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hived.jupyter_ext.client import HivedError
+from hived.service.client import HivedError
 from hived.mlflow_plugin.submitted_run import HivedSubmittedRun, print_sink
 
 

@@ -33,7 +33,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.entities import RunTag
 from mlflow.utils.mlflow_tags import MLFLOW_PROJECT_BACKEND, MLFLOW_RUN_NAME
 
-from hived.jupyter_ext.client import HivedClient, HivedError, HivedUnreachable
+from hived.service.client import HivedClient, HivedError, HivedUnreachable
 from hived.mlflow_plugin.config import BackendConfig, HivedBackendError, parse_config
 from hived.mlflow_plugin.history import KIND_TAG, SIGNATURE_TAG, MlflowHistory, project_signature
 from hived.mlflow_plugin.resume import attempts_in, checkpoint_dir_for, wrap_command

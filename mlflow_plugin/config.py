@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from mlflow.exceptions import ExecutionException
 
-from hived.jupyter_ext.submit_flags import request_body
+from hived.service.submit_flags import request_body
 from hived.mlflow_plugin.schema_check import first_error
 
 # keys MLflow itself puts into backend_config (mlflow.projects.utils.PROJECT_*)

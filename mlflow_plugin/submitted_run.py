@@ -21,8 +21,8 @@ from mlflow.projects.submitted_run import SubmittedRun
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
-from hived.jupyter_ext.client import HivedClient, HivedError, HivedUnreachable
-from hived.jupyter_ext.terminal_text import visible
+from hived.service.client import HivedClient, HivedError, HivedUnreachable
+from hived.service.terminal_text import visible
 from hived.mlflow_plugin.history import RUN_SECONDS_TAG, running_seconds
 
 # under "mlflow." so that `mlflow run` shows our lines the way it shows the local backend's

@@ -7,7 +7,7 @@ simulated cluster (20 GPUs, 20 CPUs) and returns, per policy, the average
 job completion time, the mean over the longest 1% of jobs, the GPU and CPU
 utilisation and the fairness metric (time-averaged standard deviation of
 the users' progress); then the sweep over alpha (Fig. 16). It prints and
-plots nothing: jupyter_ext/report/allox.py does.
+plots nothing: reports/allox.py does.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ hooks call (``fitgpp.choose``, ``lrtp.choose``, ``rand.choose``).
 workload, runs the policies (and the optional sweep over FitGpp's s) and
 returns an ``ExperimentResult`` (Table 1: slowdown percentiles, Table 2:
 re-scheduling intervals, Table 3: preempted share, plus the raw slowdowns for
-CDF plots). It prints and plots nothing; jupyter_ext/report/fitgpp.py does.
+CDF plots). It prints and plots nothing; reports/fitgpp.py does.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The loop jumps from event to event (a submission, a simulated exit, or an
 engine timer such as a soft-affinity relaxation), reports the events to the
 engine, runs one scheduling round ``step(now)`` and acts on its decisions
 with the simulated launcher. Nothing is written or drawn here: the result
-holds per-job rows, time series and a summary; jupyter_ext/report/ writes
+holds per-job rows, time series and a summary; reports/ writes
 CSV/JSON and plots.
 """
 from __future__ import annotations

@@ -54,7 +54,7 @@ def pick_spec(given: str | None, gpus: int | None = None):
     """-> (spec source, where it came from)."""
     if given:
         return given, f"the spec you gave ({given})"
-    from hived.jupyter_ext.service.discovery import NoGpuError, discover, virtual_node
+    from hived.service.discovery import NoGpuError, discover, virtual_node
     if gpus is not None:
         try:
             spec = virtual_node(gpus, host="virtual0", vcs=["team-a", "team-b"]).spec
@@ -371,7 +371,7 @@ def main() -> int:
         ap.error("give --spec or --gpus, not both")
     t0 = time.time()
     from hived.core.spec import load_spec
-    from hived.jupyter_ext.service.service import SchedulerService
+    from hived.service.scheduler import SchedulerService
 
     banner("1. Why cells: fragmentation under a GPU quota vs hived's cells (the cell core alone)")
     fragmentation()

@@ -20,7 +20,7 @@ from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
 from ..auth import groups_of, job_resource
-from ..service.degraded import ServiceDegraded
+from hived.service.degraded import ServiceDegraded
 from . import schema
 
 # a refused request's body is read and dropped up to this size, so that the

@@ -1,7 +1,7 @@
 """``/hived/api/gc``: retention of finished jobs (read by anyone; applied and set by admins).
 
 The service decides who may act (the VC's admins and cluster admins); see
-jupyter_ext/service/service_retention.py.
+service/retention.py.
 """
 from __future__ import annotations
 

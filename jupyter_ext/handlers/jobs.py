@@ -5,7 +5,7 @@ import asyncio
 import time
 
 from ..auth import job_resource, vc_resource
-from ..client import TERMINAL_STATES
+from hived.service.client import TERMINAL_STATES
 from .base import ApiError, HivedHandler, service_errors, to_json
 
 STATES = ("queued", "placed", "running", "preempting", "succeeded", "failed", "cancelled")

@@ -5,7 +5,7 @@ import pytest
 
 from hived.core.allox import workload as W
 from hived.core.sim import allox_experiment as E
-from hived.jupyter_ext.report import allox as report
+from hived.reports import allox as report
 
 
 def test_workload_cpu_times_from_speedups_and_load():

@@ -8,7 +8,7 @@ import yaml
 from core_helpers import rack_doc
 
 from hived.core.spec import SpecError, load_spec
-from hived.jupyter_ext.cli.main import main as hived_main
+from hived.cli.main import main as hived_main
 
 HERE = Path(__file__).parent
 BROKEN = HERE / "broken_specs"

@@ -3,7 +3,7 @@ import json
 
 import yaml
 
-from hived.jupyter_ext.cli.main import main
+from hived.cli.main import main
 
 
 def write(tmp_path, doc):

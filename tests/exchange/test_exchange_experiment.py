@@ -2,7 +2,7 @@
 import pytest
 
 from hived.core.sim import exchange_experiment as E
-from hived.jupyter_ext.report import exchange as report
+from hived.reports import exchange as report
 
 
 def test_relative_fluctuation_eq3():

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hived.core.engine import RequestError
-from hived.jupyter_ext.service.service import NotAuthorized, NotFound, SchedulerService
+from hived.service.scheduler import NotAuthorized, NotFound, SchedulerService
 
 SPEC = Path(__file__).parents[1] / "service" / "spec_small.yaml"   # vca, vcb: 2 x 4-GPU sockets each
 H = 3600.0

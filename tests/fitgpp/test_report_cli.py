@@ -1,7 +1,7 @@
-"""`hived simulate --workload fitgpp` (jupyter_ext/report/fitgpp.py main(argv))."""
+"""`hived simulate --workload fitgpp` (reports/fitgpp.py main(argv))."""
 import json
 
-from hived.jupyter_ext.report import fitgpp as report
+from hived.reports import fitgpp as report
 
 
 def test_main_prints_tables_writes_plots_and_json(tmp_path, capsys):

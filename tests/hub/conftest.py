@@ -69,7 +69,7 @@ c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server",
                                  "access:services!service=hived", "read:services!service=hived"]
 c.JupyterHub.services = [
     {{"name": "hived", "url": "http://127.0.0.1:{hived}",
-     "command": [sys.executable, "-m", "hived.jupyter_ext.cli.main", "serve", "--spec", "{spec}",
+     "command": [sys.executable, "-m", "hived.cli.main", "serve", "--spec", "{spec}",
                  "--data-dir", "{tmp}/hived-data", "--allow-root", "--tick", "0.05",
                  "--hub-cache", "{cache}", *{extra!r}],
      # pytest's folders are 0700, which a per-VC uid cannot pass: jobs run as the server's

@@ -63,8 +63,8 @@ def test_admin_groups_make_cluster_admins(access):
 
 @pytest.fixture
 def service(tmp_path):
-    from hived.jupyter_ext.service.launcher_noop import InstantLauncher
-    from hived.jupyter_ext.service.service import SchedulerService
+    from hived.testing.launcher_noop import InstantLauncher
+    from hived.service.scheduler import SchedulerService
     doc = yaml.safe_load(SPEC.read_text())
     doc["virtualClusters"]["vca"]["users"] = ["solo"]  # by name and by group at once
     spec = tmp_path / "spec.yaml"
@@ -75,7 +75,7 @@ def service(tmp_path):
 
 
 def test_service_takes_group_members_beside_named_users(service):
-    from hived.jupyter_ext.service.service import NotAuthorized
+    from hived.service.scheduler import NotAuthorized
     assert service.submit("solo", {"vc": "vca", "command": "true", "gpus": 1})["user"] == "solo"
     assert service.submit("carol", {"vc": "vca", "command": "true", "gpus": 1}, ["team-a"])["vc"] == "vca"
     with pytest.raises(NotAuthorized, match="'carol' is not a member of VC 'vca'.*group team-a"):
@@ -85,7 +85,7 @@ def test_service_takes_group_members_beside_named_users(service):
 
 
 def test_service_lets_admin_groups_cancel_others_jobs(service):
-    from hived.jupyter_ext.service.service import NotAuthorized
+    from hived.service.scheduler import NotAuthorized
     job = service.submit("solo", {"vc": "vca", "command": "sleep 60", "gpus": 1})
     with pytest.raises(NotAuthorized):
         service.cancel(job["id"], "carol", ["team-a"])  # a member, not an admin
@@ -96,7 +96,7 @@ def test_service_lets_admin_groups_cancel_others_jobs(service):
 
 def test_admin_groups_trade_cells_and_set_retention_and_quota(service):
     """Admins by group may do what admins by name may; members by group may not."""
-    from hived.jupyter_ext.service.service import NotAuthorized
+    from hived.service.scheduler import NotAuthorized
     assert service.set_retention("lead", "vca", keep=5, groups=["leads-a"])["policy"] == {"max_age": None,
                                                                                           "keep": 5}
     assert service.set_disk_quota("lead", "vca", 1 << 30, groups=["leads-a"])["max_bytes"] == 1 << 30

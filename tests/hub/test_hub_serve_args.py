@@ -15,7 +15,7 @@ HUB_ENV = {"JUPYTERHUB_API_URL": "http://127.0.0.1:9/hub/api", "JUPYTERHUB_API_T
 def serve(tmp_path, *args, env=None):
     run_env = {k: v for k, v in os.environ.items() if not k.startswith(("HIVED_", "JUPYTERHUB_"))}
     run_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "hived.jupyter_ext.cli.main", "serve", "--spec", str(SPEC),
+    return subprocess.run([sys.executable, "-m", "hived.cli.main", "serve", "--spec", str(SPEC),
                            "--data-dir", str(tmp_path / "data"), "--allow-root", "--port", "0", *args],
                           env=run_env, capture_output=True, text=True, timeout=60)
 

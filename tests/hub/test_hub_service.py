@@ -132,7 +132,7 @@ def test_cli_inside_a_hub_session_lists_the_hub_users_own_jobs(hub, tokens):
     mine = call(hub, tokens["bob"], "POST", "jobs", json={"vc": "vcb", "command": "true", "gpus": 1}).json()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HIVED_", "JUPYTERHUB_"))}
     env.update(JUPYTERHUB_API_URL=hub.api, JUPYTERHUB_API_TOKEN=tokens["bob"], USER="someone-else")
-    out = subprocess.run([sys.executable, "-m", "hived.jupyter_ext.cli.main", "jobs", "--mine", "--json"],
+    out = subprocess.run([sys.executable, "-m", "hived.cli.main", "jobs", "--mine", "--json"],
                          env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     import json
@@ -165,7 +165,7 @@ def _client_in_session(hub, token, **env):
     import sys
     run_env = {k: v for k, v in os.environ.items() if not k.startswith(("HIVED_", "JUPYTERHUB_"))}
     run_env.update(JUPYTERHUB_API_URL=hub.api, JUPYTERHUB_API_TOKEN=token, **env)
-    code = ("from hived.jupyter_ext.client import HivedClient, HivedError\n"
+    code = ("from hived.service.client import HivedClient, HivedError\n"
             "try:\n    c = HivedClient(); print(c.url, c.status()['user'])\n"
             "except HivedError as e:\n    print(e)")
     return subprocess.run([sys.executable, "-c", code], env=run_env, capture_output=True, text=True,

@@ -87,7 +87,7 @@ class LiveServer:
             env.pop(k, None)
         self.log = open(data_dir / "serve.log", "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hived.jupyter_ext.cli.main", "serve", "--spec", str(SPEC),
+            [sys.executable, "-m", "hived.cli.main", "serve", "--spec", str(SPEC),
              "--data-dir", str(data_dir), "--port", "0", "--token-file", str(token_file),
              "--allow-root", "--user-tokens", str(tokens), "--tick", "0.05", "--launcher", launcher],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)
@@ -110,7 +110,7 @@ class LiveServer:
                 time.sleep(0.05)
 
     def client(self, user: str):
-        from hived.jupyter_ext.client import HivedClient
+        from hived.service.client import HivedClient
         return HivedClient(self.url, token=f"tok-{user}")
 
     def stop(self):
@@ -142,6 +142,6 @@ def live_server(tmp_path_factory):
 @pytest.fixture(scope="session")
 def null_server(tmp_path_factory):
     """A ``hived serve`` whose launcher runs nothing (for fuzzing)."""
-    server = LiveServer(tmp_path_factory.mktemp("null"), launcher="hived.jupyter_ext.service.launcher_noop.NoopLauncher")
+    server = LiveServer(tmp_path_factory.mktemp("null"), launcher="hived.testing.launcher_noop.NoopLauncher")
     yield server
     server.stop()

@@ -3,7 +3,7 @@ contents, no owner or VC of someone else's job, no traceback; a degraded
 service answers 503 with its reason and readiness false."""
 from __future__ import annotations
 
-from hived.jupyter_ext.service.degraded import ServiceDegraded
+from hived.service.degraded import ServiceDegraded
 
 from .helpers import assert_error
 

@@ -186,7 +186,7 @@ def test_usage_errors_do_not_submit(ip, capsys):
 def test_names_are_printed_escaped_and_flags_match_the_cli(ip, capsys):
     """A name with an escape sequence or a lone surrogate is refused without echoing it;
     `--owner` (the CLI's spelling) and `--cell-type` work, as do the old spellings."""
-    from hived.jupyter_ext.client import HivedError
+    from hived.service.client import HivedError
     client = magics_of(ip).client
     for evil in ("\x1b[31mred", "fake\ud800"):
         with pytest.raises(HivedError) as refused:

@@ -11,7 +11,7 @@ from .conftest import SPEC
 
 
 def serve(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "hived.jupyter_ext.cli.main", "serve", "--allow-root", *args],
+    return subprocess.run([sys.executable, "-m", "hived.cli.main", "serve", "--allow-root", *args],
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -30,7 +30,7 @@ def test_bad_spec_is_refused_before_starting(tmp_path):
 
 
 def test_client_finds_the_server_through_its_data_dir(live_server, monkeypatch, tmp_path):
-    from hived.jupyter_ext.client import HivedClient, HivedUnreachable
+    from hived.service.client import HivedClient, HivedUnreachable
     data = live_server.data_dir
     info = json.loads((data / "server.json").read_text())
     assert info["token"] == "tok-server" and info["pid"] == live_server.proc.pid

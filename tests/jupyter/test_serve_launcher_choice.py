@@ -1,6 +1,6 @@
 """`hived serve --launcher` picks the service class the extension hosts."""
-from hived.jupyter_ext.cli.cmd_serve import build_config
-from hived.jupyter_ext.cli.main import build_parser
+from hived.cli.cmd_serve import build_config
+from hived.cli.main import build_parser
 
 
 def _config(tmp_path, *extra):

@@ -17,7 +17,7 @@ import requests
 
 from .conftest import SPEC, TOKENS
 
-PY = [sys.executable, "-m", "hived.jupyter_ext.cli.main", "serve"]
+PY = [sys.executable, "-m", "hived.cli.main", "serve"]
 
 
 class Served:

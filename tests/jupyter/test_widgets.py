@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(90)
 @pytest.fixture
 def client_for(jp_serverapp, http_server_client, jp_http_port, jp_base_url):
     # http_server_client: pytest-jupyter only listens on the port once it is requested
-    from hived.jupyter_ext.client import HivedClient
+    from hived.service.client import HivedClient
 
     def make(user):
         return HivedClient(f"http://127.0.0.1:{jp_http_port}{jp_base_url}", token=f"tok-{user}")

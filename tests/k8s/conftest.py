@@ -1,6 +1,6 @@
 """A real Kubernetes API server for the k8s tests: etcd + minikas on loopback.
 
-The session fixture ``kube`` starts etcd and minikas (hived.k8s.minikas: the
+The session fixture ``kube`` starts etcd and minikas (hived.testing.minikas: the
 shared test API server built on k8s.io/apiserver, in ``$HIVED_SHARED/k8s-apiserver``;
 ``HIVED_SHARED`` defaults to ``../shared`` beside the repository),
 writes a kubeconfig, and stops both at the end. It can also restart the API
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from hived.k8s import minikas
+from hived.testing import minikas
 
 sys.path.insert(0, str(Path(__file__).parent))
 from k8s_helpers import VC_A, Harness, Kubelet, Nodes, vc_ns  # noqa: E402

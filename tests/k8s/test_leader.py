@@ -6,7 +6,7 @@ import time
 
 import pytest  # noqa: E402
 
-from hived.jupyter_ext.service.degraded import ServiceDegraded  # noqa: E402 (REST: 503)
+from hived.service.degraded import ServiceDegraded  # noqa: E402 (REST: 503)
 from hived.k8s.watch import wait_for  # noqa: E402
 
 

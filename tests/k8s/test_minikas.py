@@ -5,7 +5,7 @@ import lzma
 
 import pytest
 
-from hived.k8s import minikas
+from hived.testing import minikas
 
 
 def _pack(path, data: bytes) -> None:

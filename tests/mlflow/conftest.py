@@ -12,7 +12,7 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from hived.mlflow_plugin.devserver import VC, VC_GPUS, start_server, stop_server  # noqa: F401
+from hived.testing.mlflow_server import VC, VC_GPUS, start_server, stop_server  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = REPO / "examples" / "mlflow_project"

@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 
 import hived.mlflow_plugin.backend as backend
 from hived.mlflow_plugin.__main__ import main as follow_main
-from hived.jupyter_ext.client import HivedClient
+from hived.service.client import HivedClient
 from hived.mlflow_plugin.config import HivedBackendError
 
 from .conftest import PROJECT

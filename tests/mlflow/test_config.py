@@ -118,8 +118,8 @@ def test_integral_float_becomes_int_and_import_is_light():
 
 def test_job_body_is_the_one_every_door_builds(tmp_path):
     """The MLflow body equals `hived submit`'s for the same options (one builder, one spelling)."""
-    from hived.jupyter_ext.cli.cmd_submit import payload_of
-    from hived.jupyter_ext.cli.main import build_parser
+    from hived.cli.cmd_submit import payload_of
+    from hived.cli.main import build_parser
     cfg = parse_config({"vc": "a", "cell_type": "DGX.NODE", "pods": 2, "grace_period": 5, "max_retries": 1,
                         "affinity": "soft", "env": {"X": "1"}}, environ={})
     body = cfg.job_payload("python train.py", {}, str(tmp_path), "run-1")

@@ -13,7 +13,7 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from hived.jupyter_ext.client import HivedClient
+from hived.service.client import HivedClient
 from hived.mlflow_plugin.submitted_run import HivedSubmittedRun
 
 from .conftest import PROJECT, VC, VC_GPUS
@@ -112,7 +112,7 @@ def test_run_id_of_an_old_run_says_it_resumes_its_checkpoint(cfg, tracking_uri):
 
 
 def test_devserver_stops_its_hived_serve_on_sigterm(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "hived.mlflow_plugin.devserver", str(tmp_path)],
+    proc = subprocess.Popen([sys.executable, "-m", "hived.testing.mlflow_server", str(tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     child = None
     try:

@@ -15,7 +15,7 @@ import pytest
 from mlflow.exceptions import ExecutionException
 from mlflow.tracking import MlflowClient
 
-from hived.jupyter_ext.client import HivedClient
+from hived.service.client import HivedClient
 from hived.mlflow_plugin.config import HivedBackendError
 from hived.mlflow_plugin.history import MlflowHistory, project_signature
 

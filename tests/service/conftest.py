@@ -14,7 +14,7 @@ SCHEME = os.environ.get("HIVED_TEST_SCHEME", "hived")
 
 @pytest.fixture
 def make_service(tmp_path):
-    from hived.jupyter_ext.service.service import SchedulerService
+    from hived.service.scheduler import SchedulerService
     made = []
 
     def make(data_dir=None, start=True, **kw):

@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from hived.jupyter_ext.service.service import SchedulerService
+from hived.service.scheduler import SchedulerService
 
 
 def payload(i: int) -> dict:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hived.jupyter_ext.cli.main import main
+from hived.cli.main import main
 
 SPEC = str(Path(__file__).with_name("spec_small.yaml"))
 SCHEME = os.environ.get("HIVED_TEST_SCHEME", "hived")
@@ -110,7 +110,7 @@ def test_embedded_submit_list_cancel_and_refusals(capsys, tmp_path):
 
 
 def test_foreign_or_newer_database_is_refused_untouched(capsys, tmp_path):
-    from hived.jupyter_ext.service.store import SCHEMA_VERSION, SqliteStore
+    from hived.service.store import SCHEMA_VERSION, SqliteStore
     from service_helpers import foreign_database
     foreign = foreign_database(tmp_path / "foreign")
     newer = tmp_path / "newer"
@@ -147,7 +147,7 @@ def test_against_a_running_hived_serve(tmp_path):
     d = tmp_path / "served"
     env = dict(os.environ, HIVED_SCHEME=SCHEME)
     env.pop("HIVED_URL", None)
-    exe = [sys.executable, "-m", "hived.jupyter_ext.cli.main"]
+    exe = [sys.executable, "-m", "hived.cli.main"]
     srv = subprocess.Popen(exe + ["serve", "--spec", SPEC, "--data-dir", str(d), "--port", "0",
                                   "--trust-user-header", "--tick", "0.1", "--allow-root"],
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -191,7 +191,7 @@ def served(tmp_path_factory):
     env = dict(os.environ, HIVED_SCHEME=SCHEME)
     for k in ("HIVED_URL", "HIVED_TOKEN", "HIVED_USER", "HIVED_DATA_DIR"):
         env.pop(k, None)
-    exe = [sys.executable, "-m", "hived.jupyter_ext.cli.main"]
+    exe = [sys.executable, "-m", "hived.cli.main"]
     srv = subprocess.Popen(exe + ["serve", "--spec", SPEC, "--data-dir", str(d), "--port", "0",
                                   "--trust-user-header", "--user-tokens", str(tokens), "--tick", "0.1", "--allow-root"],
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -314,8 +314,8 @@ def test_tables_fit_the_terminal(served):
 
 
 def test_submit_flags_build_the_same_body_in_every_door(tmp_path):
-    from hived.jupyter_ext.cli.main import build_parser
-    from hived.jupyter_ext.cli.cmd_submit import payload_of
+    from hived.cli.main import build_parser
+    from hived.cli.cmd_submit import payload_of
     from hived.jupyter_ext.magics import _submit_parser, build_payload
     flags = ["--vc", "vca", "--be", "--cell-type", "T-NODE.T-SOCKET", "--retries", "2", "--grace", "7",
              "--label", "team=vision", "--env", "A=1", "--workdir", str(tmp_path)]
@@ -365,8 +365,8 @@ def test_served_exchange_prints_tables_and_documented_codes(served):
 def test_default_data_dir_is_one_root_jobs_can_pass(monkeypatch):
     """Root's home is private, so a root server defaults to /var/lib/hived (its per-VC job
     accounts must pass through the folders above the data directory); others to ~/.hived."""
-    from hived.jupyter_ext.cli.main import build_parser
-    from hived.jupyter_ext.client import default_data_dir
+    from hived.cli.main import build_parser
+    from hived.service.client import default_data_dir
     monkeypatch.delenv("HIVED_DATA_DIR", raising=False)
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert default_data_dir() == Path("/var/lib/hived")

@@ -2,7 +2,7 @@
 import pynvml
 import pytest
 
-from hived.jupyter_ext.service.discovery import NoGpuError, chain_name, discover, virtual_node
+from hived.service.discovery import NoGpuError, chain_name, discover, virtual_node
 
 
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED

@@ -3,7 +3,7 @@ from types import SimpleNamespace
 
 import pynvml
 
-from hived.jupyter_ext.service.health import HealthMonitor
+from hived.service.health import HealthMonitor
 
 
 class FakeNvml(SimpleNamespace):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hived.jupyter_ext.service.degraded import ServiceDegraded
+from hived.service.degraded import ServiceDegraded
 from service_helpers import FailingCommits, wait_until
 
 PY = sys.executable

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from hived.jupyter_ext.service.degraded import ServiceDegraded
+from hived.service.degraded import ServiceDegraded
 from service_helpers import wait_until
 
 

@@ -11,8 +11,8 @@ import stat
 import pytest
 
 from hived.core.engine import RequestError
-from hived.jupyter_ext.service.job_ids import FILE_NAME, JobIds, JobIdsError
-from hived.jupyter_ext.service.store import SqliteStore, StoreDamaged, StoreError
+from hived.service.job_ids import FILE_NAME, JobIds, JobIdsError
+from hived.service.store import SqliteStore, StoreDamaged, StoreError
 
 JOB = {"vc": "vca", "command": "true", "gpus": 1}
 

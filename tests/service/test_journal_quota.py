@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from hived.core.engine import RequestError
-from hived.jupyter_ext.service import service_quota
-from hived.jupyter_ext.service.service import NotAuthorized
+from hived.service import quota
+from hived.service.scheduler import NotAuthorized
 from service_helpers import wait_until
 
 PY = sys.executable
@@ -21,7 +21,7 @@ WRITER = [PY, "-c", "import os, time\n"
 
 @pytest.fixture(autouse=True)
 def measure_every_tick(monkeypatch):
-    monkeypatch.setattr(service_quota, "QUOTA_INTERVAL", 0.0)
+    monkeypatch.setattr(quota, "QUOTA_INTERVAL", 0.0)
 
 
 def test_quotas_are_for_admins_and_checked(make_service):
@@ -72,7 +72,7 @@ def test_quota_through_hived_gc(make_service, tmp_path):
     make_service(data_dir=data, start=False).close()
 
     def hived(*args):
-        return subprocess.run([sys.executable, "-m", "hived.jupyter_ext.cli.main", "gc", "--data-dir", str(data),
+        return subprocess.run([sys.executable, "-m", "hived.cli.main", "gc", "--data-dir", str(data),
                                "--user", "ada", *args], capture_output=True, text=True, timeout=60, env=os.environ)
     r = hived("--disk-quota", "lots", "--vc", "vca")
     assert r.returncode == 2 and "want a size like 500M, 20G or none, got 'lots'" in r.stderr

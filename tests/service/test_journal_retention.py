@@ -7,9 +7,9 @@ import time
 import pytest
 
 from hived.core.engine import RequestError
-from hived.jupyter_ext.service import service_retention
-from hived.jupyter_ext.service.degraded import ServiceDegraded
-from hived.jupyter_ext.service.service import NotAuthorized, NotFound
+from hived.service import retention
+from hived.service.degraded import ServiceDegraded
+from hived.service.scheduler import NotAuthorized, NotFound
 from service_helpers import FailingCommits, wait_until
 
 PY = sys.executable
@@ -76,7 +76,7 @@ def test_gc_keeps_the_newest_and_every_unfinished_job(make_service, tmp_path):
 
 
 def test_the_timer_applies_max_age(make_service, monkeypatch):
-    monkeypatch.setattr(service_retention, "GC_INTERVAL", 0.0)
+    monkeypatch.setattr(retention, "GC_INTERVAL", 0.0)
     offset = [0.0]
     svc = make_service(start=False, clock=lambda: time.time() + offset[0])
     ids = finished(svc, 2)
@@ -106,7 +106,7 @@ def test_gc_while_degraded_changes_nothing(make_service):
 def hived(*args, env=None):
     import os
     import subprocess
-    return subprocess.run([sys.executable, "-m", "hived.jupyter_ext.cli.main", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "hived.cli.main", *args], capture_output=True,
                           text=True, timeout=60, env={**os.environ, **(env or {})})
 
 

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hived.jupyter_ext.service.store import SqliteStore, StoreDamaged
+from hived.service.store import SqliteStore, StoreDamaged
 
 SPEC = Path(__file__).with_name("spec_small.yaml")
 
@@ -23,7 +23,7 @@ def test_serve_refuses_a_damaged_database_with_its_exit_code(tmp_path):
     raw[20 * 4096 + 8: 20 * 4096 + 300] = b"\x5a" * 292
     db.write_bytes(bytes(raw))
     before = hashlib.sha256(db.read_bytes()).hexdigest()
-    r = subprocess.run([sys.executable, "-m", "hived.jupyter_ext.cli.main", "serve", "--spec", str(SPEC),
+    r = subprocess.run([sys.executable, "-m", "hived.cli.main", "serve", "--spec", str(SPEC),
                         "--data-dir", str(data), "--port", "0", "--allow-root"], capture_output=True, text=True, timeout=60)
     assert r.returncode == StoreDamaged.EXIT_CODE, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("hived serve:")]

@@ -5,8 +5,8 @@ import pwd
 
 import pytest
 
-from hived.jupyter_ext.service import local_cgroups
-from hived.jupyter_ext.service.local_accounts import AccountError, JobAccounts, resolve, uid_range
+from hived.service import local_cgroups
+from hived.service.local_accounts import AccountError, JobAccounts, resolve, uid_range
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="the decision as root")
 

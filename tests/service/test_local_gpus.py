@@ -5,10 +5,10 @@ import sys
 import pynvml
 import pytest
 
-from hived.jupyter_ext.service.discovery import discover
-from hived.jupyter_ext.service.health import HealthMonitor
-from hived.jupyter_ext.service.local_gpus import match_local
-from hived.jupyter_ext.service.service import SchedulerService
+from hived.service.discovery import discover
+from hived.service.health import HealthMonitor
+from hived.service.local_gpus import match_local
+from hived.service.scheduler import SchedulerService
 from service_helpers import wait_until
 
 PY = sys.executable

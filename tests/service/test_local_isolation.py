@@ -167,7 +167,7 @@ os.wait()
 @pytest.mark.parametrize("cgroups", ["auto", "off"])
 @pytest.mark.parametrize("ending", ["cancel", "exit"])
 def test_a_daemonised_child_dies_with_its_job(make_service, tmp_path, monkeypatch, cgroups, ending):
-    from hived.jupyter_ext.service import local_cgroups
+    from hived.service import local_cgroups
     monkeypatch.setenv("HIVED_CGROUPS", cgroups)
     script = tmp_path / "daemon.py"
     script.write_text(DAEMON)
@@ -240,7 +240,7 @@ def test_a_shell_string_command_gets_its_whole_grace_period(make_service, tmp_pa
 
 def test_a_pod_gets_its_memory_and_cpu_limits_where_the_cgroup_offers_them(tmp_path, monkeypatch):
     from hived.core.jobs import JobRequest, Placement, PodGroup, PodPlacement
-    from hived.jupyter_ext.service.local_launcher import LocalLauncher
+    from hived.service.local_launcher import LocalLauncher
     monkeypatch.setenv("HIVED_CGROUPS", "auto")
     la = LocalLauncher(tmp_path / "jobs")
     base = la.cgroup_base
@@ -262,11 +262,11 @@ def test_a_pod_gets_its_memory_and_cpu_limits_where_the_cgroup_offers_them(tmp_p
 def test_hived_serve_started_with_a_token_keeps_it_from_jobs(open_data):
     """As an operator starts it: `hived serve` with its token in the environment."""
     import subprocess
-    from hived.jupyter_ext.client import HivedClient
+    from hived.service.client import HivedClient
     spec = str(Path(__file__).with_name("spec_small.yaml"))
     env = {k: v for k, v in os.environ.items() if k not in ("HIVED_JOB_ACCOUNT", "HIVED_URL", "HIVED_DATA_DIR")}
     env.update(SECRETS)
-    srv = subprocess.Popen([PY, "-m", "hived.jupyter_ext.cli.main", "serve", "--spec", spec, "--data-dir",
+    srv = subprocess.Popen([PY, "-m", "hived.cli.main", "serve", "--spec", spec, "--data-dir",
                             str(open_data), "--port", "0", "--trust-user-header", "--tick", "0.1", "--allow-root"],
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

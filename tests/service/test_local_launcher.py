@@ -7,7 +7,7 @@ import time
 import pytest
 
 from hived.core.jobs import JobRequest, Placement, PodPlacement
-from hived.jupyter_ext.service.local_launcher import LocalLauncher
+from hived.service.local_launcher import LocalLauncher
 from service_helpers import wait_until
 
 PY = sys.executable

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from hived.core.engine import RequestError
-from hived.jupyter_ext.service.service import DataDirBusy, NotAuthorized, NotFound
+from hived.service.scheduler import DataDirBusy, NotAuthorized, NotFound
 from service_helpers import foreign_database, wait_until
 
 PY = sys.executable
@@ -241,7 +241,7 @@ def test_bad_log_settings_are_refused(make_service, monkeypatch, name, value, wo
 
 
 def test_refused_store_leaves_the_data_dir_free(make_service, tmp_path):
-    from hived.jupyter_ext.service.store import StoreError
+    from hived.service.store import StoreError
     d = foreign_database(tmp_path / "foreign")
     for _ in range(2):     # refused twice the same way: the first attempt left no lock behind
         with pytest.raises(StoreError, match="foreign SQLite database"):

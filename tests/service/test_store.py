@@ -3,8 +3,8 @@ import sqlite3
 
 import pytest
 
-from hived.jupyter_ext.service import store as store_mod
-from hived.jupyter_ext.service.store import SCHEMA_VERSION, SqliteStore, StoreError
+from hived.service import store as store_mod
+from hived.service.store import SCHEMA_VERSION, SqliteStore, StoreError
 
 
 def record(job_id, state="queued", history=None):

@@ -8,8 +8,8 @@ import pytest
 from hived.core.sim.schemes import size_cluster
 from hived.core.sim.simulate import simulate
 from hived.core.sim.traces import Trace, TraceJob
-from hived.jupyter_ext.cli.main import main
-from hived.jupyter_ext.report import sharing
+from hived.cli.main import main
+from hived.reports import sharing
 
 CSV = """job_id,tenant,submit,duration,gpus
 a,t1,0,3600,8
@@ -61,9 +61,9 @@ def test_cli_refuses_bad_input(argv, words, trace_csv, tmp_path, capsys):
 
 def test_cli_workload_dispatch(monkeypatch):
     seen = {}
-    mod = types.ModuleType("hived.jupyter_ext.report.dummywl")
+    mod = types.ModuleType("hived.reports.dummywl")
     mod.main = lambda argv: seen.setdefault("argv", argv) and 7
-    monkeypatch.setitem(sys.modules, "hived.jupyter_ext.report.dummywl", mod)
+    monkeypatch.setitem(sys.modules, "hived.reports.dummywl", mod)
     assert main(["simulate", "--workload", "dummywl", "--jobs", "5", "-x"]) == 7
     assert seen["argv"] == ["--jobs", "5", "-x"]
 

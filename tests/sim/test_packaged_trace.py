@@ -57,7 +57,7 @@ def test_simulate_philly_from_an_installed_copy_without_shared(tmp_path):
                            env=env, cwd=work, check=True, capture_output=True, text=True).stdout.strip()
     assert Path(where) == site / "hived" / "core" / "sim" / "data" / "philly"
 
-    p = subprocess.run([sys.executable, "-m", "hived.jupyter_ext.cli.main", "simulate", "--trace", "philly",
+    p = subprocess.run([sys.executable, "-m", "hived.cli.main", "simulate", "--trace", "philly",
                         "--tenants", "e13805", "--from-day", "85", "--days", "3", "--scheme", "quota",
                         "--out", "out", "--no-progress"],
                        env=env, cwd=work, capture_output=True, text=True, timeout=120)

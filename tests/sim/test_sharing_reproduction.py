@@ -8,7 +8,7 @@ import pytest
 from hived.core.sim.schemes import size_cluster
 from hived.core.sim.simulate import simulate
 from hived.core.sim.traces import PHILLY_DIR as PHILLY, read_philly
-from hived.jupyter_ext.report.sharing import anomalies
+from hived.reports.sharing import anomalies
 
 
 

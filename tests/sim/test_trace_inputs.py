@@ -73,7 +73,7 @@ def test_fitgpp_runs_from_a_trace(tmp_path):
     assert none["t1"]["start"] == 1000 and fit["t1"]["start"] == 10
     assert fit["b1"]["preemptions"] + fit["b2"]["preemptions"] == 1
     out = tmp_path / "out"
-    p = subprocess.run([sys.executable, "-m", "hived.jupyter_ext.cli.main", "simulate", "--trace", str(csv),
+    p = subprocess.run([sys.executable, "-m", "hived.cli.main", "simulate", "--trace", str(csv),
                         "--nodes", "1", "--scheme", "hived", "--preemption", "fitgpp", "--out", str(out),
                         "--no-progress"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
@@ -83,7 +83,7 @@ def test_fitgpp_runs_from_a_trace(tmp_path):
 def test_cli_refuses_nodes_with_spec_and_too_few_nodes(tmp_path):
     csv = tmp_path / "t.csv"
     csv.write_text(HEAD + "a,t1,0,10,32\nb,t2,0,10,1\n")
-    p = subprocess.run([sys.executable, "-m", "hived.jupyter_ext.cli.main", "simulate", "--trace", str(csv),
+    p = subprocess.run([sys.executable, "-m", "hived.cli.main", "simulate", "--trace", str(csv),
                         "--nodes", "2", "--scheme", "hived", "--out", str(tmp_path / "o"), "--no-progress"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "--nodes 2 is too small" in p.stderr and "Traceback" not in p.stderr

@@ -6,7 +6,7 @@ Trace replay (sharing safety, 001 §5.2-5.3)::
     hived simulate --trace jobs.csv --spec cluster.yaml --scheme hived --out runs/x
 
 Named workloads are other engineers' experiments: ``--workload NAME ARGS...``
-hands ``ARGS`` to ``hived.jupyter_ext.report.NAME.main`` (e.g. ``fitgpp``,
+hands ``ARGS`` to ``hived.reports.NAME.main`` (e.g. ``fitgpp``,
 ``allox``, ``exchange``).
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ def register(subparsers, summary: str) -> None:
                         "of the whole trace before --tenants/--from-day/--days/--limit (default: of the replayed jobs)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--workload", nargs=argparse.REMAINDER, metavar="NAME ARGS",
-                   help="run hived.jupyter_ext.report.NAME.main(ARGS) instead (e.g. fitgpp, allox, exchange)")
+                   help="run hived.reports.NAME.main(ARGS) instead (e.g. fitgpp, allox, exchange)")
     p.set_defaults(func=run)
 
 
@@ -73,13 +73,13 @@ def run_workload(argv: list) -> int:
     if not name.replace("_", "").isalnum():
         return _fail(f"--workload: bad name {name!r}")
     try:
-        mod = importlib.import_module(f"hived.jupyter_ext.report.{name}")
+        mod = importlib.import_module(f"hived.reports.{name}")
     except ModuleNotFoundError as e:
-        if e.name == f"hived.jupyter_ext.report.{name}":
-            return _fail(f"--workload: no workload named {name!r} (no module hived.jupyter_ext.report.{name})")
+        if e.name == f"hived.reports.{name}":
+            return _fail(f"--workload: no workload named {name!r} (no module hived.reports.{name})")
         raise
     if not hasattr(mod, "main"):
-        return _fail(f"--workload: hived.jupyter_ext.report.{name} has no main(argv)")
+        return _fail(f"--workload: hived.reports.{name} has no main(argv)")
     return int(mod.main(rest) or 0)
 
 
@@ -162,7 +162,7 @@ def run(args) -> int:
     from hived.core.sim.simulate import simulate
     from hived.core.sim.traces import TraceError
     from hived.core.spec import SpecError, load_spec
-    from hived.jupyter_ext.report.sharing import run_name, write_comparison, write_run
+    from hived.reports.sharing import run_name, write_comparison, write_run
     try:
         runs = plan(args)
         trace = load_trace(args)

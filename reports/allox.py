@@ -15,7 +15,7 @@ import sys
 from typing import Optional
 
 from hived.core.sim import allox_experiment as E
-from hived.jupyter_ext.report.staged_run import run_with_stages, write_outputs
+from hived.reports.staged_run import run_with_stages, write_outputs
 
 LABEL = {"es": "ES", "drff": "DRFF", "drfs": "DRFS", "drfa": "DRFA", "jsq+": "JSQ+", "sjf+": "SJF+",
          "allox+": "AlloX+", "allox": "AlloX", "srpt": "SRPT"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import shlex
 import time
 
-from hived.jupyter_ext.service import cli_support as cs
+from hived.cli import support as cs
 
 
 def register(subparsers, summary: str) -> None:

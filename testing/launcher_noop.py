@@ -2,12 +2,12 @@
 
 Fuzzing the REST API must never execute the generated commands, and the
 service and REST benchmarks time the store, the engine and the API, not
-process start-up. ``hived serve --launcher hived.jupyter_ext.service.launcher_noop.NoopLauncher``
+process start-up. ``hived serve --launcher hived.testing.launcher_noop.NoopLauncher``
 uses it too, as a dry run of a spec.
 """
 from __future__ import annotations
 
-from .launcher import LauncherEvent
+from hived.service.launcher import LauncherEvent
 
 
 class NoopLauncher:

@@ -68,7 +68,7 @@ class ExchangeMixin:
         return self._exchange_post("request", user, body, groups)
 
     def _exchange_post(self, kind: str, user: str, body: dict, groups=()) -> dict:
-        from .service import NotAuthorized, NotFound
+        from .scheduler import NotAuthorized, NotFound
         if not isinstance(body, dict):
             raise RequestError("body", f"must be an object, got {type(body).__name__}")
         vc = body.get("vc")

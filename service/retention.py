@@ -65,7 +65,7 @@ class RetentionMixin:
         self._retention = json.loads(raw) if raw else {}
 
     def _administered(self, user: str, vc: Optional[str], groups=()) -> list[str]:
-        from .service import NotAuthorized, NotFound
+        from .scheduler import NotAuthorized, NotFound
         if vc is not None:
             if vc not in self.spec.vcs:
                 raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")

@@ -6,8 +6,8 @@ import os
 import sys
 import time
 
-from hived.jupyter_ext.service import cli_support as cs
-from hived.jupyter_ext.submit_flags import add_submit_flags, body_from_args
+from hived.cli import support as cs
+from hived.service.submit_flags import add_submit_flags, body_from_args
 
 
 def register(subparsers, summary: str) -> None:

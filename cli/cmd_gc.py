@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from hived.jupyter_ext.service import cli_support as cs
+from hived.cli import support as cs
 
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 

@@ -78,7 +78,7 @@ def run(args) -> int:
         return _fail("say what to do: board, ledger, offers, requests, offer, request or dry-run (see --help)")
     if args.action == "dry-run":
         return dry_run(args)
-    from hived.jupyter_ext.client import HivedClient, HivedError
+    from hived.service.client import HivedClient, HivedError
 
     try:
         client = HivedClient(url=args.url, token=args.token, user=args.user)
@@ -89,7 +89,7 @@ def run(args) -> int:
         else:
             doc = client.exchange(args.action)
     except HivedError as exc:
-        from hived.jupyter_ext.service import cli_support as cs
+        from hived.cli import support as cs
         return cs.error_exit("hived exchange", exc)   # the documented exit codes and `field: problem`
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True))
@@ -102,7 +102,7 @@ def run(args) -> int:
 
 def _board_text(doc: dict) -> str:
     """Posts and exchanges as tables (a post answer is one post with what it matched)."""
-    from hived.jupyter_ext.service import cli_support as cs
+    from hived.cli import support as cs
     if "kind" in doc:        # the answer to offer/request
         doc = {doc["kind"] + "s": [doc], "exchanges": doc.get("matched") or []}
     out = []

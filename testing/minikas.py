@@ -28,6 +28,8 @@ from pathlib import Path
 import requests
 import urllib3
 
+from .shared import shared_dir
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -43,11 +45,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def shared_dir() -> Path:
-    """The shared assets folder: ``$HIVED_SHARED``, else ``../shared`` beside the repository."""
-    return Path(os.environ.get("HIVED_SHARED") or REPO.parent / "shared")
 
 
 def _minikas_dir() -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hived.jupyter_ext.service import cli_support as cs
+from hived.cli import support as cs
 
 
 def register(subparsers, summary: str) -> None:
@@ -28,7 +28,7 @@ def register(subparsers, summary: str) -> None:
 
 def run(args) -> int:
     import yaml
-    from hived.jupyter_ext.service.discovery import NoGpuError, discover, virtual_node
+    from hived.service.discovery import NoGpuError, discover, virtual_node
     vcs = [v.strip() for v in args.vcs.split(",")] if args.vcs else None
     try:
         if args.gpus is not None:

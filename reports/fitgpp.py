@@ -205,7 +205,7 @@ def build_parser(prog: str = "hived simulate --workload fitgpp") -> argparse.Arg
 
 
 def main(argv=None) -> int:
-    """``hived simulate --workload fitgpp [options]`` (also ``python -m hived.jupyter_ext.report.fitgpp``)."""
+    """``hived simulate --workload fitgpp [options]`` (also ``python -m hived.reports.fitgpp``)."""
     return cli(build_parser().parse_args(argv))
 
 

@@ -4,7 +4,7 @@ Starts ``hived serve`` in its own session with a one-node spec (one VC
 owning 4 GPUs, the current user its member) and waits for its
 ``server.json``. Not used by the backend itself.
 
-    python -m hived.mlflow_plugin.devserver [DIR]   # serves until Ctrl-C or SIGTERM, prints what to export
+    python -m hived.testing.mlflow_server [DIR]   # serves until Ctrl-C or SIGTERM, prints what to export
 """
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def stop_server(proc: subprocess.Popen) -> None:
 def main(argv=None) -> int:
     import argparse
     import tempfile
-    ap = argparse.ArgumentParser(prog="python -m hived.mlflow_plugin.devserver",
+    ap = argparse.ArgumentParser(prog="python -m hived.testing.mlflow_server",
                                  description=f"A throw-away one-node hived service (VC '{VC}', "
                                              f"{VC_GPUS} GPUs, you as its user) to try the MLflow backend.")
     ap.add_argument("dir", nargs="?", default=None, help="where spec, data and log go (default: a temp dir)")

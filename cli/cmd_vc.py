@@ -1,7 +1,7 @@
 """``hived vc``: VC views (cells per level: total, used, free, lent) and usage."""
 from __future__ import annotations
 
-from hived.jupyter_ext.service import cli_support as cs
+from hived.cli import support as cs
 
 
 def register(subparsers, summary: str) -> None:

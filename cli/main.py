@@ -47,9 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, summary in COMMANDS:
         try:
-            module = importlib.import_module(f"hived.jupyter_ext.cli.cmd_{name}")
+            module = importlib.import_module(f"hived.cli.cmd_{name}")
         except ModuleNotFoundError as exc:
-            if exc.name == f"hived.jupyter_ext.cli.cmd_{name}":
+            if exc.name == f"hived.cli.cmd_{name}":
                 continue  # command not shipped in this build
             raise
         module.register(sub, summary)

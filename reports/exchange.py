@@ -16,7 +16,7 @@ import sys
 from typing import Optional
 
 from hived.core.sim import exchange_experiment as E
-from hived.jupyter_ext.report.staged_run import run_with_stages, write_outputs
+from hived.reports.staged_run import run_with_stages, write_outputs
 
 TITLE = {"default": "Table 4 (default assignment)", "balanced": "Table 5 (balanced assignment)"}
 

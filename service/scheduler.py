@@ -47,10 +47,10 @@ from .job_ids import JobIds, JobIdsError
 from .launcher import Launcher
 from .metrics import ServiceMetrics
 from .payload import job_dict, parse_job
-from .service_exchange import ExchangeMixin, make_arbiter
-from .service_quota import QuotaMixin
-from .service_retention import RetentionMixin
-from .service_views import cluster_dict, vc_dict
+from .exchange import ExchangeMixin, make_arbiter
+from .quota import QuotaMixin
+from .retention import RetentionMixin
+from .views import cluster_dict, vc_dict
 from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged
 
 log = logging.getLogger("hived.service")
@@ -195,7 +195,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         self._load_retention()
         self._load_quota()
         self.eng = self._new_engine(self.spec)
-        self._arb = make_arbiter(self.eng)   # cell exchange (service_exchange.py); in memory only
+        self._arb = make_arbiter(self.eng)   # cell exchange (service/exchange.py); in memory only
         # this machine's GPUs, when the spec names this host (a spec from `hived discover`)
         self.local = None
         if launcher == "local" or health == "auto":

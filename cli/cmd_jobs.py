@@ -1,7 +1,7 @@
 """``hived jobs``: list jobs, filtered by VC, state or user."""
 from __future__ import annotations
 
-from hived.jupyter_ext.service import cli_support as cs
+from hived.cli import support as cs
 
 
 def register(subparsers, summary: str) -> None:

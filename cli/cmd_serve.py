@@ -30,7 +30,7 @@ def register(subparsers, summary: str) -> None:
             "through DATA_DIR/server.json."),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--spec", required=True, help="cluster spec (YAML) to schedule")
-    from hived.jupyter_ext.client import default_data_dir
+    from hived.service.client import default_data_dir
     p.add_argument("--data-dir", default=str(default_data_dir()),
                    help="job store, logs and server.json ($HIVED_DATA_DIR; /var/lib/hived for root, "
                         "else ~/.hived)")

@@ -23,7 +23,7 @@ from typing import Optional
 from hived.core.engine import RequestError
 from hived.core.jobs import JobState
 
-from .service_retention import _dir_bytes, _limit
+from .retention import _dir_bytes, _limit
 
 log = logging.getLogger("hived.service")
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from hived.jupyter_ext.terminal_text import table as _table, terminal_width, visible
+from hived.service.terminal_text import table as _table, terminal_width, visible
 
 OK, JOB_FAILED, BAD_INPUT, NOT_ALLOWED, NOT_FOUND, UNREACHABLE = 0, 1, 2, 3, 4, 5
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -56,7 +56,7 @@ class Remote:
     embedded = False
 
     def __init__(self, args):
-        from hived.jupyter_ext.client import HivedClient
+        from hived.service.client import HivedClient
         self.c = HivedClient(url=args.url, token=args.token, user=user_of(args), data_dir=args.data_dir)
         if args.user:
             self._check_user(args.user)
@@ -94,7 +94,7 @@ class Embedded:
     embedded = True
 
     def __init__(self, args):
-        from .service import SchedulerService
+        from .scheduler import SchedulerService
         from .store import SqliteStore
         data_dir = Path(args.data_dir).expanduser()
         spec = args.spec
@@ -139,7 +139,7 @@ class Embedded:
 
 def connect(args):
     """A running service when one answers, else embedded on --data-dir."""
-    from hived.jupyter_ext.client import read_server_file
+    from hived.service.client import read_server_file
     if args.data_dir and not args.url and not os.environ.get("HIVED_URL") \
             and read_server_file(args.data_dir) is None:
         return Embedded(args)
@@ -148,9 +148,9 @@ def connect(args):
 
 def error_exit(prog: str, exc: BaseException) -> int:
     """Print one readable line for a refusal; return its exit code."""
-    from hived.jupyter_ext.client import HivedError, HivedUnreachable
+    from hived.service.client import HivedError, HivedUnreachable
     from .degraded import ServiceDegraded
-    from .service import DataDirBusy, NotAuthorized
+    from .scheduler import DataDirBusy, NotAuthorized
     from .store import StoreError
     if isinstance(exc, (HivedUnreachable, ServiceDegraded)):
         code = UNREACHABLE
@@ -174,7 +174,7 @@ def error_exit(prog: str, exc: BaseException) -> int:
 
 def refusal_text(exc: BaseException) -> str:
     """``field: problem`` (docs/cli.md) for a service refusal; the text itself otherwise."""
-    from hived.jupyter_ext.client import HivedError
+    from hived.service.client import HivedError
     if isinstance(exc, HivedError):
         return exc.line()
     msg = str(exc)

@@ -94,8 +94,8 @@ class Embedded:
     embedded = True
 
     def __init__(self, args):
-        from .scheduler import SchedulerService
-        from .store import SqliteStore
+        from hived.service.scheduler import SchedulerService
+        from hived.service.store import SqliteStore
         data_dir = Path(args.data_dir).expanduser()
         spec = args.spec
         if spec is None:
@@ -149,9 +149,9 @@ def connect(args):
 def error_exit(prog: str, exc: BaseException) -> int:
     """Print one readable line for a refusal; return its exit code."""
     from hived.service.client import HivedError, HivedUnreachable
-    from .degraded import ServiceDegraded
-    from .scheduler import DataDirBusy, NotAuthorized
-    from .store import StoreError
+    from hived.service.degraded import ServiceDegraded
+    from hived.service.scheduler import DataDirBusy, NotAuthorized
+    from hived.service.store import StoreError
     if isinstance(exc, (HivedUnreachable, ServiceDegraded)):
         code = UNREACHABLE
     elif isinstance(exc, HivedError):

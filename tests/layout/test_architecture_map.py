@@ -11,7 +11,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 FOLDERS = ("core", "service", "cli", "reports", "jupyter_ext", "mlflow_plugin", "k8s", "testing")
 MAP = REPO / "docs" / "architecture.md"
-_NAMED = re.compile(r"`((?:%s)/[\w/]*\.py)`" % "|".join(FOLDERS))
+_NAMED = re.compile(r"`((?:" + "|".join(FOLDERS) + r")/[\w/]*\.py)`")
 
 
 def module_files(repo: Path = REPO) -> set[str]:
@@ -39,7 +39,7 @@ def test_the_map_names_every_module_and_only_real_ones():
 def test_every_module_has_a_one_line_description():
     """Each module has a table row of its own with some words after it."""
     rows = {m.group(1): m.group(2).strip() for m in
-            re.finditer(r"^\| `([\w/]+\.py)` \| (.*) \|$", MAP.read_text(), re.M)}
+            re.finditer(r"^\| `([\w/]+\.py)` \| (.*) \|$", MAP.read_text(), re.MULTILINE)}
     missing = sorted(module_files() - set(rows))
     assert missing == [], f"modules without a row of their own in the map: {missing}"
     assert [m for m, words in rows.items() if len(words.split()) < 2] == []

@@ -2,7 +2,7 @@
 
 1. Matching: one AlloX decision (Q = [P 2P ... nP] + D, solved with scipy's
    linear_sum_assignment) for 10 queued jobs over 100 machines (50 GPUs,
-   50 CPUs, some busy). Target (issue 5): median <= 10 ms (paper 003 §4.4:
+   50 CPUs, some busy). Target: median <= 10 ms (AlloX, EuroSys '20, §4.4:
    200 ms with a GPU Hungarian solver).
 2. AlloX+: one round of the heuristic for 1,000 queued jobs over 10,000
    machines. Target: median <= 0.3 s (paper: 0.7 s).

@@ -1,6 +1,6 @@
 """Engine scheduling-round latency on a 32,768-GPU cluster with 1,000 queued jobs.
 
-Target (issue 3): one round <= 0.25 s (KAI-Scheduler reports 2.3-2.5 s
+Target: one round <= 0.25 s (KAI-Scheduler reports 2.3-2.5 s
 cycles on 4,000+ nodes). Three rounds are timed per allocator:
 
 * ``place-1000``: 1,000 jobs (1-8 GPUs, 32 VCs) just submitted to a cluster

@@ -3,7 +3,7 @@
 Times the engine hook (``PreemptionPolicy.choose(job, candidates, view, now)``,
 which includes turning the ClusterView and JobRecords into vectors) and the
 pure choice on prepared vectors, once per TE arrival, for FitGpp and for RAND
-in the same run, and prints medians and the ratio. Target (issue 4): FitGpp
+in the same run, and prints medians and the ratio. Target: FitGpp
 median <= 5 ms per TE arrival through the hook.
 
     .venv/bin/python benchmarks/bench_fitgpp.py [--quick] [--arrivals N]

@@ -1,4 +1,4 @@
-"""Benchmark: submits of the largest accepted size do not stall the server (issue 13).
+"""Benchmark: submits of the largest accepted size do not stall the server.
 
 A real ``hived serve`` (the same set-up as bench_rest.py: SQLite store with
 durable commits, a launcher that runs nothing). In one run, one after the

@@ -1,6 +1,6 @@
 """Whole-trace simulation speed: the Philly trace (82,229 jobs in 11 VCs) under HiveD.
 
-Target (issue 3): <= 60 s wall and >= 2,000 jobs/s on a 2-core machine, with
+Target: <= 60 s wall and >= 2,000 jobs/s on a 2-core machine, with
 the GPU-quota scheme timed in the same run as the baseline (ratio printed).
 The cluster is sized for 90% offered load (docs/simulator.md). ``--quick``
 replays the first 20,000 jobs once.

@@ -6,7 +6,7 @@ cluster sized for the offered load over the window (8-GPU nodes), schemes
 private, quota and hived (node cells). Prints one row per setting: how many
 tenants wait longer on average than in their private cluster under quota and
 under hived, the worst ratio (shared / private average queueing delay), the
-share of GPUs held by guaranteed jobs under quota (the paper's load, 001 §5.2:
+share of GPUs held by guaranteed jobs under quota (the paper's load, HiveD (OSDI '20) §5.2:
 "around 90% of the GPUs are used by high-priority jobs"), and the jobs that
 started at once in private but waited in the shared cluster with room in
 their VC (head_waited_with_vc_room). ``--out`` writes the table as JSON and CSV.

@@ -1,4 +1,4 @@
-"""``hived exchange``: cell exchange between VCs (paper 000 §3.3).
+"""``hived exchange``: cell exchange between VCs (HiveD, earlier version, §3.3).
 
 Online, against a running service (``hived serve``; found like every other
 command: --url/--token, $HIVED_URL/$HIVED_TOKEN, or the data dir)::

@@ -1,11 +1,11 @@
 """``hived simulate``: replay a trace through the scheduler engine, or run a named workload.
 
-Trace replay (sharing safety, 001 §5.2-5.3)::
+Trace replay (sharing safety, HiveD (OSDI '20) §5.2-5.3)::
 
     hived simulate --trace philly --scheme all --out runs/philly --load 0.9
     hived simulate --trace jobs.csv --spec cluster.yaml --scheme hived --out runs/x
 
-Named workloads are other engineers' experiments: ``--workload NAME ARGS...``
+Named workloads are the papers' experiments (FitGpp, AlloX, cell exchange): ``--workload NAME ARGS...``
 hands ``ARGS`` to ``hived.reports.NAME.main`` (e.g. ``fitgpp``,
 ``allox``, ``exchange``).
 """
@@ -25,7 +25,7 @@ def register(subparsers, summary: str) -> None:
     p = subparsers.add_parser(
         "simulate", help=summary, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trace", metavar="T",
-                   help="'philly' (the Philly trace), a Philly .csv.gz/folder, 'table1' (synthetic, 001 Table 1) "
+                   help="'philly' (the Philly trace), a Philly .csv.gz/folder, 'table1' (synthetic, HiveD (OSDI '20) Table 1) "
                         "or a CSV in our format (docs/simulator.md)")
     p.add_argument("--spec", metavar="S", help="cluster spec whose VCs are the trace's tenants "
                                                "(default: a cluster sized by --load, quotas by GPU-hours)")

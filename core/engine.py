@@ -51,7 +51,7 @@ HOLDING = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
 
 @dataclass
 class EngineConfig:
-    soft_wait: float = 150.0      # 002 §2: wait 2-3 min for the wanted locality ...
+    soft_wait: float = 150.0      # the Philly study (ATC '19) §2: wait 2-3 min for the wanted locality ...
     relax_backoff: float = 2.0    # ... then relax one level; each next wait is this factor longer
     preemption_cap: int = 1       # P: a BE job is preempted by the policy at most this often (a VC's
                                   # maxPreemptions overrides it; preemption_order.preemption_cap)

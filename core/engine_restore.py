@@ -2,7 +2,7 @@
 
 Queued jobs go back to the tail of their VC's queue (call in submission
 order); jobs that held cells re-bind exactly the placement they had through
-``Allocator.restore`` (HiveD keeps bindings with the pods, 001 §4), so the
+``Allocator.restore`` (HiveD keeps bindings with the pods: HiveD, OSDI '20, §4), so the
 allocator and the engine's view agree with what is really running.
 """
 from __future__ import annotations

@@ -98,7 +98,7 @@ class ClusterView:
         return st is not None and st.cpus_free + 1e-9 >= cpus and st.memory_free_gb + 1e-9 >= memory_gb
 
     def fragmentation(self, chain: str | None = None) -> float:
-        """Share of nodes that cannot host a whole-node guaranteed job (001 §5.2).
+        """Share of nodes that cannot host a whole-node guaranteed job (HiveD, OSDI '20, §5.2).
 
         A node can host one when no guaranteed job holds any of its GPUs
         (opportunistic work would be preempted). 0 for an empty cluster.

@@ -1,6 +1,6 @@
 """Run-time estimates for jobs, each saying where it came from and how sure it is.
 
-Four sources (paper 003 §4.1 and the issue):
+Four sources (sample runs as in AlloX, EuroSys '20, §4.1):
 
 - ``sample``: short sample runs of the job (AlloX runs about 3% of the
   iterations). Run time is fitted as ``a + b * steps`` over the samples

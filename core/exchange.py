@@ -1,4 +1,7 @@
-"""Cell exchange between VCs (paper 000 §3.3): proxies, arbiter, bulletin board, ledger.
+"""Cell exchange between VCs: proxies, arbiter, bulletin board, ledger.
+
+The design is §3.3 of the earlier version of the HiveD paper ("HiveD: How to
+Share a GPU Cluster for Deep Learning"; docs/papers.md).
 
 Each VC talks through its ``ExchangeProxy``: it posts offers (cells it will
 lend for a time window) and requests (cells it wants for a window). The
@@ -325,7 +328,7 @@ def give_back(allocator: Any, holder: str, owner: str, cells: Cells) -> list[str
     """Move ``cells`` from ``holder`` back to ``owner`` at the end of a window.
 
     When the holder still runs guaranteed jobs on them, they are handled as
-    reconfiguration handles jobs that no longer fit (HiveD 001 §4): downgraded
+    reconfiguration handles jobs that no longer fit (HiveD, OSDI '20, §4): downgraded
     to opportunistic on the same GPUs (so nothing is killed now; the owner's
     guaranteed jobs preempt them when they need the cells). Victims go one
     bound cell at a time, the least used first, so as few jobs as possible

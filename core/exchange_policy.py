@@ -1,4 +1,4 @@
-"""Exchange policies: which offer serves which request (paper 000 §3.3).
+"""Exchange policies: which offer serves which request (HiveD, earlier version, §3.3).
 
 A policy sees the open requests and offers and the ledger, and returns
 (request, offer) pairs; the arbiter carries them out. ``balanced`` is the

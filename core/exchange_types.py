@@ -1,4 +1,4 @@
-"""Plain data of cell exchange (paper 000 §3.3): posts, exchanges, the ledger.
+"""Plain data of cell exchange (HiveD, earlier version, §3.3): posts, exchanges, the ledger.
 
 A *post* is an offer (cells a VC will lend for a time window) or a request
 (cells a VC wants for a window). Either may name cells wanted/given in

@@ -1,6 +1,7 @@
 """Why a job ended, and whether to run it again.
 
-Paper 002 (Philly, §4.2 and §5) found that most failures are user errors
+The Philly study (Jeon et al., "Analysis of Large-Scale Multi-Tenant GPU
+Clusters for DNN Training Workloads", ATC '19, §4.2 and §5) found that most failures are user errors
 (syntax, imports, bad inputs) that fail again at once if retried, while
 infrastructure faults (MPI/NCCL transport, storage, GPU driver) are worth a
 retry after a pause. Its guideline: classify from the job's exit status and
@@ -42,7 +43,7 @@ def _codes(*c: int) -> frozenset:
 
 
 # First match wins. Log signatures are checked before bare exit codes because
-# a signature is closer to the root cause (002 §4.2.1: "signatures closer to
+# a signature is closer to the root cause (the Philly study, ATC '19, §4.2.1: "signatures closer to
 # the root cause" first, implicit ones such as a bare traceback last).
 RULES: tuple[Rule, ...] = (
     Rule("gpu-oom", FailureClass.OOM, pattern=r"CUDA out of memory|CUBLAS_STATUS_ALLOC_FAILED|OutOfMemoryError|RESOURCE_EXHAUSTED"),
@@ -70,7 +71,7 @@ RULES: tuple[Rule, ...] = (
     Rule("traceback", FailureClass.USER, pattern=r"Traceback \(most recent call last\)"),
 )
 
-# 002 §5: a non-zero exit with no infrastructure signature is the user's own
+# the Philly study (ATC '19) §5: a non-zero exit with no infrastructure signature is the user's own
 # (most failures are user errors; retrying them fails again at once).
 NO_SIGNATURE = Rule("no-signature", FailureClass.USER)
 
@@ -89,9 +90,9 @@ class RetryRule:
     counts: bool = True   # False: the run does not count against the cap (preemption)
 
 
-# 002 §5: "stop retrying for failure categories like incorrect data/model input
+# the Philly study (ATC '19) §5: "stop retrying for failure categories like incorrect data/model input
 # and continue retrying for network timeouts". The Philly scheduler's back-off
-# was 2 minutes (002 §2.2), which we take as the first delay. A request's own
+# was 2 minutes (the Philly study, ATC '19, §2.2), which we take as the first delay. A request's own
 # ``max_retries`` asks for retries of any failure class (user errors included).
 RETRY: dict[FailureClass, RetryRule] = {
     FailureClass.SUCCESS: RetryRule(0),

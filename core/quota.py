@@ -1,4 +1,4 @@
-"""The GPU-quota baseline HiveD is compared against (001 §5.1, YARN-CS).
+"""The GPU-quota baseline HiveD is compared against (HiveD, OSDI '20, §5.1, YARN-CS).
 
 One shared cluster; each VC's quota is a number of GPUs (the GPUs of its
 cells in the spec), with no say over *which* GPUs. A guaranteed job runs if
@@ -63,7 +63,7 @@ class _Pool:
     GPUs of a node are kept in the spec's tree order ("positions"), so that
     aligned runs of 2, 4, ... positions are the PCIe-switch and socket cells
     of the node: a pod of g GPUs is placed inside one such block (YARN-CS
-    packs for affinity inside a node too; 000 Figure 2's 2-GPU job takes a
+    packs for affinity inside a node too; the 2-GPU job of Figure 2 in HiveD (earlier version) takes a
     whole PCIe switch).
     """
 

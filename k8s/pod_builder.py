@@ -18,7 +18,7 @@ Either way the pod carries, as hivedscheduler's pods do:
   NVIDIA container runtime exposes exactly those GPUs;
 - annotation ``hived.io/gang-binding`` = the binding of the *whole* gang
   (chain, per pod: rank, node, GPU indices, cells) so that any one surviving
-  pod tells a restarted hived where all its siblings belong (paper 001, §4);
+  pod tells a restarted hived where all its siblings belong (HiveD, OSDI '20, §4);
 - annotations with the job id, the request, the spec version and the attempt
   (kept small: each byte is paid on every create and every watch event; user,
   VC and class are in the request);

@@ -3,7 +3,7 @@
 On start, before the service restores its engine from the SQLite journal,
 ``reconcile`` lists the pods of this hived instance, reads every gang's
 binding from their annotations (each pod carries the binding of its whole
-gang, paper 001 §4) and makes the journal say what the cluster says. The
+gang, HiveD, OSDI '20, §4) and makes the journal say what the cluster says. The
 service then restores the corrected journal as usual (``Engine.restore`` ->
 ``Allocator.restore``) and adopts the gangs, so nothing is launched twice.
 

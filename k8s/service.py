@@ -316,7 +316,7 @@ class KubernetesSchedulerService(SchedulerService):
     def reload_spec(self, path_or_text) -> dict:
         """Reconfigure while running. Unlike the base service (which refuses a spec that a running
         gang no longer fits), guaranteed gangs whose cells no longer fit their VC are downgraded to
-        opportunistic on the same GPUs and their pods relabelled, as on a restart (HiveD 001 §4)."""
+        opportunistic on the same GPUs and their pods relabelled, as on a restart (HiveD, OSDI '20, §4)."""
         from hived.core.spec import SpecError, load_spec
         self._require_leader()
         try:

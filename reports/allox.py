@@ -1,4 +1,4 @@
-"""Tables and plots of the AlloX reproduction (paper 003 Fig. 13 and Fig. 16).
+"""Tables and plots of the AlloX reproduction (AlloX, EuroSys '20, Fig. 13 and Fig. 16).
 
 ``main(argv)`` is what ``hived simulate --workload allox`` runs: it calls
 ``hived.core.sim.allox_experiment.run``, prints the policies' average
@@ -94,7 +94,7 @@ def _floats(text: str, what: str) -> list[float]:
 def build_parser(prog: str = "hived simulate --workload allox") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", choices=["allox"], default="allox", help=argparse.SUPPRESS)
-    g = ap.add_argument_group("allox workload (paper 003)")
+    g = ap.add_argument_group("allox workload (AlloX, EuroSys '20)")
     g.add_argument("--jobs", type=int, default=1000, help="Philly 1-GPU jobs to replay (default 1000)")
     g.add_argument("--load", type=float, default=1.2, help="GPU work offered / GPU capacity (default 1.2)")
     g.add_argument("--gpus", type=int, default=20, help="GPUs (default 20, as the paper's simulator)")

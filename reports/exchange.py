@@ -1,4 +1,4 @@
-"""Tables and plots of the cell-exchange reproduction (paper 000 §5.4, Tables 4 and 5).
+"""Tables and plots of the cell-exchange reproduction (HiveD, earlier version, §5.4, Tables 4 and 5).
 
 ``main(argv)`` is what ``hived simulate --workload exchange`` runs: it calls
 ``hived.core.sim.exchange_experiment.run``, prints one table per VC
@@ -59,7 +59,7 @@ def plot(res: E.Result, out_dir: str) -> list[str]:
     ax.set_xticks([i + width * (len(res.results) - 1) / 2 for i in range(len(names))])
     ax.set_xticklabels(names, rotation=45, fontsize=8)
     ax.set_ylabel("gain in guaranteed utilisation [%]")
-    ax.set_title("Cell exchange gain per VC (paper 000 Tables 4/5)")
+    ax.set_title("Cell exchange gain per VC (HiveD, earlier version, Tables 4/5)")
     ax.legend()
     fig.tight_layout()
     paths.append(os.path.join(out_dir, "exchange_gain.png"))
@@ -86,7 +86,7 @@ def plot(res: E.Result, out_dir: str) -> list[str]:
 def build_parser(prog: str = "hived simulate --workload exchange") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", choices=["exchange"], default="exchange", help=argparse.SUPPRESS)
-    g = ap.add_argument_group("exchange workload (paper 000 §5.4)")
+    g = ap.add_argument_group("exchange workload (HiveD, earlier version, §5.4)")
     g.add_argument("--start", default="2017-10-01", help="first day replayed (default 2017-10-01)")
     g.add_argument("--end", default="2017-12-15", help="day the replay stops (default 2017-12-15)")
     g.add_argument("--window-h", dest="window_h", type=float, default=10.0, help="exchange window, hours (default 10)")

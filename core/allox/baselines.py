@@ -1,4 +1,4 @@
-"""The baselines of paper 003 (§2.2 and §5.1.1) as simulator dispatchers.
+"""The baselines of AlloX (EuroSys '20) (§2.2 and §5.1.1) as simulator dispatchers.
 
 - ES: resources split equally and statically between users (machine r of a
   kind goes to user r mod n). ``order="sjf"`` (§5.1.1): each free machine of

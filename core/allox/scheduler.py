@@ -1,4 +1,4 @@
-"""AlloX's online scheduler (paper 003 Algorithm 2) and AlloX+ (§4.4).
+"""AlloX's online scheduler (AlloX, EuroSys '20, Algorithm 2) and AlloX+ (§4.4).
 
 ``AlloX.dispatch`` runs Algorithm 2 once per idle machine i: take the jobs
 of the ceil(alpha*n) users with the lowest progress, build

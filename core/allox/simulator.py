@@ -1,5 +1,5 @@
 """An event-driven simulator of AlloX's setting: machines of several kinds,
-one job per machine, jobs arriving over time (paper 003 §3.2, §5.1).
+one job per machine, jobs arriving over time (AlloX, EuroSys '20, §3.2, §5.1).
 
 Dispatchers see *estimated* processing times (``SimJob.times``); jobs run
 for their *true* times (``truth``; default: the estimates). Non-preemptive

@@ -1,7 +1,7 @@
 """Workloads for the AlloX experiment: Philly jobs given a CPU configuration.
 
 The Philly trace (shipped with hived, hived.core.sim.traces.PHILLY_DIR; Jeon et al. ATC'19, CC-BY-4.0)
-has GPU run times only. Paper 003 §5.1 reports GPU-over-CPU speedups of
+has GPU run times only. AlloX (EuroSys '20) §5.1 reports GPU-over-CPU speedups of
 1.8-10 for its TensorFlow jobs, so each job gets a CPU time of
 ``gpu_time * s`` with ``s`` drawn uniformly from [1.8, 10] per job (seeded).
 Only 1-GPU jobs are used (AlloX places a job on one GPU or one CPU),

@@ -3,7 +3,7 @@
 Each round the engine hands over a VC's queued jobs; the policy returns
 them in the order AlloX would start them:
 
-1. fairness (paper 003 §3.3): users are ranked by progress, the share of the
+1. fairness (AlloX, EuroSys '20, §3.3): users are ranked by progress, the share of the
    cluster's GPUs their running jobs hold (the engine's ``view.usage``); the
    jobs of the ceil(alpha * n) lowest users come first, the rest after them;
 2. inside each group, the min-cost matching of §3.1-3.2 (core/allox) over

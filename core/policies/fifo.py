@@ -1,8 +1,8 @@
-"""FIFO with packing: the YARN-CS policy HiveD's evaluation uses (001 §5.1).
+"""FIFO with packing: the YARN-CS policy HiveD's evaluation uses (HiveD, OSDI '20, §5.1).
 
 Order: submission order, with preempted jobs back at the head (the engine
 puts them there). TE jobs go before BE and opportunistic jobs when
-``te_first`` (paper 004 queues TE ahead so that a TE job can preempt BE
+``te_first`` (the FitGpp paper, OpML '19, queues TE ahead so that a TE job can preempt BE
 work); within a class, first come first served. The engine stops scanning a
 VC's queue at the first job that does not fit (no backfill, so a large job
 is not starved by a stream of small ones).

@@ -1,7 +1,7 @@
 """FitGpp: which best-effort (BE) jobs to preempt for a trial-and-error (TE) job.
 
-Paper 004 (Yabuuchi et al., "Low-latency job scheduling with preemption for the
-development of deep learning"), section 3.2. With D = [C, R, G] a demand of
+The FitGpp paper (Yabuuchi et al., "Low-latency job scheduling with preemption
+for the development of deep learning", OpML '19), section 3.2. With D = [C, R, G] a demand of
 CPUs, RAM and GPUs, and a node's capacities C_cap, R_cap, G_cap:
 
     eq. 1  Size(D)   = sqrt((C/C_cap)^2 + (R/R_cap)^2 + (G/G_cap)^2)

@@ -1,6 +1,6 @@
 """LRTP baseline: preempt the BE jobs with the longest remaining time first.
 
-The policy Big-C uses, simulated as paper 004 does (§4.1): it knows every
+The policy Big-C uses, simulated as FitGpp (OpML '19) does (§4.1): it knows every
 job's remaining execution time exactly, and keeps preempting, longest
 remaining first, until the TE job fits. Jobs at the preemption cap P are never
 chosen (the same cap FitGpp obeys, so the comparison is fair).

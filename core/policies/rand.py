@@ -1,4 +1,4 @@
-"""RAND baseline: preempt random BE jobs until the TE job fits (paper 004, §4.1).
+"""RAND baseline: preempt random BE jobs until the TE job fits (FitGpp, OpML '19, §4.1).
 
 Victims are drawn uniformly among the running BE jobs below the preemption
 cap P, from a generator seeded at construction, so a run is reproducible.

@@ -1,4 +1,4 @@
-"""Paper 003's simulation: AlloX against its baselines, and the alpha trade-off.
+"""AlloX's (EuroSys '20) simulation: AlloX against its baselines, and the alpha trade-off.
 
 ``run(config)`` builds the Philly-derived workload (core/allox/workload.py:
 1-GPU Philly jobs, a CPU time per job from a speedup drawn in [1.8, 10],
@@ -23,7 +23,7 @@ from hived.core.allox.simulator import SimResult, simulate, simulate_srpt
 
 POLICIES = ("es", "drff", "drfs", "drfa", "jsq+", "sjf+", "allox+", "allox", "srpt")
 ALPHAS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0)
-# Paper 003 §5.2.2 (Fig. 13): AlloX (alpha 0.1) cuts the average completion time
+# AlloX (EuroSys '20) §5.2.2 (Fig. 13): AlloX (alpha 0.1) cuts the average completion time
 # against DRFF, DRFS, ES and DRFA by 95%, 84%, 88% and 53%, and is 30% above SRPT.
 PAPER_CUT = {"drff": 0.95, "drfs": 0.84, "es": 0.88, "drfa": 0.53}
 PAPER_SRPT_GAP = 0.30

@@ -2,10 +2,10 @@
 
 ``node_spec`` builds a spec dict in the project's format (core/spec.py):
 nodes of 2 sockets x 2 PCIe switches x 2 GPUs (the four-level hierarchy of
-001 §5.1), one top-level cell per node (no racks: the paper's simulated
+HiveD (OSDI '20) §5.1), one top-level cell per node (no racks: the paper's simulated
 cluster has none). VCs get
 
-* ``cells="node"``: whole nodes only (single-level cells, 001 §5.3), the
+* ``cells="node"``: whole nodes only (single-level cells, HiveD (OSDI '20) §5.3), the
   quota rounded to nodes;
 * ``cells="multi"``: cells at levels 1-4 in proportion to the GPU-hours the
   tenant's jobs ask at each size (1 GPU -> level 1, 2 -> 2, 3-4 -> 3,

@@ -1,4 +1,4 @@
-"""Paper 000 §5.4: what cell exchange gains each tenant on the Philly trace.
+"""HiveD (earlier version) §5.4: what cell exchange gains each tenant on the Philly trace.
 
 A fluid, per-VC replay of the Philly trace (shipped with hived,
 Jeon et al. ATC'19, CC-BY-4.0): every VC (tenant) runs its jobs FIFO on its
@@ -51,7 +51,7 @@ from .cluster import NODE_GPUS, node_spec
 
 VC_NODES = os.path.join(os.path.dirname(PHILLY), "vc_nodes.csv")
 CHAIN, LEVEL = "NODE", 4
-# Paper 000 Table 4 (default assignment) and Table 5 (balanced): tenant -> (effective, increase, gain[, RF])
+# HiveD (earlier version) Table 4 (default assignment) and Table 5 (balanced): tenant -> (effective, increase, gain[, RF])
 PAPER_T4 = {"res-e": (52.3, 13.5, 25.8), "prod-a": (25.3, 2.9, 11.5), "res-d": (16.1, 1.5, 9.2),
             "prod-e": (60.0, 5.3, 8.8), "res-c": (74.9, 5.2, 7.0), "res-a": (57.6, 4.0, 6.9),
             "prod-b": (44.8, 2.5, 5.6), "prod-c": (78.6, 2.9, 3.6), "res-b": (74.8, 0.9, 1.2),
@@ -302,7 +302,7 @@ def _cells(shares: dict[str, float], total_cells: int) -> dict[str, int]:
 
 
 def relative_fluctuation(samples: Sequence[float], capacity: float) -> float:
-    """Eq. 3 of paper 000: RMS distance of usage from the VC size, over the VC size."""
+    """Eq. 3 of HiveD (earlier version): RMS distance of usage from the VC size, over the VC size."""
     if capacity <= 0:
         raise ValueError(f"capacity: must be > 0, got {capacity}")
     if not samples:

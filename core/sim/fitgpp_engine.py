@@ -1,4 +1,4 @@
-"""Paper 004's workload replayed through the real Engine (``--backend engine``).
+"""FitGpp's (OpML '19) workload replayed through the real Engine (``--backend engine``).
 
 ``fitgpp_experiment.simulate`` is the paper's own model (a minute-tick FIFO
 over nodes). This module replays the same ``SynthJob`` list through

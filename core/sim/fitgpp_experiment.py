@@ -1,4 +1,4 @@
-"""Paper 004's experiment: FIFO, LRTP, RAND and FitGpp on the synthetic workload.
+"""FitGpp's (OpML '19) experiment: FIFO, LRTP, RAND and FitGpp on the synthetic workload.
 
 ``simulate(jobs, policy)`` replays a workload (core/sim/fitgpp_workload.py)
 with the paper's model: single-pod jobs on nodes of CPUs, RAM and GPUs, a

@@ -1,4 +1,4 @@
-"""The synthetic workload of paper 004 §4.2, seeded, and a spec for its cluster.
+"""The synthetic workload of FitGpp (OpML '19) §4.2, seeded, and a spec for its cluster.
 
 The paper fits normal distributions to its cluster's trace and samples jobs
 from truncated versions; it gives the execution-time means (TE 5 min, BE

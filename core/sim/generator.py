@@ -1,4 +1,4 @@
-"""A HiveD-like synthetic trace drawn from 001 Table 1.
+"""A HiveD-like synthetic trace drawn from HiveD (OSDI '20) Table 1.
 
 Table 1 gives, for the 11 tenants of HiveD's 2-month production trace, how
 many jobs asked 1, 2, 4, 8 and more than 16 GPUs, and each tenant's quota.

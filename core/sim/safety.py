@@ -1,6 +1,6 @@
 """Did a queued job wait for its own tenant, or for someone else?
 
-HiveD's promise (001 §3): a request that fits the free cells of its VC view
+HiveD's promise (HiveD, OSDI '20, §3): a request that fits the free cells of its VC view
 is placed at once; it never waits for another tenant. So a guaranteed job
 still queued right after a scheduling round, at the head of its VC's queue,
 while its VC had room for it, waited for others: a sharing-safety breach.

@@ -38,7 +38,7 @@ class SimResult:
     load: float = 0.0
     wall_s: float = 0.0
     quotas: dict = field(default_factory=dict)
-    guaranteed: list = field(default_factory=list)  # (t, share of GPUs held by guaranteed jobs): 001 §5.2's load
+    guaranteed: list = field(default_factory=list)  # (t, share of GPUs held by guaranteed jobs): HiveD (OSDI '20) §5.2's load
     breach_rounds: Optional[int] = None  # rounds with a VC head that fit its VC's free cells and waited
 
     def tenant_delays(self, only: Optional[set] = None) -> dict:
@@ -64,7 +64,7 @@ class SimResult:
             "never_started": len(self.rows) - len(started) - len(refused),
             "refused": len(refused),
             "refused_examples": [f"{r['job_id']}: {r['state'][len('refused: '):]}" for r in refused[:5]],
-            # the guarantee (001 §3): after every round, no VC's head fits its VC's free cells and waits
+            # the guarantee (HiveD, OSDI '20, §3): after every round, no VC's head fits its VC's free cells and waits
             "guarantee_breach_jobs": None if self.breach_rounds is None else len(breached),
             "guarantee_breach_rounds": self.breach_rounds,
             "guarantee_breach_examples": breached[:5],
@@ -109,7 +109,7 @@ def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: O
 
     ``frag``, ``util`` and ``guaranteed`` are sampled every ``sample_every``
     seconds; ``guaranteed`` is the share of GPUs held by guaranteed jobs, the
-    paper's load ("around 90% of the GPUs are used by high-priority jobs", 001 §5.2)."""
+    paper's load ("around 90% of the GPUs are used by high-priority jobs", HiveD (OSDI '20) §5.2)."""
     launcher = SimLauncher()
     frag, util, preempted, guaranteed = [], [], [], []
     first_nodes: dict = {}

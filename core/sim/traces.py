@@ -6,7 +6,7 @@ trace's first submission), plus the tenants in it.
 **Philly** (``PHILLY_DIR``: shipped in the package, ``data/philly/``; columns
 ``timestamp,duration,num_gpus,gpu_time,cluster``): the VC (``cluster``) is
 the tenant. A job of g <= 8 GPUs is one pod of g GPUs (it must sit on one
-node: hard affinity, as 001 §5.1 says most jobs ask); a larger job is a gang
+node: hard affinity, as HiveD (OSDI '20) §5.1 says most jobs ask); a larger job is a gang
 of 8-GPU pods (or 4-GPU pods when g is not a multiple of 8: 12 -> 3x4).
 VCs with fewer than ``min_jobs`` jobs (four VCs with 3-8 jobs) are dropped,
 since a quota from their GPU-hour share would round to nothing.
@@ -341,7 +341,7 @@ def write_csv(trace: Trace, path: str) -> None:
 
 
 def soften(trace: Trace, share: float, seed: int = 0) -> Trace:
-    """Copy with ``share`` of the multi-GPU jobs turned soft (001 Figure 9):
+    """Copy with ``share`` of the multi-GPU jobs turned soft (HiveD, OSDI '20, Figure 9):
     each becomes one-GPU pods that want one cell and relax when they cannot have it."""
     import random
     rng = random.Random(seed)

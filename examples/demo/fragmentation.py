@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python examples/demo/fragmentation.py`` (``make demo`` calls ``main()``).
 
-Figure 2 of the HiveD paper (000 §2): tenants A and B share two nodes of 4
+Figure 2 of the earlier HiveD paper (§2): tenants A and B share two nodes of 4
 GPUs (two PCIe switches of 2 GPUs each) and each has a quota of 4 GPUs.
   t1: A runs four 1-GPU jobs a1-a4 on GPUs 1-4;
   t2: a2 and a4 finish; A's 2-GPU job a5 wants two GPUs under one switch;

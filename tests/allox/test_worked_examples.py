@@ -1,4 +1,4 @@
-"""Paper 003's worked examples, reproduced exactly (§1 Table 1, §2.2, §3.1)."""
+"""AlloX's (EuroSys '20) worked examples, reproduced exactly (§1 Table 1, §2.2, §3.1)."""
 from fractions import Fraction
 from itertools import product
 

@@ -8,7 +8,7 @@ from hived.core.spec import load_spec
 
 
 def fig2_spec() -> dict:
-    """000 Figure 2: two 4-GPU nodes, two PCIe switches each; tenants A and B, 4 GPUs each."""
+    """HiveD (earlier version) Figure 2: two 4-GPU nodes, two PCIe switches each; tenants A and B, 4 GPUs each."""
     return {
         "physicalCluster": {
             "cellTypes": {"PCIE": {"childCellType": "GPU", "childCellNumber": 2},

@@ -13,7 +13,7 @@ def hived_engine(spec_dict, binding="dynamic"):
 
 
 def _figure2_prefix(eng, allow):
-    """The sequence of 000 Figure 2: A fills a node with four 1-GPU jobs, two end,
+    """The sequence of HiveD (earlier version) Figure 2: A fills a node with four 1-GPU jobs, two end,
     A asks 2 GPUs (its two free GPUs sit on different PCIe switches)."""
     a = [eng.submit(req("A", 1, allow_opportunistic=allow), 1.0) for _ in range(4)]
     ds = run(eng, 1.0)

@@ -9,7 +9,7 @@ from hived.core.jobs import Affinity, DecisionKind, JobClass, JobState, PodGroup
 
 
 def test_figure2_anomaly_under_quota():
-    """000 Figure 2: B has 4 unused quota GPUs yet its 4-GPU job cannot start."""
+    """HiveD (earlier version) Figure 2: B has 4 unused quota GPUs yet its 4-GPU job cannot start."""
     eng = quota_engine(fig2_spec())
     a = [eng.submit(req("A", 1), 1.0) for _ in range(4)]
     ds = run(eng, 1.0)

@@ -18,7 +18,7 @@ from hived.core.failures import RETRY, RULES, FailureClass, classify, retry_deci
     (137, "", FailureClass.LOST),
     (127, "bash: trian.py: command not found", FailureClass.USER),
     (139, "", FailureClass.USER),
-    (3, "something odd happened", FailureClass.USER),   # 002 §5: no infrastructure signature
+    (3, "something odd happened", FailureClass.USER),   # the Philly study (ATC '19) §5: no infrastructure signature
 ])
 def test_classify_table(code, log, cls):
     assert classify(code, log).cls is cls

@@ -1,4 +1,4 @@
-"""Exchange policies (Algorithm 2 of paper 000) and the GPU-hour ledger, without an allocator."""
+"""Exchange policies (Algorithm 2 of HiveD (earlier version)) and the GPU-hour ledger, without an allocator."""
 import pytest
 
 from hived.core.exchange_policy import BalancedExchange, FirstFit, make_policy, qualifies

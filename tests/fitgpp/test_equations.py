@@ -1,4 +1,4 @@
-"""eq. 1-4 of paper 004 against numbers worked out by hand."""
+"""eq. 1-4 of FitGpp (OpML '19) against numbers worked out by hand."""
 import math
 import random
 

@@ -1,4 +1,4 @@
-"""The synthetic workload (paper 004 §4.2) and a reduced, seeded reproduction of Table 1 and 3."""
+"""The synthetic workload (FitGpp, OpML '19, §4.2) and a reduced, seeded reproduction of Table 1 and 3."""
 import numpy as np
 import pytest
 

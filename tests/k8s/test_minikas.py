@@ -38,7 +38,6 @@ def test_a_copy_unpacked_without_a_hash_is_replaced(tmp_path):
 
 
 def test_missing_shared_folder_is_named(tmp_path, monkeypatch):
-    monkeypatch.delenv("MINIKAS_DIR", raising=False)
     monkeypatch.setenv("HIVED_SHARED", str(tmp_path / "nowhere"))
     with pytest.raises(minikas.MinikasError, match="HIVED_SHARED"):
         minikas._minikas_dir()

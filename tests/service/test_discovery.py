@@ -34,7 +34,7 @@ def test_full_topology_gives_switch_socket_node_levels(nvml_fake):
 
 
 def test_vm_h100_every_topology_call_not_supported(nvml_fake):
-    # what an H100 in a VM answers (see NOTES.md): NVLink, topology and NUMA unsupported
+    # what an H100 in a VM answers: NVLink, topology and NUMA unsupported
     nvml_fake(["NVIDIA H100 80GB HBM3"] * 2,
               fail={"nvmlDeviceGetNvLinkState", "nvmlDeviceGetTopologyCommonAncestor",
                     "nvmlDeviceGetNumaNodeId"})

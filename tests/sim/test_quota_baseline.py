@@ -1,4 +1,4 @@
-"""The simulator's quota baseline behaves as 001 §5.1 describes YARN-CS with quotas:
+"""The simulator's quota baseline behaves as HiveD (OSDI '20) §5.1 describes YARN-CS with quotas:
 jobs within quota are high priority and preempt over-quota (low-priority) jobs,
 pods are packed best-fit, and a job of <= 8 GPUs needs one node (hard affinity)."""
 import io
@@ -40,7 +40,7 @@ def test_in_quota_job_preempts_over_quota_jobs_and_packs_best_fit():
 def test_job_of_up_to_8_gpus_needs_one_node_under_quota():
     # A's x1 and B's b1 pack onto one node; B's b2 takes the other. When x1 ends,
     # A's 8-GPU job is within quota and 8 GPUs are free, but 4 on each node: it
-    # waits (000 Figure 2's anomaly). Under HiveD B's jobs stay in B's node cell.
+    # waits (the anomaly of Figure 2 in HiveD's earlier version). Under HiveD B's jobs stay in B's node cell.
     tr = _trace(["x1,A,0,50,4", "b1,B,0,1000,4", "b2,B,1,1000,4", "a1,A,60,100,8"])
     sz = size_cluster(tr, nodes=2, shares={"A": 1, "B": 1})
     rows = _rows(simulate(tr, "quota", sizing=sz))

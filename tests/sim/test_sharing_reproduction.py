@@ -1,4 +1,4 @@
-"""The directions of HiveD's sharing-safety results (001 §5.2-5.3) on reduced Philly runs.
+"""The directions of HiveD's sharing-safety results (HiveD, OSDI '20, §5.2-5.3) on reduced Philly runs.
 
 Full-trace numbers are in docs/reproduction-sharing.md; these runs are small
 enough for CI and deterministic (the simulator has no randomness).
@@ -21,7 +21,7 @@ def philly():
 def two_tenants(philly):
     """Tenant e13805 (few jobs, mostly multi-GPU gangs: lightly loaded in its
     private cluster) next to 6214e9 (thousands of 1-GPU jobs), days 85-95 of
-    the trace, 10 nodes, 4 of them e13805's quota: the setting of 001 §5.2 in
+    the trace, 10 nodes, 4 of them e13805's quota: the setting of HiveD (OSDI '20) §5.2 in
     which other tenants' 1-GPU jobs fragment a multi-GPU tenant's affinity."""
     tr = philly.only(["e13805", "6214e9"]).window(85, 10)
     sz = size_cluster(tr, nodes=10, shares={"e13805": 0.4, "6214e9": 0.6})

@@ -16,9 +16,7 @@ from .engine_reasons import at
 from .engine_records import JobRecord
 from .engine_validate import RequestError
 from .failures import FailureClass, classify, retry_decision
-from .jobs import Decision, JobState
-
-HOLDING = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
+from .jobs import HOLDING, Decision, JobState
 
 
 class EngineEvents:
@@ -50,13 +48,13 @@ class EngineEvents:
         self.alloc.release(rec.job_id)
         self._held[rec.request.vc].pop(rec.job_id, None)
         self._held_ver[rec.request.vc] += 1
-        chain = rec._chain_bound
+        chain = rec.bound_chain
         self.view.unbind(rec.job_id, guaranteed=not rec.opportunistic)
         self._free[chain] += rec.gpus
         if not rec.opportunistic:
             self._vc_used[rec.request.vc][chain] -= rec.gpus
             self._vver[rec.request.vc] += 1
-        if not rec._default:
+        if not rec.default_share:
             self._nondefault -= 1
         self._gver += 1
         self._dirty.update(self._lanes)
@@ -130,7 +128,11 @@ class EngineEvents:
         lane.clear()
         for j in keys:
             lane[j] = None
-        rec._seq = self._jobs[keys[last - 1]]._seq if last > 0 else rec._seq
+        # a key between its new neighbours keeps the lane sorted (and a restart in this order);
+        # behind the tail, half a step: every later submission takes a whole key above it
+        before = self._jobs[keys[last - 1]].queue_key
+        after = self._jobs[keys[last + 1]].queue_key if last + 1 < len(keys) else None
+        rec.queue_key = before + 0.5 if after is None else (before + after) / 2
 
     def _end(self, rec: JobRecord, now: float, state: JobState, reason: str, failure_class=None) -> None:
         rec.ended = now
@@ -198,7 +200,7 @@ class EngineEvents:
         out: list[Decision] = []
         for o in owners if move else ():
             rec = self._jobs.get(o)
-            if rec is not None and rec.state in (JobState.RUNNING, JobState.PLACED):
+            if rec is not None and rec.state in (JobState.RUNNING, JobState.PLACED):  # not already leaving
                 self._preempt(rec, now, f"hardware unhealthy on {node}" + (f" GPU {gpu}" if gpu is not None else ""), out)
         self._gver += 1
         for v in self._vver:
@@ -245,7 +247,7 @@ class EngineEvents:
             grant = self.alloc.grant_of(jid) if hasattr(self.alloc, "grant_of") else None
             if grant is not None:   # its binding now says opportunistic (what a restart restores)
                 rec.placement = grant.placement
-            self._vc_used[rec.request.vc][rec._chain_bound] -= rec.gpus
+            self._vc_used[rec.request.vc][rec.bound_chain] -= rec.gpus
             usage = self.view.usage.get(jid)
             if usage is not None:   # same GPUs, now counted as opportunistic work
                 self.view.unbind(jid, guaranteed=True)

@@ -53,6 +53,10 @@ def placement_from_dict(d: Optional[dict]) -> Optional[Placement]:
     return Placement(d["chain"], pods, bool(d.get("opportunistic", False)))
 
 
+# fields the engine resolves again at restore, never read from a journal
+NOT_JOURNALED = frozenset({"chain", "default_share", "policy_note"})
+
+
 @dataclass(eq=False)
 class JobRecord:
     """One job as the engine tracks it.
@@ -103,6 +107,20 @@ class JobRecord:
     # when a retry is due); recomputed by the engine's rounds, "" once it runs or ends.
     # Every door shows this one text (engine_reasons.py writes it).
     wait_reason: str = ""
+    # the job's place in its VC's queue: lower goes first. Submissions take rising
+    # keys, a job put back at the head a key below every other; journaled, so a
+    # restart rebuilds the same order (``Engine.restore``).
+    queue_key: Optional[float] = None
+    # Resolved by the engine from the request and the spec at submission and at
+    # restore (never journaled: a spec reload may resolve them differently).
+    chain: Optional[str] = field(default=None, repr=False)     # the cell chain it may use; None = any
+    default_share: bool = field(default=True, repr=False)      # its pods ask for no CPUs/RAM of their own
+    policy_note: str = field(default="", repr=False)           # why the preemption policy found no victims
+
+    @property
+    def bound_chain(self) -> Optional[str]:
+        """The chain of the cells it holds now (None when it holds none)."""
+        return self.placement.chain if self.placement is not None else None
 
     @property
     def id(self) -> str:
@@ -145,7 +163,7 @@ class JobRecord:
             "waiting_for": list(self.waiting_for), "policy_victims": list(self.policy_victims), "run_time": self.run_time,
             "progress": list(self.progress) if self.progress else None,
             "reason": self.reason, "gpus_preempted": self.gpus_preempted, "last_error": self.last_error,
-            "wait_reason": self.wait_reason,
+            "wait_reason": self.wait_reason, "queue_key": self.queue_key,
         }
 
     @classmethod
@@ -158,7 +176,7 @@ class JobRecord:
         d["pod_demands"] = [tuple(p) for p in d.get("pod_demands", [])]
         if d.get("progress") is not None:
             d["progress"] = tuple(d["progress"])
-        known = set(cls.__dataclass_fields__)
+        known = set(cls.__dataclass_fields__) - NOT_JOURNALED
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"JobRecord.from_dict: unknown fields {unknown}")

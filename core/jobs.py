@@ -46,7 +46,27 @@ class JobState(str, enum.Enum):
 
     @property
     def terminal(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+        return self in TERMINAL
+
+    @property
+    def holding(self) -> bool:
+        """The job holds cells (bound, running or inside its grace period)."""
+        return self in HOLDING
+
+
+# The one definition of each group of states; every part of hived (engine,
+# service, REST handlers, Kubernetes, the client) reads these.
+HOLDING: frozenset[JobState] = frozenset({JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING})
+TERMINAL: frozenset[JobState] = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+# started and not yet ended: its processes may be alive
+STARTED: frozenset[JobState] = frozenset({JobState.RUNNING, JobState.PREEMPTING})
+# not ended: what a scheduling round can still change
+ACTIVE: frozenset[JobState] = frozenset(JobState) - TERMINAL
+
+
+def state_values(states: frozenset[JobState]) -> tuple[str, ...]:
+    """The states' wire names, in the enum's order (for doors that speak JSON)."""
+    return tuple(s.value for s in JobState if s in states)
 
 
 @dataclass(frozen=True)

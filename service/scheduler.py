@@ -194,7 +194,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         self._load_retention()
         self._load_quota()
         self.eng = self._new_engine(self.spec)
-        self._arb = make_arbiter(self.eng)   # cell exchange (service/exchange.py); in memory only
+        self._arb = make_arbiter(self.eng)   # cell exchange (service/exchange.py); _recover loads its state
         # this machine's GPUs, when the spec names this host (a spec from `hived discover`)
         self.local = None
         if launcher == "local" or health == "auto":
@@ -324,6 +324,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         """Rebuild the engine from the store; adopt or relaunch the holding jobs."""
         t0 = time.perf_counter()
         now = self.clock()
+        self._arb = self._exchange_restore()   # before the jobs: cells still lent move to their borrowers again
         rows = self.store.load_jobs_with_keys()
         holding, queued, other = [], [], []
         for d, qkey in rows:

@@ -29,6 +29,8 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Optional, Protocol, Sequence
 
+from .jobs import STARTED, state_values
+
 SOURCES = ("sample", "history", "hint", "progress", "oracle", "default")
 HINT_CONFIDENCE = 0.3
 DEFAULT_CONFIDENCE = 0.05
@@ -207,7 +209,7 @@ def record_elapsed(rec, now: Optional[float]) -> float:
     el = float(getattr(rec, "run_time", 0.0) or 0.0)
     started = getattr(rec, "started", None)
     state = getattr(getattr(rec, "state", None), "value", None)
-    if now is not None and started is not None and state in ("running", "preempting"):
+    if now is not None and started is not None and state in state_values(STARTED):
         el += max(0.0, now - started)
     return el
 

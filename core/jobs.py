@@ -58,6 +58,8 @@ class JobState(str, enum.Enum):
 # service, REST handlers, Kubernetes, the client) reads these.
 HOLDING: frozenset[JobState] = frozenset({JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING})
 TERMINAL: frozenset[JobState] = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+# not started yet (queued, or placed and waiting for victims): a wait reason applies
+WAITING: frozenset[JobState] = frozenset({JobState.QUEUED, JobState.PLACED})
 # started and not yet ended: its processes may be alive
 STARTED: frozenset[JobState] = frozenset({JobState.RUNNING, JobState.PREEMPTING})
 # not ended: what a scheduling round can still change

@@ -53,7 +53,7 @@ from typing import Callable, Optional
 from hived.core.engine_records import JobRecord, placement_from_dict, request_from_dict
 from hived.core.jobs import HOLDING as HOLDING_STATES
 from hived.core.jobs import TERMINAL as TERMINAL_STATES
-from hived.core.jobs import STARTED, JobState, state_values
+from hived.core.jobs import STARTED, WAITING, JobState, state_values
 
 from . import pod_builder as pb
 from .watch import PENDING, SUCCEEDED, pod_state
@@ -216,7 +216,7 @@ def reconcile(store, launcher, new_engine: Callable[[], object], now: float) -> 
                     note(rep.finished_teardown, jid,
                          f"the journal says {state} but pods still run; deleting them (an interrupted teardown)")
                 continue
-            if state in ("queued", "placed") and g.attempt <= int(d.get("attempts") or 0) and g.over:
+            if state in state_values(WAITING) and g.attempt <= int(d.get("attempts") or 0) and g.over:
                 # the journal counted this attempt's end already (a retry in its back-off)
                 left = [p["metadata"]["name"] for p in g.pods.values()
                         if not pod_state(p).terminal and not p["metadata"].get("deletionTimestamp")]

@@ -33,15 +33,15 @@ import heapq
 import itertools
 import math
 from collections import Counter, OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Optional
 
 from .engine_events import EngineEvents
+from .engine_reasons import behind, explain
 from .engine_records import JobRecord
 from .engine_validate import RequestError, alloc_total, check, node_gpus
 from .engine_view import ClusterView, NodeState  # noqa: F401  (re-exported)
 from .jobs import HOLDING, TERMINAL, Affinity, Decision, DecisionKind, JobClass, JobRequest, JobState
-from .engine_reasons import behind, explain
 from .policies.preemption_order import preemption_cap
 from .policies.registry import make_preemption_policy, make_queue_policy
 
@@ -56,19 +56,19 @@ class EngineConfig:
                                   # maxPreemptions overrides it; preemption_order.preemption_cap)
     retry_cap: int = 3            # engine-wide bound on counted retries (failures.py decides per class)
     keep_progress: bool = True    # simulator: a preempted job resumes where it stopped (checkpoints)
-    isolated_vcs: Optional[bool] = None  # None: ask the allocator (HiveD: True, quota: False)
+    isolated_vcs: bool | None = None  # None: ask the allocator (HiveD: True, quota: False)
     wait_reasons: bool = True     # write JobRecord.wait_reason (the simulator, which shows none, turns it off)
 
 
 class Engine(EngineEvents):
     def __init__(self, spec_or_allocator, *, queue_policy="fifo", preemption_policy="fitgpp",
-                 config: Optional[EngineConfig] = None, binding: str = "dynamic"):
+                 config: EngineConfig | None = None, binding: str = "dynamic"):
         if hasattr(spec_or_allocator, "place"):
             self.alloc = spec_or_allocator
             self.spec = spec_or_allocator.spec
         else:
-            from .spec import load_spec
             from .allocator import Allocator
+            from .spec import load_spec
             self.spec = spec_or_allocator if hasattr(spec_or_allocator, "chains") else load_spec(spec_or_allocator)
             self.alloc = Allocator(self.spec, binding=binding)
         self.config = config or EngineConfig()
@@ -81,7 +81,8 @@ class Engine(EngineEvents):
         iso = self.config.isolated_vcs
         self._isolated = bool(getattr(self.alloc, "isolated_vcs", True) if iso is None else iso)
         self._jobs: dict[str, JobRecord] = {}
-        self._lanes: dict[str, tuple[OrderedDict, OrderedDict]] = {v: (OrderedDict(), OrderedDict()) for v in self.spec.vcs}
+        self._lanes: dict[str, tuple[OrderedDict, OrderedDict]] = {
+            v: (OrderedDict(), OrderedDict()) for v in self.spec.vcs}
         self._ids = itertools.count(1)
         self._next_key = 1                 # next queue key (JobRecord.queue_key)
         self._timer_seq = itertools.count(1)
@@ -108,7 +109,7 @@ class Engine(EngineEvents):
         self._held: dict[str, dict] = {v: {} for v in self.spec.vcs}   # VC -> its jobs holding cells
         self._held_ver: dict[str, int] = {v: 0 for v in self.spec.vcs}  # bumps when _held[vc] changes
         self._holders_text: dict[str, tuple] = {}                      # VC -> (_held_ver, text) cache
-        self._blocked: dict[str, Optional[str]] = {v: None for v in self.spec.vcs}  # VC -> head that waits
+        self._blocked: dict[str, str | None] = {v: None for v in self.spec.vcs}  # VC -> head that waits
         self._explain = self.config.wait_reasons
         self.scanned: set = set()          # VCs whose queue the last step() walked
         self.stats = {"attempts": 0, "starts": 0, "preempt_decisions": 0, "preempted_gpus": 0}
@@ -124,7 +125,7 @@ class Engine(EngineEvents):
     def validate(self, req: JobRequest) -> None:
         check(req, self.spec, self.alloc, self._totals)
 
-    def submit(self, req: JobRequest, now: float, job_id: Optional[str] = None) -> str:
+    def submit(self, req: JobRequest, now: float, job_id: str | None = None) -> str:
         res = check(req, self.spec, self.alloc, self._totals)
         if job_id is None:
             job_id = f"j{next(self._ids)}"
@@ -212,7 +213,7 @@ class Engine(EngineEvents):
                 self._timer(rec.relax_at, "wake", rec.request.vc)
             rec.history.append((now, rec.state.value, f"soft affinity relaxed to level {rec.level}"))
 
-    def next_wakeup(self) -> Optional[float]:
+    def next_wakeup(self) -> float | None:
         """Earliest time a timer (relaxation, back-off, grace) wants a ``step``."""
         return self._timers[0][0] if self._timers else None
 
@@ -332,7 +333,7 @@ class Engine(EngineEvents):
         self._failed_at[rec.job_id] = (glob, self._gver if glob else self._vver[req.vc])
         return False
 
-    def vc_free(self, vc: str, chain: Optional[str] = None) -> int:
+    def vc_free(self, vc: str, chain: str | None = None) -> int:
         """GPUs of ``vc``'s guaranteed capacity not bound to its guaranteed jobs (in ``chain``,
         or in its best chain)."""
         used = self._vc_used[vc]
@@ -341,7 +342,7 @@ class Engine(EngineEvents):
             return cap[chain] - used[chain]
         return max(cap[c] - used[c] for c in cap)
 
-    def _chain_free(self, chain: Optional[str]) -> int:
+    def _chain_free(self, chain: str | None) -> int:
         return self._free[chain] if chain is not None else max(self._free.values())
 
     def _opp_room(self, rec: JobRecord) -> bool:
@@ -494,7 +495,7 @@ class Engine(EngineEvents):
         """The job's record; ``RequestError`` when the engine does not know it."""
         return self._get(job_id)
 
-    def find(self, job_id: str) -> Optional[JobRecord]:
+    def find(self, job_id: str) -> JobRecord | None:
         """The job's record, or None when the engine does not know it."""
         return self._jobs.get(job_id)
 
@@ -508,8 +509,8 @@ class Engine(EngineEvents):
         """Every job the engine knows, in submission (or restore) order."""
         return list(self._jobs)
 
-    def jobs(self, vc: Optional[str] = None, state: JobState | str | None = None, *,
-             states: Optional[Iterable[JobState]] = None) -> list[JobRecord]:
+    def jobs(self, vc: str | None = None, state: JobState | str | None = None, *,
+             states: Iterable[JobState] | None = None) -> list[JobRecord]:
         """Records in submission order, of ``vc`` when given, in ``state`` or among ``states``."""
         st = JobState(state) if state is not None else None
         within = frozenset(states) if states is not None else None
@@ -533,7 +534,7 @@ class Engine(EngineEvents):
             raise RequestError("vc", f"unknown VC {vc!r}")
         return list(self._order(vc, now))
 
-    def head(self, vc: str, now: float) -> Optional[JobRecord]:
+    def head(self, vc: str, now: float) -> JobRecord | None:
         """The first job of ``vc``'s queue not in retry back-off at ``now`` (what blocks the queue)."""
         if vc not in self._lanes:
             raise RequestError("vc", f"unknown VC {vc!r}")

@@ -10,8 +10,6 @@ by class, with back-off (``not_before``) and a cap.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 from .engine_reasons import at
 from .engine_records import JobRecord
 from .engine_validate import RequestError
@@ -172,7 +170,8 @@ class EngineEvents:
         # admins by JupyterHub group are checked by the service (the engine sees names only)
         by_group = getattr(vcs, "admin_groups", None) or getattr(self.spec, "admin_groups", None)
         if by_user != rec.request.user and by_user not in admins and not by_group:
-            raise RequestError("user", f"{by_user!r} may not cancel {job_id} (owner {rec.request.user!r}, not an admin)")
+            raise RequestError("user", f"{by_user!r} may not cancel {job_id} "
+                                       f"(owner {rec.request.user!r}, not an admin)")
         if rec.state.terminal:
             raise RequestError("job_id", f"{job_id} already {rec.state.value}")
         out: list[Decision] = []
@@ -193,7 +192,7 @@ class EngineEvents:
         self._end(rec, now, JobState.CANCELLED, f"cancelled by {by_user}", FailureClass.CANCELLED.value)
         return out
 
-    def set_health(self, node: str, gpu: Optional[int], healthy: bool, now: float,
+    def set_health(self, node: str, gpu: int | None, healthy: bool, now: float,
                    move: bool = True) -> list[Decision]:
         """``move=False`` (a cordon): the cells take no new jobs, the jobs on them stay."""
         owners = self.alloc.set_health(node, gpu, healthy) or []
@@ -201,7 +200,8 @@ class EngineEvents:
         for o in owners if move else ():
             rec = self._jobs.get(o)
             if rec is not None and rec.state in (JobState.RUNNING, JobState.PLACED):  # not already leaving
-                self._preempt(rec, now, f"hardware unhealthy on {node}" + (f" GPU {gpu}" if gpu is not None else ""), out)
+                where = f"{node}" + (f" GPU {gpu}" if gpu is not None else "")
+                self._preempt(rec, now, f"hardware unhealthy on {where}", out)
         self._gver += 1
         for v in self._vver:
             self._vver[v] += 1

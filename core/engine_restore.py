@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .engine_records import JobRecord
-from .grant import Grant
 from .engine_validate import RequestError, check
+from .grant import Grant
 from .jobs import HOLDING, JobState
 
 

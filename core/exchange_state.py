@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from .exchange import ExchangeArbiter
-from .exchange_types import Cells, Exchange, ExchangeState, Leg, LedgerEntry, Post, PostKind
+from .exchange_types import Cells, Exchange, ExchangeState, LedgerEntry, Leg, Post, PostKind
 
 VERSION = 1
 
@@ -80,7 +80,7 @@ def save(arb: ExchangeArbiter) -> dict[str, Any]:
     }
 
 
-def _unknown(arb: ExchangeArbiter, vcs: list[str], cells: list[Cells]) -> Optional[str]:
+def _unknown(arb: ExchangeArbiter, vcs: list[str], cells: list[Cells]) -> str | None:
     """Why a saved post or exchange no longer fits the spec (None when it does)."""
     for vc in vcs:
         if vc not in arb.spec.vcs:
@@ -142,7 +142,7 @@ def load(arb: ExchangeArbiter, doc: Mapping[str, Any]) -> Restored:
     return out
 
 
-def _move_again(arb: ExchangeArbiter, e: Exchange) -> Optional[str]:
+def _move_again(arb: ExchangeArbiter, e: Exchange) -> str | None:
     """Move the cells of ``e``'s legs not yet given back to their borrowers; all or none."""
     done: list[Leg] = []
     for i, g in enumerate(e.legs):

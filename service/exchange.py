@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import Optional
 
 from hived.core import exchange_state
 from hived.core.engine import RequestError
@@ -35,7 +34,7 @@ class ExchangeNotEnabled(LookupError):
     """The allocator of this service cannot move cells (the quota baseline): HTTP 404."""
 
 
-def make_arbiter(engine) -> Optional[ExchangeArbiter]:
+def make_arbiter(engine) -> ExchangeArbiter | None:
     """An arbiter over the engine's allocator, or None when it cannot transfer cells."""
     if not hasattr(engine.alloc, "transfer"):
         return None
@@ -43,10 +42,10 @@ def make_arbiter(engine) -> Optional[ExchangeArbiter]:
 
 
 class ExchangeMixin:
-    _arb: Optional[ExchangeArbiter] = None
+    _arb: ExchangeArbiter | None = None
     _exchange_unsaved = False   # the arbiter moved and the journal has not taken it yet
 
-    def _exchange_restore(self) -> Optional[ExchangeArbiter]:
+    def _exchange_restore(self) -> ExchangeArbiter | None:
         """The arbiter over the new engine, with the journaled exchange state (before jobs are restored)."""
         arb = make_arbiter(self.eng)
         doc = self.store.load_exchange()

@@ -34,8 +34,9 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 # "HIVD": marks the file as ours (PRAGMA application_id is a 32-bit int in the header).
 APPLICATION_ID = 0x48495644
@@ -151,7 +152,7 @@ class Store(abc.ABC):
         """Every stored job record, in submission order."""
 
     @abc.abstractmethod
-    def load_jobs_with_keys(self) -> list[tuple[dict, Optional[float]]]:
+    def load_jobs_with_keys(self) -> list[tuple[dict, float | None]]:
         """(record, queue key) in submission order; the key orders queued jobs."""
 
     @abc.abstractmethod
@@ -159,7 +160,7 @@ class Store(abc.ABC):
         """The cell exchange's state (``core.exchange_state``), replacing what was saved."""
 
     @abc.abstractmethod
-    def load_exchange(self) -> Optional[dict]:
+    def load_exchange(self) -> dict | None:
         """The saved cell exchange state, None when none was ever saved."""
 
     @abc.abstractmethod
@@ -405,7 +406,7 @@ class SqliteStore(Store):
     def save_exchange(self, state: dict, now: float) -> None:
         self._exec("INSERT OR REPLACE INTO exchange (id, state, updated) VALUES (1, ?, ?)", (_dumps(state), now))
 
-    def load_exchange(self) -> Optional[dict]:
+    def load_exchange(self) -> dict | None:
         with self._lock:
             row = self._db.execute("SELECT state FROM exchange WHERE id=1").fetchone()
         if row is None:
@@ -443,7 +444,7 @@ class SqliteStore(Store):
     def set_meta(self, key: str, value: str) -> None:
         self._exec("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
-    def get_meta(self, key: str) -> Optional[str]:
+    def get_meta(self, key: str) -> str | None:
         with self._lock:
             row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return row[0] if row else None
@@ -453,7 +454,7 @@ class SqliteStore(Store):
     def load_jobs(self) -> list[dict]:
         return [record for record, _ in self.load_jobs_with_keys()]
 
-    def load_jobs_with_keys(self) -> list[tuple[dict, Optional[float]]]:
+    def load_jobs_with_keys(self) -> list[tuple[dict, float | None]]:
         with self._lock:
             rows = self._db.execute("SELECT job_id, record, qkey FROM jobs ORDER BY seq").fetchall()
         out = []

@@ -6,7 +6,7 @@ from hived.service.scheduler import SchedulerService
 
 
 def test_restart_keeps_the_queue_order_and_the_next_starts(tmp_path):
-    from conftest import SPEC   # vca: 8 GPUs
+    from conftest import SPEC  # vca: 8 GPUs
     data = tmp_path / "data"
 
     def service():

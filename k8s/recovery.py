@@ -52,8 +52,8 @@ from typing import Callable, Optional
 
 from hived.core.engine_records import JobRecord, placement_from_dict, request_from_dict
 from hived.core.jobs import HOLDING as HOLDING_STATES
-from hived.core.jobs import TERMINAL as TERMINAL_STATES
 from hived.core.jobs import STARTED, WAITING, JobState, state_values
+from hived.core.jobs import TERMINAL as TERMINAL_STATES
 
 from . import pod_builder as pb
 from .watch import PENDING, SUCCEEDED, pod_state

@@ -483,7 +483,7 @@ class Engine(EngineEvents):
     # ------------------------------------------------------------------ reading state
 
     # The engine's boundary: what the service, the simulator and the doors read.
-    # Records are the engine's own: readers look, only the engine's methods change them.
+    # The job table is the engine's own; code outside core/engine*.py goes through these.
 
     def _get(self, job_id: str) -> JobRecord:
         rec = self._jobs.get(job_id)

@@ -88,8 +88,7 @@ def round_blocked(kind, nodes, seed, naive=False):
     eng.step(1.0)                      # the heads fail once and are remembered
     eng.on_finished(running[0], 2.0, 0)  # one small job ends: every VC is marked dirty
     if naive:
-        for r in eng.jobs(state="queued"):
-            r._memo = None
+        eng.forget_attempts()
     t, c = time.perf_counter(), time.process_time()
     eng.step(2.0)
     return time.perf_counter() - t, eng.stats["attempts"], time.process_time() - c

@@ -106,7 +106,7 @@ def bench_restart(n: int, sync: str, scheme: str, root: str, rounds: int):
     while bound < n // 2:
         before = bound
         svc.tick()
-        bound = len(svc.store.load_bindings())
+        bound = sum(1 for d in svc.store.load_jobs() if d["placement"] is not None)
         if bound == before:
             break
     svc.tick()   # the launcher's "started" events: the holding jobs are running
@@ -118,7 +118,7 @@ def bench_restart(n: int, sync: str, scheme: str, root: str, rounds: int):
         again = SchedulerService(sp, d, launcher=NoopLauncher(adopt=True), synchronous=sync, scheme=scheme, health=None)
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-        held = sum(1 for r in again.eng._jobs.values() if r.placement is not None)
+        held = sum(1 for r in again.eng.jobs() if r.placement is not None)
         assert held == bound, (held, bound)
         again.close()
     return times, cpu, bound, n

@@ -22,10 +22,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from hived.core.jobs import TERMINAL as TERMINAL_STATES
+from hived.core.jobs import state_values
 from hived.service.terminal_text import table as _table, terminal_width, visible
 
 OK, JOB_FAILED, BAD_INPUT, NOT_ALLOWED, NOT_FOUND, UNREACHABLE = 0, 1, 2, 3, 4, 5
-TERMINAL = ("succeeded", "failed", "cancelled")
+TERMINAL = state_values(TERMINAL_STATES)
 
 EXIT_CODES_HELP = ("exit codes: 0 ok, 1 job failed or cancelled (--wait), 2 bad input, "
                    "3 not allowed, 4 not found, 5 no service reachable")

@@ -21,7 +21,7 @@ backfill). Two documented exceptions: a job in retry back-off
 (``not_before``) is skipped, and a policy may set ``backfill = True``.
 
 Speed: a failed attempt is remembered with the allocator "version" it
-depended on (``_memo``): a guaranteed attempt under HiveD depends only on
+depended on (``_failed_at``, keyed by job id): a guaranteed attempt under HiveD depends only on
 the VC's own releases (sharing safety: other VCs cannot take its cells), an
 opportunistic attempt (and every attempt under the quota baseline) on any
 release. Until that version moves the job is not tried again, so a round in
@@ -31,22 +31,21 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import OrderedDict
+import math
+from collections import Counter, OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Optional
 
 from .engine_events import EngineEvents
+from .engine_reasons import behind, explain
 from .engine_records import JobRecord
 from .engine_validate import RequestError, alloc_total, check, node_gpus
 from .engine_view import ClusterView, NodeState  # noqa: F401  (re-exported)
-from .jobs import Affinity, Decision, DecisionKind, JobClass, JobRequest, JobState
-from .engine_reasons import behind, explain
+from .jobs import HOLDING, TERMINAL, Affinity, Decision, DecisionKind, JobClass, JobRequest, JobState
 from .policies.preemption_order import preemption_cap
 from .policies.registry import make_preemption_policy, make_queue_policy
 
 __all__ = ["Engine", "EngineConfig", "JobRecord", "RequestError", "ClusterView", "NodeState"]
-
-HOLDING = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
 
 
 @dataclass
@@ -57,19 +56,19 @@ class EngineConfig:
                                   # maxPreemptions overrides it; preemption_order.preemption_cap)
     retry_cap: int = 3            # engine-wide bound on counted retries (failures.py decides per class)
     keep_progress: bool = True    # simulator: a preempted job resumes where it stopped (checkpoints)
-    isolated_vcs: Optional[bool] = None  # None: ask the allocator (HiveD: True, quota: False)
+    isolated_vcs: bool | None = None  # None: ask the allocator (HiveD: True, quota: False)
     wait_reasons: bool = True     # write JobRecord.wait_reason (the simulator, which shows none, turns it off)
 
 
 class Engine(EngineEvents):
     def __init__(self, spec_or_allocator, *, queue_policy="fifo", preemption_policy="fitgpp",
-                 config: Optional[EngineConfig] = None, binding: str = "dynamic"):
+                 config: EngineConfig | None = None, binding: str = "dynamic"):
         if hasattr(spec_or_allocator, "place"):
             self.alloc = spec_or_allocator
             self.spec = spec_or_allocator.spec
         else:
-            from .spec import load_spec
             from .allocator import Allocator
+            from .spec import load_spec
             self.spec = spec_or_allocator if hasattr(spec_or_allocator, "chains") else load_spec(spec_or_allocator)
             self.alloc = Allocator(self.spec, binding=binding)
         self.config = config or EngineConfig()
@@ -82,10 +81,14 @@ class Engine(EngineEvents):
         iso = self.config.isolated_vcs
         self._isolated = bool(getattr(self.alloc, "isolated_vcs", True) if iso is None else iso)
         self._jobs: dict[str, JobRecord] = {}
-        self._lanes: dict[str, tuple[OrderedDict, OrderedDict]] = {v: (OrderedDict(), OrderedDict()) for v in self.spec.vcs}
+        self._lanes: dict[str, tuple[OrderedDict, OrderedDict]] = {
+            v: (OrderedDict(), OrderedDict()) for v in self.spec.vcs}
         self._ids = itertools.count(1)
-        self._seq = itertools.count(1)
+        self._next_key = 1                 # next queue key (JobRecord.queue_key)
+        self._timer_seq = itertools.count(1)
         self._timers: list = []            # (time, seq, kind, key): "wake" vc, "grace" job id
+        # job id -> (depends on every release?, allocator version) of its last failed attempt
+        self._failed_at: dict[str, tuple[bool, int]] = {}
         self._dirty: set = set(self.spec.vcs)
         self._ready: list[str] = []        # PLACED jobs whose victims all left: START at next step
         self._waiters: dict[str, set] = {}  # victim -> jobs PLACED waiting on it
@@ -106,7 +109,7 @@ class Engine(EngineEvents):
         self._held: dict[str, dict] = {v: {} for v in self.spec.vcs}   # VC -> its jobs holding cells
         self._held_ver: dict[str, int] = {v: 0 for v in self.spec.vcs}  # bumps when _held[vc] changes
         self._holders_text: dict[str, tuple] = {}                      # VC -> (_held_ver, text) cache
-        self._blocked: dict[str, Optional[str]] = {v: None for v in self.spec.vcs}  # VC -> head that waits
+        self._blocked: dict[str, str | None] = {v: None for v in self.spec.vcs}  # VC -> head that waits
         self._explain = self.config.wait_reasons
         self.scanned: set = set()          # VCs whose queue the last step() walked
         self.stats = {"attempts": 0, "starts": 0, "preempt_decisions": 0, "preempted_gpus": 0}
@@ -122,7 +125,7 @@ class Engine(EngineEvents):
     def validate(self, req: JobRequest) -> None:
         check(req, self.spec, self.alloc, self._totals)
 
-    def submit(self, req: JobRequest, now: float, job_id: Optional[str] = None) -> str:
+    def submit(self, req: JobRequest, now: float, job_id: str | None = None) -> str:
         res = check(req, self.spec, self.alloc, self._totals)
         if job_id is None:
             job_id = f"j{next(self._ids)}"
@@ -135,8 +138,8 @@ class Engine(EngineEvents):
         rec = JobRecord(job_id=job_id, request=req, submitted=now, queued_since=now,
                         pod_gpus=res.pod_gpus, pod_demands=res.pod_demands,
                         want_level=res.want_level, level=res.want_level)
-        rec._default = res.default_share
-        rec._chain = res.chain
+        rec.default_share = res.default_share
+        rec.chain = res.chain
         rec.log(now, JobState.QUEUED, "submitted")
         rec.wait_reason = "submitted: tried at the next scheduling round"
         self._jobs[job_id] = rec
@@ -158,16 +161,37 @@ class Engine(EngineEvents):
         lane[rec.job_id] = None
         if head:
             lane.move_to_end(rec.job_id, last=False)
-        rec._seq = -next(self._seq) if head else next(self._seq)
-        rec._memo = None
+        key = self._next_key
+        self._next_key += 1
+        # each lane stays sorted by key: the tail takes a key above all, the head one below all
+        rec.queue_key = -key if head else key
+        self._failed_at.pop(rec.job_id, None)
+        self._dirty.add(rec.request.vc)
+
+    def _enqueue_restored(self, rec: JobRecord) -> None:
+        """Put a restored queued job back at its journaled place (its ``queue_key``)."""
+        key = rec.queue_key
+        if key is None:   # a journal written before queue keys were kept: the tail
+            self._enqueue(rec, head=False)
+            return
+        self._next_key = max(self._next_key, math.floor(abs(key)) + 1)
+        lane = self._lane(rec)
+        last = next(reversed(lane), None)
+        lane[rec.job_id] = None
+        if last is not None and self._jobs[last].queue_key > key:  # type: ignore[operator]
+            ordered = sorted(lane, key=lambda j: self._jobs[j].queue_key)  # stable: ties keep their order
+            lane.clear()
+            lane.update(dict.fromkeys(ordered))
+        self._failed_at.pop(rec.job_id, None)
         self._dirty.add(rec.request.vc)
 
     def _dequeue(self, rec: JobRecord) -> None:
         for lane in self._lanes[rec.request.vc]:
             lane.pop(rec.job_id, None)
+        self._failed_at.pop(rec.job_id, None)
 
     def _timer(self, when: float, kind: str, key: str) -> None:
-        heapq.heappush(self._timers, (when, next(self._seq), kind, key))
+        heapq.heappush(self._timers, (when, next(self._timer_seq), kind, key))
 
     def _arm_relax(self, rec: JobRecord, now: float) -> None:
         rec.relax_at = None
@@ -178,10 +202,10 @@ class Engine(EngineEvents):
     def _relax(self, rec: JobRecord, now: float) -> None:
         """Soft affinity: past ``relax_at``, move one level up (then to no constraint)."""
         while rec.relax_at is not None and rec.relax_at <= now and rec.level is not None:
-            top = len(self.spec.chains[rec._chain].levels) if rec._chain else 0
+            top = len(self.spec.chains[rec.chain].levels) if rec.chain else 0
             rec.level = rec.level + 1 if rec.level < top else None
             rec.relaxations += 1
-            rec._memo = None
+            self._failed_at.pop(rec.job_id, None)
             if rec.level is None:
                 rec.relax_at = None
             else:
@@ -189,7 +213,7 @@ class Engine(EngineEvents):
                 self._timer(rec.relax_at, "wake", rec.request.vc)
             rec.history.append((now, rec.state.value, f"soft affinity relaxed to level {rec.level}"))
 
-    def next_wakeup(self) -> Optional[float]:
+    def next_wakeup(self) -> float | None:
         """Earliest time a timer (relaxation, back-off, grace) wants a ``step``."""
         return self._timers[0][0] if self._timers else None
 
@@ -224,7 +248,7 @@ class Engine(EngineEvents):
         return out
 
     def _memo_valid(self, rec: JobRecord) -> bool:
-        m = rec._memo
+        m = self._failed_at.get(rec.job_id)
         if m is None:
             return False
         glob, ver = m
@@ -236,9 +260,9 @@ class Engine(EngineEvents):
         if getattr(pol, "preserves_order", False):
             if getattr(pol, "te_first", False):
                 return itertools.chain(te, rest)
-            return (j for j in heapq.merge(te, rest, key=lambda j: self._jobs[j]._seq))
+            return (j for j in heapq.merge(te, rest, key=lambda j: self._jobs[j].queue_key))
         recs = [self._jobs[j] for j in itertools.chain(te, rest)]
-        recs.sort(key=lambda r: r._seq)
+        recs.sort(key=lambda r: r.queue_key)
         return [r.job_id for r in pol.order(vc, recs, self.view, now)]
 
     def _scan(self, vc: str, now: float, out: list) -> None:
@@ -283,9 +307,9 @@ class Engine(EngineEvents):
         self.stats["attempts"] += 1
         req = rec.request
         need = rec.gpus
-        glob = not self._isolated or not (rec._default and self._nondefault == 0)
+        glob = not self._isolated or not (rec.default_share and self._nondefault == 0)
         if req.job_class.guaranteed:
-            if self._vc_free(req.vc, rec._chain) >= need:
+            if self.vc_free(req.vc, rec.chain) >= need:
                 grant = self._place(rec, opportunistic=False)
                 if grant is not None:
                     self._bind(rec, grant, now, out)
@@ -306,23 +330,25 @@ class Engine(EngineEvents):
                 if grant is not None:
                     self._bind(rec, grant, now, out)
                     return True
-        rec._memo = (glob, self._gver if glob else self._vver[req.vc])
+        self._failed_at[rec.job_id] = (glob, self._gver if glob else self._vver[req.vc])
         return False
 
-    def _vc_free(self, vc: str, chain: Optional[str]) -> int:
+    def vc_free(self, vc: str, chain: str | None = None) -> int:
+        """GPUs of ``vc``'s guaranteed capacity not bound to its guaranteed jobs (in ``chain``,
+        or in its best chain)."""
         used = self._vc_used[vc]
         cap = self._vc_cap[vc]
         if chain is not None:
             return cap[chain] - used[chain]
         return max(cap[c] - used[c] for c in cap)
 
-    def _chain_free(self, chain: Optional[str]) -> int:
+    def _chain_free(self, chain: str | None) -> int:
         return self._free[chain] if chain is not None else max(self._free.values())
 
     def _opp_room(self, rec: JobRecord) -> bool:
         """Necessary condition for an opportunistic placement: enough unbound GPUs,
         and nodes with enough of them for the pods (counts only)."""
-        chain = rec._chain
+        chain = rec.chain
         if self._chain_free(chain) < rec.gpus:
             return False
         if chain is None:
@@ -331,7 +357,7 @@ class Engine(EngineEvents):
 
     def _place(self, rec: JobRecord, opportunistic: bool):
         node_ok = None  # only when some job states its own CPU/RAM (else GPUs decide alone)
-        if not (rec._default and self._nondefault == 0):
+        if not (rec.default_share and self._nondefault == 0):
             by_gpus = {}
             for c, m, g in rec.pod_demands:
                 old = by_gpus.get(int(g), (0.0, 0.0))
@@ -343,7 +369,7 @@ class Engine(EngineEvents):
                 return view.fits(node, c, m)
         return self.alloc.place(rec.job_id, rec.request.vc, rec.pod_gpus, opportunistic=opportunistic,
                                 priority=0 if opportunistic else (2 if rec.request.job_class is JobClass.TE else 1),
-                                chain=rec._chain, within_level=rec.level, node_ok=node_ok)
+                                chain=rec.chain, within_level=rec.level, node_ok=node_ok)
 
     def _bind_restored(self, rec: JobRecord, grant) -> None:
         self._charge(rec, grant)
@@ -357,18 +383,18 @@ class Engine(EngineEvents):
             per_node[pod.node] = (len(pod.gpus), c, m) if u is None else (u[0] + len(pod.gpus), u[1] + c, u[2] + m)
         rec.placement = grant.placement
         rec.opportunistic = bool(grant.opportunistic)
-        rec._chain_bound = grant.chain
         self.view.bind(rec.job_id, per_node, guaranteed=not rec.opportunistic)
         self._held[rec.request.vc][rec.job_id] = None
         self._held_ver[rec.request.vc] += 1
         self._free[grant.chain] -= rec.gpus
         if not rec.opportunistic:
             self._vc_used[rec.request.vc][grant.chain] += rec.gpus
-        if not rec._default:
+        if not rec.default_share:
             self._nondefault += 1
 
     def _bind(self, rec: JobRecord, grant, now: float, out: list) -> None:
         self._charge(rec, grant)
+        self._failed_at.pop(rec.job_id, None)
         rec.queued_time += now - (rec.queued_since if rec.queued_since is not None else now)
         rec.queued_since = None
         rec.policy_victims = []
@@ -402,27 +428,27 @@ class Engine(EngineEvents):
             return True  # victims already leaving: wait for them before asking again
         vc = rec.request.vc
         cap = preemption_cap(self.config, self.spec, vc)
-        chain = rec._chain
+        chain = rec.chain
         cands = [r for r in self._running_of(vc)
                  if r.request.job_class is JobClass.BE and r.state is JobState.RUNNING
                  and not r.opportunistic and r.preemptions < cap
-                 and (chain is None or r._chain_bound == chain)]
-        rec._policy_note = ""
+                 and (chain is None or r.bound_chain == chain)]
+        rec.policy_note = ""
         if not cands:
             return False
         # only victims that can make room: the TE job runs on its VC's guaranteed cells, so
         # the VC's free GPUs plus the victims' must cover it (else preempting is pure loss)
         if max(self._room_with(rec, cands).values(), default=0) < rec.gpus:
-            rec._policy_note = (f"preempting every BE job under the cap would still leave VC {vc} "
+            rec.policy_note = (f"preempting every BE job under the cap would still leave VC {vc} "
                                 f"short of {rec.gpus} GPUs")
             return False
         victims, reason = self.preemption_policy.choose(rec, cands, self.view, now)
         victims = [v for v in victims if v in self._jobs and self._jobs[v].state is JobState.RUNNING]
         if victims and max(self._room_with(rec, [self._jobs[v] for v in victims]).values(), default=0) < rec.gpus:
-            rec._policy_note = f"{self.preemption_policy.name} chose {', '.join(victims)}, which cannot make room"
+            rec.policy_note = f"{self.preemption_policy.name} chose {', '.join(victims)}, which cannot make room"
             return False
         if not victims:
-            rec._policy_note = reason
+            rec.policy_note = reason
             return False
         rec.policy_victims = victims
         rec.reason = reason
@@ -434,11 +460,12 @@ class Engine(EngineEvents):
     def _room_with(self, rec: JobRecord, victims) -> dict:
         """chain -> the VC's free guaranteed GPUs there once ``victims`` have left."""
         vc = rec.request.vc
-        chains = [rec._chain] if rec._chain is not None else list(self.spec.chains)
+        chains = [rec.chain] if rec.chain is not None else list(self.spec.chains)
         room = {c: self._vc_cap[vc][c] - self._vc_used[vc][c] for c in chains}
         for v in victims:
-            if not v.opportunistic and v._chain_bound in room:
-                room[v._chain_bound] += v.gpus
+            bound = v.bound_chain
+            if not v.opportunistic and bound in room:
+                room[bound] += v.gpus
         return room
 
     def _running_of(self, vc: str):
@@ -455,29 +482,96 @@ class Engine(EngineEvents):
 
     # ------------------------------------------------------------------ reading state
 
+    # The engine's boundary: what the service, the simulator and the doors read.
+    # The job table is the engine's own; code outside core/engine*.py goes through these.
+
     def _get(self, job_id: str) -> JobRecord:
         rec = self._jobs.get(job_id)
         if rec is None:
             raise RequestError("job_id", f"unknown job {job_id!r}")
         return rec
 
-
     def job(self, job_id: str) -> JobRecord:
+        """The job's record; ``RequestError`` when the engine does not know it."""
         return self._get(job_id)
 
-    def jobs(self, vc: Optional[str] = None, state=None) -> list[JobRecord]:
-        st = JobState(state) if state is not None else None
-        return [r for r in self._jobs.values()
-                if (vc is None or r.request.vc == vc) and (st is None or r.state is st)]
+    def find(self, job_id: str) -> JobRecord | None:
+        """The job's record, or None when the engine does not know it."""
+        return self._jobs.get(job_id)
 
-    def queue(self, vc: str) -> list[str]:
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._jobs
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def job_ids(self) -> list[str]:
+        """Every job the engine knows, in submission (or restore) order."""
+        return list(self._jobs)
+
+    def jobs(self, vc: str | None = None, state: JobState | str | None = None, *,
+             states: Iterable[JobState] | None = None) -> list[JobRecord]:
+        """Records in submission order, of ``vc`` when given, in ``state`` or among ``states``."""
+        st = JobState(state) if state is not None else None
+        within = frozenset(states) if states is not None else None
+        return [r for r in self._jobs.values()
+                if (vc is None or r.request.vc == vc) and (st is None or r.state is st)
+                and (within is None or r.state in within)]
+
+    def holding(self, vc: str) -> list[JobRecord]:
+        """The jobs of ``vc`` holding cells (placed, running or preempting)."""
+        if vc not in self._held:
+            raise RequestError("vc", f"unknown VC {vc!r}")
+        return self._running_of(vc)
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """(VC, state value) -> number of jobs."""
+        return dict(Counter((r.request.vc, r.state.value) for r in self._jobs.values()))
+
+    def queue(self, vc: str, now: float = 0.0) -> list[str]:
+        """``vc``'s queued jobs in the order the next round tries them."""
         if vc not in self._lanes:
             raise RequestError("vc", f"unknown VC {vc!r}")
-        return list(self._order(vc, 0.0))
+        return list(self._order(vc, now))
+
+    def head(self, vc: str, now: float) -> JobRecord | None:
+        """The first job of ``vc``'s queue not in retry back-off at ``now`` (what blocks the queue)."""
+        if vc not in self._lanes:
+            raise RequestError("vc", f"unknown VC {vc!r}")
+        for jid in self._order(vc, now):
+            rec = self._jobs[jid]
+            if rec.not_before <= now:
+                return rec
+        return None
+
+    def restore_order(self) -> list[JobRecord]:
+        """Every job in the order ``restore`` takes them to rebuild this engine: jobs holding
+        cells or ended first, then the queued ones by queue key."""
+        queued = JobState.QUEUED
+        return sorted(self._jobs.values(), key=lambda r: (r.state is queued, r.queue_key or 0))
+
+    # ------------------------------------------------------------------ forgetting
+
+    def forget(self, job_id: str) -> None:
+        """Drop an ended job's record (retention, or a submission the journal refused,
+        cancelled first)."""
+        rec = self._get(job_id)
+        if rec.state not in TERMINAL:
+            raise RequestError("job_id", f"{job_id} is {rec.state.value}; only ended jobs are forgotten")
+        del self._jobs[job_id]
+        self._failed_at.pop(job_id, None)
+        for waits in (self._waiters, self._pwaiters):
+            waits.pop(job_id, None)
+
+    def forget_attempts(self) -> None:
+        """Forget every remembered failed attempt: each queued job is tried again at the next
+        round (what a round costs without the memo, for the benchmarks)."""
+        self._failed_at.clear()
 
     # ------------------------------------------------------------------ restart
 
     def restore(self, record: JobRecord) -> None:
-        """Rebuild one job after a service restart (records in submission order)."""
+        """Rebuild one job after a restart or a spec reload (records in ``restore_order``:
+        holding and ended jobs first, queued ones by queue key)."""
         from .engine_restore import restore_record
         restore_record(self, record)

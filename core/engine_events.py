@@ -10,15 +10,11 @@ by class, with back-off (``not_before``) and a cap.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 from .engine_reasons import at
 from .engine_records import JobRecord
 from .engine_validate import RequestError
 from .failures import FailureClass, classify, retry_decision
-from .jobs import Decision, JobState
-
-HOLDING = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
+from .jobs import HOLDING, Decision, JobState
 
 
 class EngineEvents:
@@ -50,13 +46,13 @@ class EngineEvents:
         self.alloc.release(rec.job_id)
         self._held[rec.request.vc].pop(rec.job_id, None)
         self._held_ver[rec.request.vc] += 1
-        chain = rec._chain_bound
+        chain = rec.bound_chain
         self.view.unbind(rec.job_id, guaranteed=not rec.opportunistic)
         self._free[chain] += rec.gpus
         if not rec.opportunistic:
             self._vc_used[rec.request.vc][chain] -= rec.gpus
             self._vver[rec.request.vc] += 1
-        if not rec._default:
+        if not rec.default_share:
             self._nondefault -= 1
         self._gver += 1
         self._dirty.update(self._lanes)
@@ -130,7 +126,11 @@ class EngineEvents:
         lane.clear()
         for j in keys:
             lane[j] = None
-        rec._seq = self._jobs[keys[last - 1]]._seq if last > 0 else rec._seq
+        # a key between its new neighbours keeps the lane sorted (and a restart in this order);
+        # behind the tail, half a step: every later submission takes a whole key above it
+        before = self._jobs[keys[last - 1]].queue_key
+        after = self._jobs[keys[last + 1]].queue_key if last + 1 < len(keys) else None
+        rec.queue_key = before + 0.5 if after is None else (before + after) / 2
 
     def _end(self, rec: JobRecord, now: float, state: JobState, reason: str, failure_class=None) -> None:
         rec.ended = now
@@ -170,7 +170,8 @@ class EngineEvents:
         # admins by JupyterHub group are checked by the service (the engine sees names only)
         by_group = getattr(vcs, "admin_groups", None) or getattr(self.spec, "admin_groups", None)
         if by_user != rec.request.user and by_user not in admins and not by_group:
-            raise RequestError("user", f"{by_user!r} may not cancel {job_id} (owner {rec.request.user!r}, not an admin)")
+            raise RequestError("user", f"{by_user!r} may not cancel {job_id} "
+                                       f"(owner {rec.request.user!r}, not an admin)")
         if rec.state.terminal:
             raise RequestError("job_id", f"{job_id} already {rec.state.value}")
         out: list[Decision] = []
@@ -191,15 +192,16 @@ class EngineEvents:
         self._end(rec, now, JobState.CANCELLED, f"cancelled by {by_user}", FailureClass.CANCELLED.value)
         return out
 
-    def set_health(self, node: str, gpu: Optional[int], healthy: bool, now: float,
+    def set_health(self, node: str, gpu: int | None, healthy: bool, now: float,
                    move: bool = True) -> list[Decision]:
         """``move=False`` (a cordon): the cells take no new jobs, the jobs on them stay."""
         owners = self.alloc.set_health(node, gpu, healthy) or []
         out: list[Decision] = []
         for o in owners if move else ():
             rec = self._jobs.get(o)
-            if rec is not None and rec.state in (JobState.RUNNING, JobState.PLACED):
-                self._preempt(rec, now, f"hardware unhealthy on {node}" + (f" GPU {gpu}" if gpu is not None else ""), out)
+            if rec is not None and rec.state in (JobState.RUNNING, JobState.PLACED):  # not already leaving
+                where = f"{node}" + (f" GPU {gpu}" if gpu is not None else "")
+                self._preempt(rec, now, f"hardware unhealthy on {where}", out)
         self._gver += 1
         for v in self._vver:
             self._vver[v] += 1
@@ -245,7 +247,7 @@ class EngineEvents:
             grant = self.alloc.grant_of(jid) if hasattr(self.alloc, "grant_of") else None
             if grant is not None:   # its binding now says opportunistic (what a restart restores)
                 rec.placement = grant.placement
-            self._vc_used[rec.request.vc][rec._chain_bound] -= rec.gpus
+            self._vc_used[rec.request.vc][rec.bound_chain] -= rec.gpus
             usage = self.view.usage.get(jid)
             if usage is not None:   # same GPUs, now counted as opportunistic work
                 self.view.unbind(jid, guaranteed=True)

@@ -38,10 +38,10 @@ def shape(eng, rec) -> str:
     else:
         text = f"pods of {'+'.join(str(g) for g in sizes)} GPUs"
     lvl = rec.level
-    if lvl is not None and rec._chain is not None and len(sizes) > 1:
-        levels = eng.spec.chains[rec._chain].levels
+    if lvl is not None and rec.chain is not None and len(sizes) > 1:
+        levels = eng.spec.chains[rec.chain].levels
         name = levels[lvl - 1] if lvl <= len(levels) else f"L{lvl}"
-        text += f", all inside one {rec._chain}.{name} cell"
+        text += f", all inside one {rec.chain}.{name} cell"
     return text
 
 
@@ -82,11 +82,11 @@ def _failure(rec) -> str:
 
 def _vc_text(eng, rec) -> tuple[str, int]:
     vc = rec.request.vc
-    chains = [rec._chain] if rec._chain is not None else list(eng.spec.chains)
+    chains = [rec.chain] if rec.chain is not None else list(eng.spec.chains)
     cap = sum(eng._vc_cap[vc][c] for c in chains)
     used = sum(eng._vc_used[vc][c] for c in chains)
     free = max(eng._vc_cap[vc][c] - eng._vc_used[vc][c] for c in chains)
-    text = (f"VC {vc}'s quota is {cap} GPUs{'' if rec._chain is None else ' in ' + rec._chain}: "
+    text = (f"VC {vc}'s quota is {cap} GPUs{'' if rec.chain is None else ' in ' + rec.chain}: "
             f"{used} held by {holders_text(eng, vc)}, {max(0, cap - used)} free")
     return text, free
 
@@ -107,7 +107,7 @@ def _preemption_text(eng, rec, now: float) -> str:
         ids = ", ".join(r.job_id for r in capped[:MAX_NAMED]) + (" ..." if len(capped) > MAX_NAMED else "")
         return (f"BE jobs {ids} may not be preempted again: the preemption cap is P={cap:g} "
                 f"(VC maxPreemptions or the service's preemption_cap)")
-    return getattr(rec, "_policy_note", "") or ""
+    return rec.policy_note
 
 
 def explain(eng, rec, now: float) -> str:
@@ -137,7 +137,7 @@ def explain(eng, rec, now: float) -> str:
     else:
         parts.append(f"opportunistic: waits for {need} idle GPUs ({shape(eng, rec)}) anywhere in the cluster")
     if not rec.request.job_class.guaranteed or rec.request.allow_opportunistic:
-        chain = rec._chain
+        chain = rec.chain
         idle = eng._free[chain] if chain is not None else max(eng._free.values())
         parts.append(f"{idle} GPUs are idle{' in ' + chain if chain else ''}, not enough in cells that fit it "
                      "to run at low priority")

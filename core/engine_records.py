@@ -8,13 +8,12 @@ is JSON-safe: enums become their values, tuples become lists.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
-from .jobs import (Affinity, JobClass, JobRequest, JobState, Placement, PodGroup,
-                   PodPlacement)
+from .jobs import Affinity, JobClass, JobRequest, JobState, Placement, PodGroup, PodPlacement
 
 
-def request_to_dict(req: JobRequest) -> dict:
+def request_to_dict(req: JobRequest) -> dict[str, Any]:
     return {
         "user": req.user, "vc": req.vc, "command": req.command,
         "job_class": req.job_class.value,
@@ -29,7 +28,7 @@ def request_to_dict(req: JobRequest) -> dict:
     }
 
 
-def request_from_dict(d: dict) -> JobRequest:
+def request_from_dict(d: dict[str, Any]) -> JobRequest:
     d = dict(d)
     d["job_class"] = JobClass(d.get("job_class", "te"))
     d["affinity"] = Affinity(d.get("affinity", "hard"))
@@ -37,7 +36,7 @@ def request_from_dict(d: dict) -> JobRequest:
     return JobRequest(**d)
 
 
-def placement_to_dict(p: Optional[Placement]) -> Optional[dict]:
+def placement_to_dict(p: Placement | None) -> dict[str, Any] | None:
     if p is None:
         return None
     return {"chain": p.chain, "opportunistic": p.opportunistic,
@@ -45,12 +44,16 @@ def placement_to_dict(p: Optional[Placement]) -> Optional[dict]:
                      for q in p.pods]}
 
 
-def placement_from_dict(d: Optional[dict]) -> Optional[Placement]:
+def placement_from_dict(d: dict[str, Any] | None) -> Placement | None:
     if d is None:
         return None
     pods = tuple(PodPlacement(q["rank"], q["node"], tuple(q["gpus"]), tuple(q.get("cells", ())))
                  for q in d["pods"])
     return Placement(d["chain"], pods, bool(d.get("opportunistic", False)))
+
+
+# fields the engine resolves again at restore, never read from a journal
+NOT_JOURNALED = frozenset({"chain", "default_share", "policy_note"})
 
 
 @dataclass(eq=False)
@@ -67,34 +70,34 @@ class JobRecord:
     request: JobRequest
     state: JobState = JobState.QUEUED
     submitted: float = 0.0
-    started: Optional[float] = None          # start of the current / last run
-    first_started: Optional[float] = None
-    ended: Optional[float] = None
-    placement: Optional[Placement] = None
-    history: list = field(default_factory=list)   # [(time, state value, reason)]
+    started: float | None = None          # start of the current / last run
+    first_started: float | None = None
+    ended: float | None = None
+    placement: Placement | None = None
+    history: list[tuple[float, str, str]] = field(default_factory=list)   # [(time, state value, reason)]
     preemptions: int = 0
     attempts: int = 0                        # runs started (a retry or a requeue adds one)
     failures: int = 0                        # failed runs (what the retry cap counts)
-    failure_class: Optional[str] = None
-    exit_code: Optional[int] = None
+    failure_class: str | None = None
+    exit_code: int | None = None
     opportunistic: bool = False              # the current run is low priority
-    pod_demands: list = field(default_factory=list)  # [(cpus, memory_gb, gpus)] per pod, resolved
-    pod_gpus: list = field(default_factory=list)     # [gpus] per pod, resolved
-    want_level: Optional[int] = None         # affinity level asked for (None = no gang constraint)
-    level: Optional[int] = None              # level currently tried (soft affinity relaxes it)
-    relax_at: Optional[float] = None         # when soft affinity relaxes next
+    pod_demands: list[tuple[float, float, float]] = field(default_factory=list)  # per pod (cpus, memory_gb, gpus)
+    pod_gpus: list[int] = field(default_factory=list)     # [gpus] per pod, resolved
+    want_level: int | None = None         # affinity level asked for (None = no gang constraint)
+    level: int | None = None              # level currently tried (soft affinity relaxes it)
+    relax_at: float | None = None         # when soft affinity relaxes next
     relaxations: int = 0
     not_before: float = 0.0                  # retry back-off: not placed before this time
-    queued_since: Optional[float] = None
+    queued_since: float | None = None
     queued_time: float = 0.0
-    grace_deadline: Optional[float] = None   # PREEMPTING: when the KILL decision is due
+    grace_deadline: float | None = None   # PREEMPTING: when the KILL decision is due
     killed: bool = False                     # KILL decision already issued
-    started_pending: Optional[bool] = None   # True between the START decision and on_started
+    started_pending: bool | None = None   # True between the START decision and on_started
     cancel_requested: bool = False           # PREEMPTING because a user cancelled it
-    waiting_for: list = field(default_factory=list)  # PLACED: victims still holding our cells
-    policy_victims: list = field(default_factory=list)  # QUEUED TE job: BE jobs preempted for it, not gone yet
+    waiting_for: list[str] = field(default_factory=list)  # PLACED: victims still holding our cells
+    policy_victims: list[str] = field(default_factory=list)  # QUEUED TE job: BE jobs preempted for it, not gone yet
     run_time: float = 0.0                    # simulator: time run so far (kept across preemptions)
-    progress: Optional[tuple] = None         # (done, total) from report_progress
+    progress: tuple[float, float] | None = None # (done, total) from report_progress
     reason: str = ""                         # last scheduling reason (why queued, why failed)
     gpus_preempted: int = 0                  # GPUs this job lost to preemption, summed
     last_error: str = ""                     # the last failed run's log tail / launcher message
@@ -103,6 +106,20 @@ class JobRecord:
     # when a retry is due); recomputed by the engine's rounds, "" once it runs or ends.
     # Every door shows this one text (engine_reasons.py writes it).
     wait_reason: str = ""
+    # the job's place in its VC's queue: lower goes first. Submissions take rising
+    # keys, a job put back at the head a key below every other; journaled, so a
+    # restart rebuilds the same order (``Engine.restore``).
+    queue_key: float | None = None
+    # Resolved by the engine from the request and the spec at submission and at
+    # restore (never journaled: a spec reload may resolve them differently).
+    chain: str | None = field(default=None, repr=False)     # the cell chain it may use; None = any
+    default_share: bool = field(default=True, repr=False)      # its pods ask for no CPUs/RAM of their own
+    policy_note: str = field(default="", repr=False)           # why the preemption policy found no victims
+
+    @property
+    def bound_chain(self) -> str | None:
+        """The chain of the cells it holds now (None when it holds none)."""
+        return self.placement.chain if self.placement is not None else None
 
     @property
     def id(self) -> str:
@@ -117,7 +134,7 @@ class JobRecord:
         return sum(self.pod_gpus)
 
     @property
-    def remaining(self) -> Optional[float]:
+    def remaining(self) -> float | None:
         """Simulator: run time left (``duration`` minus what already ran)."""
         d = self.request.duration
         return None if d is None else max(0.0, d - self.run_time)
@@ -142,14 +159,15 @@ class JobRecord:
             "queued_since": self.queued_since, "queued_time": self.queued_time,
             "grace_deadline": self.grace_deadline, "killed": self.killed, "cancel_requested": self.cancel_requested,
             "started_pending": self.started_pending,
-            "waiting_for": list(self.waiting_for), "policy_victims": list(self.policy_victims), "run_time": self.run_time,
+            "waiting_for": list(self.waiting_for), "policy_victims": list(self.policy_victims),
+            "run_time": self.run_time,
             "progress": list(self.progress) if self.progress else None,
             "reason": self.reason, "gpus_preempted": self.gpus_preempted, "last_error": self.last_error,
-            "wait_reason": self.wait_reason,
+            "wait_reason": self.wait_reason, "queue_key": self.queue_key,
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "JobRecord":
+    def from_dict(cls, d: dict[str, Any]) -> JobRecord:
         d = dict(d)
         d["request"] = request_from_dict(d["request"])
         d["state"] = JobState(d.get("state", "queued"))
@@ -158,7 +176,7 @@ class JobRecord:
         d["pod_demands"] = [tuple(p) for p in d.get("pod_demands", [])]
         if d.get("progress") is not None:
             d["progress"] = tuple(d["progress"])
-        known = set(cls.__dataclass_fields__)
+        known = set(cls.__dataclass_fields__) - NOT_JOURNALED
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"JobRecord.from_dict: unknown fields {unknown}")

@@ -1,7 +1,8 @@
 """Engine.restore: rebuild one job from its stored record after a restart.
 
-Queued jobs go back to the tail of their VC's queue (call in submission
-order); jobs that held cells re-bind exactly the placement they had through
+Queued jobs go back to their place in their VC's queue, the journaled
+``queue_key`` (``Engine.restore_order`` lists records in the order to
+restore them); jobs that held cells re-bind exactly the placement they had through
 ``Allocator.restore`` (HiveD keeps bindings with the pods: HiveD, OSDI '20, §4), so the
 allocator and the engine's view agree with what is really running.
 """
@@ -10,11 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .engine_records import JobRecord
-from .grant import Grant
 from .engine_validate import RequestError, check
-from .jobs import JobState
-
-HOLDING = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
+from .grant import Grant
+from .jobs import HOLDING, JobState
 
 
 @dataclass
@@ -49,9 +48,8 @@ def restore_record(eng, rec: JobRecord) -> None:
     if not rec.pod_gpus:
         rec.pod_gpus, rec.pod_demands = res.pod_gpus, res.pod_demands
         rec.want_level = rec.level = res.want_level
-    rec._default = res.default_share
-    rec._chain = res.chain
-    rec._memo = None
+    rec.default_share = res.default_share
+    rec.chain = res.chain
     if rec.state in HOLDING:
         if rec.placement is None:
             raise RequestError("placement", f"{rec.job_id} is {rec.state.value} but has no placement")
@@ -74,6 +72,6 @@ def restore_record(eng, rec: JobRecord) -> None:
     eng._jobs[rec.job_id] = rec
     if rec.state is JobState.QUEUED:
         eng._arm_relax(rec, rec.queued_since if rec.queued_since is not None else rec.submitted)
-        eng._enqueue(rec, head=False)
+        eng._enqueue_restored(rec)
         if rec.not_before:
             eng._timer(rec.not_before, "wake", rec.request.vc)

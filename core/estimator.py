@@ -29,6 +29,8 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Optional, Protocol, Sequence
 
+from .jobs import STARTED, state_values
+
 SOURCES = ("sample", "history", "hint", "progress", "oracle", "default")
 HINT_CONFIDENCE = 0.3
 DEFAULT_CONFIDENCE = 0.05
@@ -207,7 +209,7 @@ def record_elapsed(rec, now: Optional[float]) -> float:
     el = float(getattr(rec, "run_time", 0.0) or 0.0)
     started = getattr(rec, "started", None)
     state = getattr(getattr(rec, "state", None), "value", None)
-    if now is not None and started is not None and state in ("running", "preempting"):
+    if now is not None and started is not None and state in state_values(STARTED):
         el += max(0.0, now - started)
     return el
 
@@ -217,7 +219,7 @@ class Estimator:
 
     def __init__(self, history: Optional[HistorySource] = None):
         self.history = history
-        self._jobs: dict[str, Estimate] = {}
+        self._estimates: dict[str, Estimate] = {}
         self._base: dict[str, Estimate] = {}     # per job: the estimate before any progress
 
     def estimate(self, kind: str = "gpu", *, signature: Optional[str] = None,
@@ -255,22 +257,22 @@ class Estimator:
 
     # --- per running job (what the engine calls) ------------------------
     def track(self, job_id: str, estimate: Estimate) -> None:
-        self._jobs[job_id] = estimate
+        self._estimates[job_id] = estimate
 
     def get(self, job_id: str) -> Optional[Estimate]:
-        return self._jobs.get(job_id)
+        return self._estimates.get(job_id)
 
     def report_progress(self, job_id: str, done: float, total: float, elapsed: float) -> Estimate:
-        est = refine(self._jobs.get(job_id), done, total, elapsed)
-        self._jobs[job_id] = est
+        est = refine(self._estimates.get(job_id), done, total, elapsed)
+        self._estimates[job_id] = est
         return est
 
     def remaining(self, job_id: str, elapsed: float) -> Optional[float]:
-        est = self._jobs.get(job_id)
+        est = self._estimates.get(job_id)
         return None if est is None else max(0.0, est.value - elapsed)
 
     def forget(self, job_id: str) -> None:
-        self._jobs.pop(job_id, None)
+        self._estimates.pop(job_id, None)
         self._base.pop(job_id, None)
 
     # --- per engine record (what policies call) -------------------------
@@ -310,7 +312,7 @@ class Estimator:
                 return None
             est = refine(base, done, total, el)
         if est is not None:
-            self._jobs[rec.job_id] = est
+            self._estimates[rec.job_id] = est
         return est
 
     def remaining_for(self, rec, now: Optional[float], kind: str = "gpu", **kw) -> Optional[float]:

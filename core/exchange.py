@@ -72,7 +72,7 @@ class ExchangeArbiter:
         self.offers: dict[str, Post] = {}
         self.requests: dict[str, Post] = {}
         self.exchanges: dict[str, Exchange] = {}
-        self._seq = 0
+        self.posts_made = 0              # numbers the posts (ids, posting order)
 
     # --- sizes ------------------------------------------------------------
     def gpus_per_cell(self, chain: str, level: int) -> int:
@@ -165,8 +165,9 @@ class ExchangeArbiter:
             self._check_can_lend("offer.count", vc, cells, start, end)
         elif back is not None:
             self._check_can_lend("in_return.count", vc, back, start, end)
-        self._seq += 1
-        post = Post(f"{kind.value[0]}{self._seq}", kind, vc, cells, float(start), float(end), back, now, self._seq)
+        self.posts_made += 1
+        post = Post(f"{kind.value[0]}{self.posts_made}", kind, vc, cells, float(start), float(end), back, now,
+                    self.posts_made)
         (self.offers if kind is PostKind.OFFER else self.requests)[post.id] = post
         return post
 
@@ -276,13 +277,13 @@ class ExchangeArbiter:
                     res.failed.append(ex)
         for ex in sorted(self.exchanges.values(), key=lambda e: (e.end, e.id)):
             if ex.state is ExchangeState.ACTIVE and ex.end <= now:
-                legs = [g for g in reversed(ex.legs) if id(g) not in ex._returned]
+                legs = [(i, g) for i, g in reversed(list(enumerate(ex.legs))) if i not in ex.returned_legs]
                 try:
-                    for g in legs:
+                    for i, g in legs:
                         down = give_back(self.allocator, g.borrower, g.lender, g.cells)
                         ex.downgraded.extend(down)
                         res.downgraded.extend(down)
-                        ex._returned.add(id(g))
+                        ex.returned_legs.add(i)
                 except ReturnDelayed as e:   # stays active; the next tick tries again
                     ex.downgraded.extend(e.downgraded)
                     res.downgraded.extend(e.downgraded)

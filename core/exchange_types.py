@@ -83,7 +83,7 @@ class Exchange:
     state: ExchangeState = ExchangeState.PENDING
     reason: str = ""
     downgraded: list[str] = field(default_factory=list)        # owners made opportunistic at return
-    _returned: set = field(default_factory=set, repr=False, compare=False)  # legs already given back
+    returned_legs: set[int] = field(default_factory=set)        # indices of the legs already given back
 
     @property
     def spatial(self) -> bool:

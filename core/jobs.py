@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any
 
 
 class JobClass(str, enum.Enum):
@@ -46,7 +46,29 @@ class JobState(str, enum.Enum):
 
     @property
     def terminal(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+        return self in TERMINAL
+
+    @property
+    def holding(self) -> bool:
+        """The job holds cells (bound, running or inside its grace period)."""
+        return self in HOLDING
+
+
+# The one definition of each group of states; every part of hived (engine,
+# service, REST handlers, Kubernetes, the client) reads these.
+HOLDING: frozenset[JobState] = frozenset({JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING})
+TERMINAL: frozenset[JobState] = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+# not started yet (queued, or placed and waiting for victims): a wait reason applies
+WAITING: frozenset[JobState] = frozenset({JobState.QUEUED, JobState.PLACED})
+# started and not yet ended: its processes may be alive
+STARTED: frozenset[JobState] = frozenset({JobState.RUNNING, JobState.PREEMPTING})
+# not ended: what a scheduling round can still change
+ACTIVE: frozenset[JobState] = frozenset(JobState) - TERMINAL
+
+
+def state_values(states: frozenset[JobState]) -> tuple[str, ...]:
+    """The states' wire names, in the enum's order (for doors that speak JSON)."""
+    return tuple(s.value for s in JobState if s in states)
 
 
 @dataclass(frozen=True)
@@ -55,9 +77,9 @@ class PodGroup:
 
     pods: int = 1
     gpus: int = 1
-    cell_type: Optional[str] = None  # e.g. "DGX2-V100.NODE"; when set it decides the GPUs
-    cpus: Optional[float] = None     # per pod; None = default from the node's share
-    memory_gb: Optional[float] = None
+    cell_type: str | None = None  # e.g. "DGX2-V100.NODE"; when set it decides the GPUs
+    cpus: float | None = None     # per pod; None = default from the node's share
+    memory_gb: float | None = None
 
 
 @dataclass
@@ -69,20 +91,20 @@ class JobRequest:
     command: list[str] | str = ""
     job_class: JobClass = JobClass.TE
     groups: list[PodGroup] = field(default_factory=lambda: [PodGroup()])
-    chain: Optional[str] = None          # GPU pool (cell chain); None = any that fits
+    chain: str | None = None          # GPU pool (cell chain); None = any that fits
     affinity: Affinity = Affinity.HARD
     grace_period: float = 0.0            # seconds between SIGTERM and SIGKILL; 0 = rewindable
     allow_opportunistic: bool = False    # may run as low priority when the VC is full
     name: str = ""
     env: dict[str, str] = field(default_factory=dict)
-    workdir: Optional[str] = None
-    duration: Optional[float] = None     # simulator only: run time once started
-    estimate: Optional[float] = None     # user's hint of run time, seconds
-    max_retries: Optional[int] = None    # None = the failure class decides
+    workdir: str | None = None
+    duration: float | None = None     # simulator only: run time once started
+    estimate: float | None = None     # user's hint of run time, seconds
+    max_retries: int | None = None    # None = the failure class decides
     labels: dict[str, str] = field(default_factory=dict)
     # Launcher-specific pod settings: the job's overrides of the Kubernetes job template
     # (k8s/template.py). The engine only carries them; the launcher validates them.
-    k8s_template: Optional[dict] = None
+    k8s_template: dict[str, Any] | None = None
 
     @property
     def total_pods(self) -> int:
@@ -122,6 +144,6 @@ class DecisionKind(str, enum.Enum):
 class Decision:
     kind: DecisionKind
     job_id: str
-    placement: Optional[Placement] = None
+    placement: Placement | None = None
     grace_period: float = 0.0
     reason: str = ""

@@ -51,15 +51,18 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from hived.core.engine_records import JobRecord, placement_from_dict, request_from_dict
-from hived.core.jobs import JobState
+from hived.core.jobs import HOLDING as HOLDING_STATES
+from hived.core.jobs import STARTED, WAITING, JobState, state_values
+from hived.core.jobs import TERMINAL as TERMINAL_STATES
 
 from . import pod_builder as pb
 from .watch import PENDING, SUCCEEDED, pod_state
 
 log = logging.getLogger("hived.k8s.recovery")
 
-HOLDING = ("placed", "running", "preempting")
-TERMINAL = ("succeeded", "failed", "cancelled")
+# the records are JSON here: the states' wire names
+HOLDING = state_values(HOLDING_STATES)
+TERMINAL = state_values(TERMINAL_STATES)
 
 
 @dataclass
@@ -213,7 +216,7 @@ def reconcile(store, launcher, new_engine: Callable[[], object], now: float) -> 
                     note(rep.finished_teardown, jid,
                          f"the journal says {state} but pods still run; deleting them (an interrupted teardown)")
                 continue
-            if state in ("queued", "placed") and g.attempt <= int(d.get("attempts") or 0) and g.over:
+            if state in state_values(WAITING) and g.attempt <= int(d.get("attempts") or 0) and g.over:
                 # the journal counted this attempt's end already (a retry in its back-off)
                 left = [p["metadata"]["name"] for p in g.pods.values()
                         if not pod_state(p).terminal and not p["metadata"].get("deletionTimestamp")]
@@ -262,20 +265,16 @@ def reconcile(store, launcher, new_engine: Callable[[], object], now: float) -> 
                 log.warning("recovery: job %s: members %s missing after members ran; the gang is torn down "
                             "and its retry rules decide", jid, miss)
     for jid, (d, _) in journal.items():
-        if d["state"] in ("running", "preempting") and jid not in gangs:
+        if d["state"] in state_values(STARTED) and jid not in gangs:
             note(rep.lost, jid, f"the journal says {d['state']}, the cluster has no pod of it (lost)")
 
     _check_spec(journal, writes, gangs, launcher, new_engine, now, rep)
     with store.transaction():
-        for jid, (d, qkey, hist) in writes.items():
+        for jid, (d, _, _) in writes.items():
             if jid in added:
-                store.add_job(d, now, qkey)
+                store.add_job(d, now)
             else:
-                store.update_job(d, now, hist, qkey)
-            if d["state"] in HOLDING and d.get("placement"):
-                store.bind(jid, int(d.get("attempts") or 0) + (d["state"] == "placed"), d["placement"], now)
-            elif d["state"] in TERMINAL:
-                store.unbind(jid)
+                store.update_job(d, now)
     if gangs or rep.lost:
         log.info("recovery from the cluster: %d gangs, %d agreed, %d rebuilt, %d corrected, %d completed, "
                  "%d downgraded, %d ended, %d lost", rep.gangs, len(rep.agreed), len(rep.rebuilt),

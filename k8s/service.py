@@ -307,7 +307,7 @@ class KubernetesSchedulerService(SchedulerService):
 
     def _continue_job_ids(self) -> None:
         """Job ids go on after the highest one the journal or any hived pod in the cluster holds."""
-        seen = list(self.eng._jobs) + list(self._extra) + self.launcher.cluster_job_ids()
+        seen = self.eng.job_ids() + list(self._extra) + self.launcher.cluster_job_ids()
         top = max((int(m.group(1)) for m in map(_JOB_ID.fullmatch, seen) if m), default=0)
         # the service hands out ids from its JobIds (data directory); the cluster's pods bound it too
         ids = self.job_ids
@@ -327,7 +327,7 @@ class KubernetesSchedulerService(SchedulerService):
             down = self._downgrades_for(new_spec)
             saved = {}
             for jid in down:
-                rec = self.eng._jobs[jid]
+                rec = self.eng.job(jid)
                 saved[jid] = rec.placement
                 rec.placement = dataclasses.replace(rec.placement, opportunistic=True)
             old_eng = self.eng
@@ -335,10 +335,10 @@ class KubernetesSchedulerService(SchedulerService):
                 out = super().reload_spec(path_or_text)
             finally:
                 for jid, p in saved.items():         # the old engine's records, as they were
-                    old_eng._jobs[jid].placement = p
+                    old_eng.job(jid).placement = p
             now = self.clock()
             for jid in down:
-                rec = self.eng._jobs[jid]
+                rec = self.eng.job(jid)
                 rec.history.append((now, rec.state.value, "downgraded to opportunistic: its cells no longer "
                                     "fit the reloaded spec"))
                 self.launcher.relabel_opportunistic(jid)
@@ -354,17 +354,17 @@ class KubernetesSchedulerService(SchedulerService):
     def _downgrades_for(self, new_spec) -> list[str]:
         """Guaranteed holding jobs that fit ``new_spec`` only as opportunistic (in restore order)."""
         from hived.core.engine_records import JobRecord
-        from hived.core.jobs import JobState
+        from hived.core.jobs import HOLDING
         scratch = self._new_engine(new_spec)
         out = []
-        for rec in sorted(self.eng._jobs.values(), key=lambda r: (r.state is JobState.QUEUED, getattr(r, "_seq", 0))):
+        for rec in self.eng.restore_order():
             d = rec.to_dict()
             try:
                 scratch.restore(JobRecord.from_dict(d))
                 continue
             except Exception:
                 pass
-            if rec.state.value in ("placed", "running", "preempting") and d.get("placement") \
+            if rec.state in HOLDING and d.get("placement") \
                     and not d["placement"]["opportunistic"]:
                 d["placement"]["opportunistic"] = True
                 try:

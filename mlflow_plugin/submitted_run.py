@@ -21,7 +21,7 @@ from mlflow.projects.submitted_run import SubmittedRun
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
-from hived.service.client import HivedClient, HivedError, HivedUnreachable
+from hived.service.client import TERMINAL_STATES, HivedClient, HivedError, HivedUnreachable
 from hived.service.terminal_text import visible
 from hived.mlflow_plugin.history import RUN_SECONDS_TAG, running_seconds
 
@@ -38,7 +38,7 @@ _STATUS = {
     "failed": "FAILED",
     "cancelled": "KILLED",
 }
-TERMINAL = ("succeeded", "failed", "cancelled")
+TERMINAL = TERMINAL_STATES
 TAG = "hived."
 PREEMPTION_METRIC = "hived.preemptions"
 FIRST_POLL = 0.05  # seconds; see wait()

@@ -26,7 +26,9 @@ from typing import Any, Optional
 
 import requests
 
-TERMINAL_STATES = ("succeeded", "failed", "cancelled")
+from hived.core.jobs import TERMINAL, state_values
+
+TERMINAL_STATES = state_values(TERMINAL)   # the jobs' states on the wire (hived.core.jobs defines them)
 USER_HEADER = "X-Hived-User"  # honoured only by servers configured to trust it (see docs/jupyter.md)
 
 

@@ -8,23 +8,33 @@ the engine is told (``Engine.on_capacity_changed``): queues of those VCs
 are tried again and jobs whose borrowed cells went back are booked as
 opportunistic.
 
-Not persisted: the board, the exchanges and the ledger live in memory only.
-A restart starts with an empty board and every VC back at its spec's cells
-(a job running on borrowed cells is then restored as its binding allows).
+The board, the exchanges and the ledger are journaled as one document
+(``core/exchange_state.py``) after every post and every window that starts or
+ends, and loaded on start before any job is restored: cells still lent are
+moved again, so jobs on borrowed cells fit their VC as they did, and the
+GPU-hour accounts go on where they were. A post is written before it is
+answered (refused, and forgotten, when the journal cannot take it).
 """
 from __future__ import annotations
 
-from typing import Optional
+import copy
+import logging
 
+from hived.core import exchange_state
 from hived.core.engine import RequestError
 from hived.core.exchange import ExchangeArbiter, ExchangeError, ExchangeState, TickResult
+
+from .degraded import ServiceDegraded
+from .store import JournalWriteError, StoreError
+
+log = logging.getLogger("hived.service")
 
 
 class ExchangeNotEnabled(LookupError):
     """The allocator of this service cannot move cells (the quota baseline): HTTP 404."""
 
 
-def make_arbiter(engine) -> Optional[ExchangeArbiter]:
+def make_arbiter(engine) -> ExchangeArbiter | None:
     """An arbiter over the engine's allocator, or None when it cannot transfer cells."""
     if not hasattr(engine.alloc, "transfer"):
         return None
@@ -32,7 +42,42 @@ def make_arbiter(engine) -> Optional[ExchangeArbiter]:
 
 
 class ExchangeMixin:
-    _arb: Optional[ExchangeArbiter] = None
+    _arb: ExchangeArbiter | None = None
+    _exchange_unsaved = False   # the arbiter moved and the journal has not taken it yet
+
+    def _exchange_restore(self) -> ExchangeArbiter | None:
+        """The arbiter over the new engine, with the journaled exchange state (before jobs are restored)."""
+        arb = make_arbiter(self.eng)
+        doc = self.store.load_exchange()
+        if doc is None:
+            return arb
+        if arb is None:
+            log.warning("the journal holds cell exchange state, but scheme %r cannot move cells: ignored",
+                        self.scheme)
+            return None
+        try:
+            res = exchange_state.load(arb, doc)
+        except ValueError as exc:
+            raise StoreError(f"{getattr(self.store, 'path', 'the journal')}: {exc}; "
+                             f"hived will not start over it (restore the database from a backup)") from None
+        for what in res.dropped:
+            log.warning("cell exchange state: dropped %s", what)
+        if res.moved_vcs:
+            self.eng.on_capacity_changed(res.moved_vcs, [], self.clock())
+        return arb
+
+    def _save_exchange(self, now: float) -> None:
+        """Journal the arbiter's state; when the journal refuses, the service turns degraded and
+        the next tick writes it again."""
+        if self._arb is None:
+            return
+        try:
+            self.store.save_exchange(exchange_state.save(self._arb), now)
+        except JournalWriteError as exc:
+            self._exchange_unsaved = True
+            self._degrade(exc)
+            return
+        self._exchange_unsaved = False
 
     def _arbiter(self) -> ExchangeArbiter:
         if self._arb is None:
@@ -81,11 +126,23 @@ class ExchangeMixin:
                                     f"(VC admins only: {', '.join(sorted(self._admins(vc))) or 'none'})")
             now = self.clock()
             self._require_journal(now)
+            # matching moves no cells (start=False): the board alone changes, and comes back as
+            # it was when the journal refuses the post
+            board = copy.deepcopy((arb.offers, arb.requests, arb.ledger.entries, arb.posts_made))
+            known = set(arb.exchanges)
             try:
                 post = arb.post_payload(kind, body, now)
             except ExchangeError as exc:
                 raise RequestError(exc.where, exc.problem) from None
             made = arb.match(now, start=False)
+            try:
+                self.store.save_exchange(exchange_state.save(arb), now)
+            except JournalWriteError as exc:
+                arb.offers, arb.requests, arb.ledger.entries, arb.posts_made = board
+                for xid in set(arb.exchanges) - known:
+                    del arb.exchanges[xid]
+                self._degrade(exc)
+                raise ServiceDegraded(self.degraded) from None
             self._exchange_apply(arb.tick(now), now, write=True)
             doc = post.to_dict()
             doc["matched"] = [arb.exchanges[e.id].to_dict() for e in made]
@@ -100,6 +157,8 @@ class ExchangeMixin:
         return self._exchange_apply(self._arb.tick(now), now)
 
     def _exchange_apply(self, res: TickResult, now: float, write: bool = False) -> list[str]:
+        if res.started or res.ended or res.failed or res.expired or res.delayed or self._exchange_unsaved:
+            self._save_exchange(now)
         vcs = {v for ex in res.started + res.ended + res.delayed for g in ex.legs for v in (g.lender, g.borrower)}
         if vcs or res.downgraded:
             self.eng.on_capacity_changed(sorted(vcs), res.downgraded, now)
@@ -124,3 +183,4 @@ class ExchangeMixin:
         if old is not None and self._arb is not None:
             for vc, entry in old.ledger.entries.items():
                 self._arb.ledger.entries[vc] = entry
+            self._exchange_unsaved = True   # the next tick journals it (a refused reload keeps the old one)

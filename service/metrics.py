@@ -10,9 +10,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-from hived.core.jobs import JobState
+from hived.core.jobs import HOLDING as _HOLDING
 
-_HOLDING = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
 # a round is milliseconds; a commit waits for fsync (FULL synchronous)
 _ROUND_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
@@ -39,7 +38,7 @@ class _StateCollector:
             vcs = sorted(svc.spec.vcs)
             counts: dict = {}
             used: dict = {(vc, cls): 0 for vc in vcs for cls in ("guaranteed", "opportunistic")}
-            for rec in svc.eng._jobs.values():
+            for rec in svc.eng.jobs():
                 vc = rec.request.vc
                 counts[(vc, rec.state.value)] = counts.get((vc, rec.state.value), 0) + 1
                 if rec.state in _HOLDING:

@@ -21,14 +21,13 @@ import logging
 from typing import Optional
 
 from hived.core.engine import RequestError
-from hived.core.jobs import JobState
+from hived.core.jobs import HOLDING
 
 from .retention import _dir_bytes, _limit
 
 log = logging.getLogger("hived.service")
 
 QUOTA_INTERVAL = 5.0   # seconds between two measurements of the job folders
-RUNNING = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
 
 
 def _size(n: float) -> str:
@@ -96,7 +95,7 @@ class QuotaMixin:
         wanted = set(vcs)
         used = {v: 0 for v in vcs}
         grew: dict[str, list] = {v: [] for v in vcs}
-        for rec in self.eng._jobs.values():
+        for rec in self.eng.jobs():
             vc = rec.request.vc
             if vc not in wanted:
                 continue
@@ -107,7 +106,7 @@ class QuotaMixin:
                 n = _dir_bytes(jobs_dir / jid)
                 if rec.state.terminal:
                     self._final_bytes[jid] = n
-                elif rec.state in RUNNING and n > self._job_bytes.get(jid, 0):
+                elif rec.state in HOLDING and n > self._job_bytes.get(jid, 0):
                     grew[vc].append(jid)
             self._job_bytes[jid] = n
             used[vc] += n
@@ -119,8 +118,8 @@ class QuotaMixin:
         from .degraded import ServiceDegraded
         now = self.clock()
         for jid in self._growing.get(vc, []):
-            rec = self.eng._jobs.get(jid)
-            if rec is None or rec.state not in RUNNING or rec.cancel_requested:
+            rec = self.eng.find(jid)
+            if rec is None or rec.state not in HOLDING or rec.cancel_requested:
                 continue
             why = (f"stopped: VC {vc!r} job folders hold {_size(self._used[vc])}, over its disk quota of "
                    f"{_size(self._quota[vc])}, and this job was writing")

@@ -24,6 +24,7 @@ import shutil
 from typing import Optional
 
 from hived.core.engine import RequestError
+from hived.core.jobs import TERMINAL
 
 log = logging.getLogger("hived.service")
 
@@ -137,7 +138,7 @@ class RetentionMixin:
             if not policy:
                 continue
             # newest first; ties (jobs that ended in the same tick) by submission
-            done = sorted((r for r in self.eng._jobs.values() if r.request.vc == vc and r.state.terminal),
+            done = sorted(self.eng.jobs(vc, states=TERMINAL),
                           key=lambda r: (r.ended or r.submitted or 0.0, r.submitted or 0.0, _number(r.job_id)),
                           reverse=True)
             keep, max_age = policy.get("keep"), policy.get("max_age")
@@ -161,9 +162,9 @@ class RetentionMixin:
             self._degrade(exc)
             raise ServiceDegraded(self.degraded) from None
         for j in ids:
-            self.eng._jobs.pop(j, None)
-            for book in (self._seen, self._hist, self._bound):
-                book.pop(j, None)
+            if j in self.eng:
+                self.eng.forget(j)
+            self._seen.pop(j, None)
             self._live.discard(j)
             shutil.rmtree(jobs_dir / j, ignore_errors=True)
             self._forget_sizes(j)

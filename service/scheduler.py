@@ -36,11 +36,11 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from hived.core.engine import Engine, EngineConfig, RequestError
 from hived.core.engine_records import JobRecord
-from hived.core.jobs import DecisionKind, JobState
+from hived.core.jobs import HOLDING, DecisionKind, JobState, state_values
 
 from .degraded import ServiceDegraded
 from .job_ids import JobIds, JobIdsError
@@ -55,7 +55,6 @@ from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged
 
 log = logging.getLogger("hived.service")
 
-HOLDING = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
 LOST_TAIL = "hived: the job's processes were gone when the service restarted (SIGKILL, node lost)"
 
 
@@ -195,7 +194,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         self._load_retention()
         self._load_quota()
         self.eng = self._new_engine(self.spec)
-        self._arb = make_arbiter(self.eng)   # cell exchange (service/exchange.py); in memory only
+        self._arb = make_arbiter(self.eng)   # cell exchange (service/exchange.py); _recover loads its state
         # this machine's GPUs, when the spec names this host (a spec from `hived discover`)
         self.local = None
         if launcher == "local" or health == "auto":
@@ -217,8 +216,6 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         self.ticks = 0
         self._unhealthy: dict[tuple, str] = {}
         self._seen: dict[str, tuple] = {}        # job id -> fingerprint last written
-        self._hist: dict[str, int] = {}          # job id -> history entries written
-        self._bound: dict[str, Any] = {}         # job id -> placement written as binding
         self._live: set[str] = set()             # non-terminal jobs (what a step can change)
         self._launched: set[str] = set()         # jobs the launcher is running (or adopted)
         self._extra: dict[str, dict] = {}        # stored jobs the current spec cannot restore
@@ -236,22 +233,22 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
     @staticmethod
     def _fingerprint(rec: JobRecord) -> tuple:
         return (rec.state, len(rec.history), id(rec.placement), rec.attempts, rec.progress,
-                rec.killed, len(rec.waiting_for), getattr(rec, "_seq", None), rec.not_before,
+                rec.killed, len(rec.waiting_for), rec.queue_key, rec.not_before,
                 rec.cancel_requested)
 
-    def _write(self, ids, now: float, decisions=(), meta: Optional[dict] = None) -> None:
-        """Write the jobs among ``ids`` whose state moved since last written, the preemptions
-        among ``decisions`` and ``meta`` in one commit.
+    def _write(self, ids, now: float, meta: Optional[dict] = None) -> None:
+        """Write the jobs among ``ids`` whose state moved since last written and ``meta`` in
+        one commit (each record holds its placement, queue key and history).
 
         The bookkeeping of what was written changes only once the commit succeeded, so a
         failed commit is written again in full next time. On failure the service turns
         degraded and ``ServiceDegraded`` is raised."""
         eng = self.eng
-        seen, hist, bound, unbound, written = {}, {}, {}, [], []
+        seen, written = {}, []
         try:
             with self.metrics.commit_seconds.time(), self.store.transaction():
                 for jid in dict.fromkeys(ids):
-                    rec = eng._jobs.get(jid)
+                    rec = eng.find(jid)
                     if rec is None:
                         continue
                     fp = self._fingerprint(rec)
@@ -260,23 +257,10 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                     seen[jid] = fp
                     written.append(jid)
                     d = rec.to_dict()
-                    qkey = getattr(rec, "_seq", None)
                     if jid not in self._seen:
-                        self.store.add_job(d, now, qkey)
+                        self.store.add_job(d, now)
                     else:
-                        self.store.update_job(d, now, rec.history[self._hist.get(jid, 0):], qkey)
-                    hist[jid] = len(rec.history)
-                    if rec.placement is not None and rec.state in HOLDING:
-                        if self._bound.get(jid) is not rec.placement:
-                            self.store.bind(jid, rec.attempts + (rec.state is JobState.PLACED),
-                                            d["placement"], now)
-                            bound[jid] = rec.placement
-                    elif jid in self._bound:
-                        self.store.unbind(jid)
-                        unbound.append(jid)
-                for dec in decisions:
-                    if dec.kind is DecisionKind.PREEMPT:
-                        self.store.add_preemption(dec.job_id, now, dec.reason)
+                        self.store.update_job(d, now)
                 done_intents = [j for j in written if j in self._intents]
                 if done_intents:   # the records now say it: the intents are spent
                     self.store.clear_intents(done_intents)
@@ -289,13 +273,9 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             self._degrade(exc)
             raise ServiceDegraded(self.degraded) from None
         self._seen.update(seen)
-        self._hist.update(hist)
-        self._bound.update(bound)
-        for jid in unbound:
-            self._bound.pop(jid, None)
         self._intents.difference_update(done_intents)
         for jid in written:
-            if eng._jobs[jid].state.terminal:
+            if eng.job(jid).state.terminal:
                 self._live.discard(jid)
             else:
                 self._live.add(jid)
@@ -303,8 +283,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             log.warning("the journal is written again; service no longer degraded")
             self.degraded = None
 
-    def _write_live(self, now: float, also=(), decisions=(), meta=None) -> None:
-        self._write(list(self._live) + [j for j in also if j not in self._live], now, decisions, meta)
+    def _write_live(self, now: float, also=(), meta=None) -> None:
+        self._write(list(self._live) + [j for j in also if j not in self._live], now, meta)
 
     def _degrade(self, exc: Exception) -> None:
         """Turn degraded. The reason is shown to every user (503) and to unauthenticated
@@ -320,7 +300,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         False (nothing acted on) while the journal refuses."""
         pending = self._pending
         try:
-            self._write_live(now, also=list(also) + [d.job_id for d in pending], decisions=pending)
+            self._write_live(now, also=list(also) + [d.job_id for d in pending])
         except ServiceDegraded:
             return False
         self._pending = []
@@ -344,11 +324,12 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         """Rebuild the engine from the store; adopt or relaunch the holding jobs."""
         t0 = time.perf_counter()
         now = self.clock()
+        self._arb = self._exchange_restore()   # before the jobs: cells still lent move to their borrowers again
         rows = self.store.load_jobs_with_keys()
         holding, queued, other = [], [], []
         for d, qkey in rows:
             st = d.get("state")
-            (holding if st in ("placed", "running", "preempting") else
+            (holding if st in state_values(HOLDING) else
              queued if st == "queued" else other).append((d, qkey))
         # queued jobs in their queue order (preempted ones were put at the head)
         queued.sort(key=lambda r: (r[1] is None, r[1] if r[1] is not None else 0))
@@ -364,15 +345,12 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 self._seen[d["job_id"]] = ("extra",)
                 continue
             self._seen[rec.job_id] = self._fingerprint(rec)
-            self._hist[rec.job_id] = len(rec.history)
-            if rec.state in HOLDING:
-                self._bound[rec.job_id] = rec.placement
             if not rec.state.terminal:
                 self._live.add(rec.job_id)
         summary["cancelled"] = self._replay_intents(now)
         for d, _ in holding:
             jid = d["job_id"]
-            rec = self.eng._jobs.get(jid)
+            rec = self.eng.find(jid)
             if rec is None or rec.state not in HOLDING:
                 continue
             if rec.state is JobState.PLACED and rec.waiting_for:
@@ -408,13 +386,13 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         done = []
         for jid, kind, user, _t in self.store.intents():
             self._intents.add(jid)
-            rec = self.eng._jobs.get(jid)
+            rec = self.eng.find(jid)
             if kind != "cancel" or rec is None or rec.state.terminal or rec.cancel_requested:
                 continue
             self.eng.cancel(jid, now, user)
             done.append(jid)
         if self._intents:
-            self._live.update(j for j in self._intents if j in self.eng._jobs)
+            self._live.update(j for j in self._intents if j in self.eng)
             self._seen.update({j: None for j in self._intents if j in self._seen})  # rewrite: clears them
         return done
 
@@ -440,7 +418,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         if cancel_jobs:
             with self._lock:
                 for jid in list(self._live):
-                    rec = self.eng._jobs[jid]
+                    rec = self.eng.job(jid)
                     if not rec.state.terminal:
                         try:
                             self._cancel(jid, rec.request.user)
@@ -499,7 +477,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
     def _events(self, now: float) -> list[str]:
         touched = []
         for ev in self.launcher.poll():
-            rec = self.eng._jobs.get(ev.job_id)
+            rec = self.eng.find(ev.job_id)
             if rec is None:
                 continue
             touched.append(ev.job_id)
@@ -523,7 +501,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
 
     def _execute(self, decisions, now: float) -> None:
         for d in decisions:
-            rec = self.eng._jobs.get(d.job_id)
+            rec = self.eng.find(d.job_id)
             if rec is None:
                 continue
             if d.kind is DecisionKind.START:
@@ -597,7 +575,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             now = self.clock()
             self._require_journal(now)
             try:
-                jid = self.job_ids.next(taken=lambda j: j in self.eng._jobs or j in self._extra)
+                jid = self.job_ids.next(taken=lambda j: j in self.eng or j in self._extra)
             except JobIdsError as exc:
                 self._degrade(exc)
                 raise ServiceDegraded(self.degraded) from None
@@ -611,9 +589,9 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             except Exception:
                 # not stored = not accepted: take it back out of the engine
                 self.eng.cancel(jid, now, user)
-                self.eng._jobs.pop(jid, None)
+                self.eng.forget(jid)
                 raise
-            rec = self.eng._jobs[jid]
+            rec = self.eng.job(jid)
             out = job_dict(rec, self._tail_position(rec))
         self._wake.set()
         return out
@@ -661,7 +639,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             return None
 
     def _rec(self, job_id: str) -> JobRecord:
-        rec = self.eng._jobs.get(job_id) if isinstance(job_id, str) else None
+        rec = self.eng.find(job_id) if isinstance(job_id, str) else None
         if rec is None:
             raise NotFound("job_id", f"unknown job {job_id!r}")
         return rec
@@ -790,8 +768,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             self._require_journal(self.clock())
             self._exchange_before_reload()
             eng = self._new_engine(new_spec)
-            for rec in sorted(self.eng._jobs.values(), key=lambda r: (r.state is JobState.QUEUED,
-                                                                      getattr(r, "_seq", 0))):
+            for rec in self.eng.restore_order():
                 copy = JobRecord.from_dict(rec.to_dict())
                 try:
                     eng.restore(copy)
@@ -813,8 +790,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
     def status(self) -> dict:
         with self._lock:
             counts: dict = {}
-            for r in self.eng._jobs.values():
-                counts[r.state.value] = counts.get(r.state.value, 0) + 1
+            for (_, state), n in self.eng.counts().items():
+                counts[state] = counts.get(state, 0) + n
             return {"ok": True, "degraded": self.degraded,
                     "data_dir": str(self.data_dir), "jobs": counts, "ticks": self.ticks,
                     "pid": os.getpid(), "last_error": self.last_error,

@@ -3,13 +3,15 @@
 ``Store`` is the small interface the service writes through; ``SqliteStore``
 is the embedded default: one SQLite file (stdlib ``sqlite3``, WAL journal)
 under the service's data directory. It holds the jobs (their JSON record as
-``JobRecord.to_dict`` gives it, in submission order), their state history,
-the cell bindings of jobs that hold cells, preemptions and the exchange
-ledger.
+``JobRecord.to_dict`` gives it, in submission order: the record carries the
+job's cells, its queue key and its history), the cell exchange's board,
+exchanges and GPU-hour ledger (one document), requests acknowledged before
+their job's record says so (intents) and a few settings (meta).
 
-The service's rule is "write, then act": a binding is committed before the
-launcher starts the gang, so that a restart after ``kill -9`` at any instant
-finds every accepted job once, in its queue order, with its cells.
+The service's rule is "write, then act": a job's record with its cells is
+committed before the launcher starts the gang, so that a restart after
+``kill -9`` at any instant finds every accepted job once, in its queue order,
+with its cells.
 
 The schema is versioned (``schema_version`` table, one row per applied
 migration) and the file is stamped with an SQLite ``application_id``. A file
@@ -32,8 +34,9 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 # "HIVD": marks the file as ours (PRAGMA application_id is a 32-bit int in the header).
 APPLICATION_ID = 0x48495644
@@ -111,6 +114,20 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
                job_id TEXT NOT NULL, kind TEXT NOT NULL, user TEXT NOT NULL, time REAL NOT NULL,
                PRIMARY KEY (job_id, kind))""",
     ]),
+    # Each job's record holds its placement, history and preemptions: these tables only
+    # repeated it, cost rows in every commit, and nothing read them. The exchange is
+    # kept whole (board, exchanges, ledger) so that a restart resumes it.
+    ("drop bindings, preemptions and job_history (the job records hold them); "
+     "the cell exchange's state", [
+        "DROP TABLE IF EXISTS bindings",
+        "DROP TABLE IF EXISTS preemptions",
+        "DROP INDEX IF EXISTS job_history_job",
+        "DROP TABLE IF EXISTS job_history",
+        "DROP TABLE IF EXISTS exchange_ledger",
+        """CREATE TABLE exchange (
+               id INTEGER PRIMARY KEY CHECK (id = 1),   -- one document
+               state TEXT NOT NULL, updated REAL NOT NULL)""",
+    ]),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -123,40 +140,28 @@ class Store(abc.ABC):
         """Group writes into one atomic commit (nestable)."""
 
     @abc.abstractmethod
-    def add_job(self, record: dict, now: float, qkey: Optional[float] = None) -> None: ...
+    def add_job(self, record: dict, now: float) -> None:
+        """A new job's record (its ``queue_key`` is kept as the queue key)."""
 
     @abc.abstractmethod
-    def update_job(self, record: dict, now: float, new_history: list, qkey: Optional[float] = None) -> None: ...
-
-    @abc.abstractmethod
-    def bind(self, job_id: str, attempt: int, placement: dict, now: float) -> None: ...
-
-    @abc.abstractmethod
-    def unbind(self, job_id: str) -> None: ...
-
-    @abc.abstractmethod
-    def add_preemption(self, job_id: str, now: float, reason: str) -> None: ...
-
-    @abc.abstractmethod
-    def add_ledger(self, entry: dict, now: float) -> None: ...
+    def update_job(self, record: dict, now: float) -> None:
+        """A stored job's record, replaced whole."""
 
     @abc.abstractmethod
     def load_jobs(self) -> list[dict]:
         """Every stored job record, in submission order."""
 
     @abc.abstractmethod
-    def load_jobs_with_keys(self) -> list[tuple[dict, Optional[float]]]:
+    def load_jobs_with_keys(self) -> list[tuple[dict, float | None]]:
         """(record, queue key) in submission order; the key orders queued jobs."""
 
     @abc.abstractmethod
-    def load_bindings(self) -> dict[str, dict]:
-        """job id -> {"attempt", "placement"} for jobs holding cells."""
+    def save_exchange(self, state: dict, now: float) -> None:
+        """The cell exchange's state (``core.exchange_state``), replacing what was saved."""
 
     @abc.abstractmethod
-    def history(self, job_id: str) -> list[tuple[float, str, str]]: ...
-
-    @abc.abstractmethod
-    def ledger(self) -> list[dict]: ...
+    def load_exchange(self) -> dict | None:
+        """The saved cell exchange state, None when none was ever saved."""
 
     @abc.abstractmethod
     def close(self) -> None: ...
@@ -382,43 +387,34 @@ class SqliteStore(Store):
 
     # -- writes ----------------------------------------------------------
 
-    def add_job(self, record: dict, now: float, qkey: Optional[float] = None) -> None:
+    def add_job(self, record: dict, now: float) -> None:
         req = record["request"]
-        with self.transaction():
-            self._db.execute(
-                "INSERT INTO jobs (job_id, user, vc, state, submitted, updated, qkey, record) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (record["job_id"], req["user"], req["vc"], record["state"],
-                 record.get("submitted") or now, now, qkey, _dumps(record)))
-            self._add_history(record["job_id"], record.get("history", []))
+        self._exec(
+            "INSERT INTO jobs (job_id, user, vc, state, submitted, updated, qkey, record) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (record["job_id"], req["user"], req["vc"], record["state"],
+             record.get("submitted") or now, now, record.get("queue_key"), _dumps(record)))
 
-    def update_job(self, record: dict, now: float, new_history: list, qkey: Optional[float] = None) -> None:
+    def update_job(self, record: dict, now: float) -> None:
         with self.transaction():
             cur = self._db.execute("UPDATE jobs SET state=?, updated=?, qkey=?, record=? WHERE job_id=?",
-                                   (record["state"], now, qkey, _dumps(record), record["job_id"]))
+                                   (record["state"], now, record.get("queue_key"), _dumps(record),
+                                    record["job_id"]))
             if cur.rowcount != 1:
                 raise StoreError(f"update_job: job {record['job_id']!r} is not stored")
-            self._add_history(record["job_id"], new_history)
 
-    def _add_history(self, job_id: str, entries: list) -> None:
-        if entries:
-            self._db.executemany("INSERT INTO job_history (job_id, time, state, reason) VALUES (?, ?, ?, ?)",
-                                 [(job_id, float(t), str(s), str(r)) for t, s, r in entries])
+    def save_exchange(self, state: dict, now: float) -> None:
+        self._exec("INSERT OR REPLACE INTO exchange (id, state, updated) VALUES (1, ?, ?)", (_dumps(state), now))
 
-    def bind(self, job_id: str, attempt: int, placement: dict, now: float) -> None:
-        self._exec("INSERT OR REPLACE INTO bindings VALUES (?, ?, ?, ?, ?, ?)",
-                   (job_id, attempt, placement["chain"], int(bool(placement.get("opportunistic"))),
-                    _dumps(placement), now))
-
-    def unbind(self, job_id: str) -> None:
-        self._exec("DELETE FROM bindings WHERE job_id=?", (job_id,))
-
-    def add_preemption(self, job_id: str, now: float, reason: str) -> None:
-        self._exec("INSERT INTO preemptions (job_id, time, reason) VALUES (?, ?, ?)",
-                   (job_id, now, reason))
-
-    def add_ledger(self, entry: dict, now: float) -> None:
-        self._exec("INSERT INTO exchange_ledger (time, entry) VALUES (?, ?)", (now, _dumps(entry)))
+    def load_exchange(self) -> dict | None:
+        with self._lock:
+            row = self._db.execute("SELECT state FROM exchange WHERE id=1").fetchone()
+        if row is None:
+            return None
+        try:
+            return json.loads(row[0])
+        except ValueError as exc:   # sound pages, unreadable content: refused like damage
+            raise StoreDamaged(_damaged(self.path, f"the cell exchange state is not JSON: {exc}")) from None
 
     def add_intent(self, job_id: str, kind: str, user: str, now: float) -> None:
         self._exec("INSERT OR REPLACE INTO intents VALUES (?, ?, ?, ?)", (job_id, kind, user, now))
@@ -433,10 +429,10 @@ class SqliteStore(Store):
         return [tuple(r) for r in rows]
 
     def delete_jobs(self, job_ids) -> None:
-        """Forget finished jobs: their record, history, preemptions, binding and intents."""
+        """Forget finished jobs: their record and intents."""
         rows = [(j,) for j in job_ids]
         with self.transaction():
-            for table in ("jobs", "job_history", "preemptions", "bindings", "intents"):
+            for table in ("jobs", "intents"):
                 self._db.executemany(f"DELETE FROM {table} WHERE job_id=?", rows)
 
     def max_job_number(self) -> int:
@@ -448,7 +444,7 @@ class SqliteStore(Store):
     def set_meta(self, key: str, value: str) -> None:
         self._exec("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
-    def get_meta(self, key: str) -> Optional[str]:
+    def get_meta(self, key: str) -> str | None:
         with self._lock:
             row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return row[0] if row else None
@@ -456,43 +452,21 @@ class SqliteStore(Store):
     # -- reads -----------------------------------------------------------
 
     def load_jobs(self) -> list[dict]:
-        with self._lock:
-            rows = self._db.execute("SELECT record FROM jobs ORDER BY seq").fetchall()
-        return [json.loads(r[0]) for r in rows]
+        return [record for record, _ in self.load_jobs_with_keys()]
 
-    def load_jobs_with_keys(self) -> list[tuple[dict, Optional[float]]]:
+    def load_jobs_with_keys(self) -> list[tuple[dict, float | None]]:
         with self._lock:
             rows = self._db.execute("SELECT job_id, record, qkey FROM jobs ORDER BY seq").fetchall()
         out = []
         for job_id, r, k in rows:
             try:
-                out.append((json.loads(r), k))
+                record = json.loads(r)
             except ValueError as exc:   # sound pages, unreadable content: refused like damage
                 raise StoreDamaged(_damaged(self.path, f"the record of job {job_id} is not JSON: {exc}")) from None
+            if "queue_key" not in record:   # written before records carried their queue key
+                record["queue_key"] = k
+            out.append((record, k))
         return out
-
-    def load_bindings(self) -> dict[str, dict]:
-        with self._lock:
-            rows = self._db.execute("SELECT job_id, attempt, placement FROM bindings").fetchall()
-        return {j: {"attempt": a, "placement": json.loads(p)} for j, a, p in rows}
-
-    def history(self, job_id: str) -> list[tuple[float, str, str]]:
-        with self._lock:
-            rows = self._db.execute("SELECT time, state, reason FROM job_history WHERE job_id=? "
-                                    "ORDER BY id", (job_id,)).fetchall()
-        return [tuple(r) for r in rows]
-
-    def preemptions(self, job_id: Optional[str] = None) -> list[tuple[str, float, str]]:
-        with self._lock:
-            sql = "SELECT job_id, time, reason FROM preemptions"
-            rows = (self._db.execute(sql + " WHERE job_id=? ORDER BY id", (job_id,)) if job_id
-                    else self._db.execute(sql + " ORDER BY id")).fetchall()
-        return [tuple(r) for r in rows]
-
-    def ledger(self) -> list[dict]:
-        with self._lock:
-            rows = self._db.execute("SELECT time, entry FROM exchange_ledger ORDER BY id").fetchall()
-        return [dict(json.loads(e), time=t) for t, e in rows]
 
     def count_jobs(self) -> int:
         with self._lock:

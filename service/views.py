@@ -5,9 +5,7 @@ import dataclasses
 import enum
 from typing import Any
 
-from hived.core.jobs import JobState
-
-HOLDING = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
+from hived.core.jobs import HOLDING
 
 
 def jsonable(x: Any) -> Any:
@@ -30,8 +28,8 @@ def jsonable(x: Any) -> Any:
 def holders(svc) -> dict:
     """(node, gpu) -> job id, for every job holding cells."""
     out = {}
-    for rec in svc.eng._jobs.values():
-        if rec.state in HOLDING and rec.placement is not None:
+    for rec in svc.eng.jobs(states=HOLDING):
+        if rec.placement is not None:
             for pod in rec.placement.pods:
                 for g in pod.gpus:
                     out.setdefault((pod.node, g), rec.job_id)
@@ -54,20 +52,19 @@ def cluster_dict(svc) -> dict:
                         "gpus_per_level": list(chain.gpus_per_level), "nodes": nodes,
                         "free_gpus": svc.eng.alloc.free_gpus(name)}
     counts: dict = {}
-    for r in svc.eng._jobs.values():
-        counts[r.state.value] = counts.get(r.state.value, 0) + 1
+    for (_, state), n in svc.eng.counts().items():
+        counts[state] = counts.get(state, 0) + n
     return {"chains": chains, "jobs": counts, "vcs": sorted(svc.spec.vcs)}
 
 
 def vc_dict(svc, vc: str) -> dict:
     spec = svc.spec.vcs[vc]
     view = jsonable(svc.eng.alloc.vc_view(vc))
-    running = [r.job_id for r in svc.eng._jobs.values() if r.request.vc == vc and r.state in HOLDING]
+    holding = svc.eng.holding(vc)
     return {
         "name": vc, "users": list(spec.users or []), "admins": list(getattr(spec, "admins", []) or []),
         "cells": {f"{c}/{lvl}": n for (c, lvl), n in spec.cells.items()},
-        "view": view, "queue": svc.eng.queue(vc), "running": running,
-        "gpus_used": sum(svc.eng._jobs[j].gpus for j in running
-                         if not svc.eng._jobs[j].opportunistic),
+        "view": view, "queue": svc.eng.queue(vc), "running": sorted(r.job_id for r in holding),
+        "gpus_used": sum(r.gpus for r in holding if not r.opportunistic),
         "gpus_total": sum(n * svc.spec.chains[c].gpus_per_level[lvl - 1] for (c, lvl), n in spec.cells.items()),
     }

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
-from ..jobs import JobState
+from ..jobs import STARTED, JobState
 from .fitgpp import (DEFAULT_CAP, Candidate, Choice, Vec, candidates_from, node_vectors,
                      pod_demands, preempt_until_fits, restrict_to_chain)
 
@@ -45,7 +45,7 @@ def remaining_from_record(rec, now: float) -> float:
         return 0.0
     done = float(getattr(rec, "run_time", 0.0) or 0.0)
     started = getattr(rec, "started", None)
-    if started is not None and getattr(rec, "state", JobState.RUNNING) in (JobState.RUNNING, JobState.PREEMPTING):
+    if started is not None and getattr(rec, "state", JobState.RUNNING) in STARTED:
         done += now - float(started)
     return max(0.0, float(dur) - done)
 

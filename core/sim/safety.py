@@ -53,15 +53,10 @@ def blocked_heads(eng, now: float, vcs=None) -> list:
     ``vcs``: only these VCs (those the round scanned: nothing changed elsewhere)."""
     out = []
     for vc in (eng.spec.vcs if vcs is None else vcs):
-        head = None
-        for jid in eng._order(vc, now):
-            rec = eng._jobs[jid]
-            if rec.not_before <= now:
-                head = rec
-                break
+        head = eng.head(vc, now)
         if head is None or not head.request.job_class.guaranteed:
             continue
-        if eng._vc_free(vc, head._chain) < head.gpus:
+        if eng.vc_free(vc, head.chain) < head.gpus:
             continue
         if vc_room(eng, head):
             out.append(head.job_id)

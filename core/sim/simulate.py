@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..engine import Engine, EngineConfig
-from ..jobs import Affinity, DecisionKind, JobClass, JobRequest, PodGroup
+from ..jobs import HOLDING, Affinity, DecisionKind, JobClass, JobRequest, PodGroup
 from .launcher import SimLauncher
 from .safety import blocked_heads
 from .schemes import SCHEMES, Sizing, build_engine, private_specs, shared_spec, size_cluster, sizing_from_spec
@@ -150,7 +150,7 @@ def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: O
                 eng.on_finished(jid, now, 0)
             else:
                 rec = eng.job(jid)
-                if rec.state.value in ("placed", "running", "preempting"):
+                if rec.state in HOLDING:
                     eng.on_preempted(jid, now)
         for d in eng.step(now):
             if d.kind is DecisionKind.START:

@@ -4,13 +4,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from hived.core.jobs import HOLDING as HOLDING_STATES
+from hived.core.jobs import state_values
+
 from ..auth import vc_resource
 from .base import ApiError, HivedHandler, service_errors
 from .schema import openapi
 
 # keys that name who holds a GPU; hidden from users outside the holder's VC
 _PRIVATE_KEYS = ("holder", "job", "job_id", "user", "owner", "name", "jobs")
-HOLDING = ("placed", "running", "preempting")
+HOLDING = state_values(HOLDING_STATES)
 
 
 class StatusHandler(HivedHandler):

@@ -5,10 +5,11 @@ import asyncio
 import time
 
 from ..auth import job_resource, vc_resource
+from hived.core.jobs import JobState
 from hived.service.client import TERMINAL_STATES
 from .base import ApiError, HivedHandler, service_errors, to_json
 
-STATES = ("queued", "placed", "running", "preempting", "succeeded", "failed", "cancelled")
+STATES = tuple(s.value for s in JobState)
 
 
 class JobsHandler(HivedHandler):

@@ -27,7 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from hived.core.engine import Engine, EngineConfig, RequestError
 from hived.core.engine_records import JobRecord
-from hived.core.jobs import DecisionKind, JobClass, JobRequest, JobState, PodGroup
+from hived.core.jobs import HOLDING, DecisionKind, JobClass, JobRequest, JobState, PodGroup
 from hived.core.sim.cluster import node_spec
 
 NODES = ["n0000", "n0001", "n0002", "n0003"]
@@ -130,7 +130,7 @@ class EngineMachine(RuleBasedStateMachine):
     def preempt_confirm(self, data):
         jid = data.draw(st.sampled_from(sorted(self.stopping)))
         self.gone(jid)
-        if self._state(jid) in (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING):
+        if self._state(jid) in HOLDING:
             self.eng.on_preempted(jid, self.now)
 
     @precondition(lambda self: any(not r.state.terminal for r in self.eng.jobs()))
@@ -165,7 +165,7 @@ class EngineMachine(RuleBasedStateMachine):
             return
         k = 1 - self.k
         new = Engine(spec_dict(k), preemption_policy="fitgpp", config=EngineConfig(soft_wait=60.0))
-        recs = sorted(self.eng._jobs.values(), key=lambda r: (r.state is JobState.QUEUED, getattr(r, "_seq", 0)))
+        recs = self.eng.restore_order()
         try:
             for rec in recs:
                 new.restore(JobRecord.from_dict(rec.to_dict()))
@@ -285,7 +285,7 @@ class EngineMachine(RuleBasedStateMachine):
                     break
             for jid in sorted(self.stopping):
                 self.gone(jid)
-                if self._state(jid) in (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING):
+                if self._state(jid) in HOLDING:
                     self.eng.on_preempted(jid, self.now)
             for jid in sorted(self.live):
                 if self._state(jid) is JobState.RUNNING:

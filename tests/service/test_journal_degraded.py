@@ -27,6 +27,10 @@ def stored(svc, jid):
     return rows[0]["state"] if rows else None
 
 
+def placement_of(svc, jid):
+    return next(r["placement"] for r in svc.store.load_jobs() if r["job_id"] == jid)
+
+
 def pid_of(svc, jid):
     p = svc.data_dir / "jobs" / jid / "work" / "pid"
     return int(wait_until(lambda: p.exists() and p.read_text(), what=f"{jid} to start"))
@@ -80,7 +84,7 @@ def test_launch_decision_waits_for_its_commit(make_service):
         svc.tick()
     assert disk.failed >= 3 and svc.readiness()[0] is False
     assert not (svc.data_dir / "jobs" / j).exists(), "launched before its placement was written"
-    assert stored(svc, j) == "queued" and svc.store.load_bindings() == {}
+    assert stored(svc, j) == "queued" and placement_of(svc, j) is None
     with pytest.raises(ServiceDegraded):
         svc.submit("alice", job())
     with pytest.raises(ServiceDegraded):
@@ -88,7 +92,7 @@ def test_launch_decision_waits_for_its_commit(make_service):
     disk.heal()
     svc.tick()   # written, then launched
     assert svc.readiness() == (True, "")
-    assert j in svc.store.load_bindings()
+    assert placement_of(svc, j) is not None
     pid = pid_of(svc, j)
     tick_until(svc, lambda: svc.get_job(j)["state"] == "running", "running")
     assert stored(svc, j) == "running" and alive(pid)

@@ -48,7 +48,8 @@ def test_job_runs_with_its_gpus_and_log(make_service, tmp_path):
     assert [h["state"] for h in done["history"]] == ["queued", "placed", "running", "succeeded"]
     text, off = svc.logs(job["id"])
     assert "gpus " in text and " vca" in text and off > 0
-    assert svc.store.history(job["id"])[-1][1] == "succeeded"
+    stored = {d["job_id"]: d for d in svc.store.load_jobs()}[job["id"]]
+    assert [h[1] for h in stored["history"]] == ["queued", "placed", "running", "succeeded"]
     assert svc.list_jobs(vc="vca", state="succeeded")[0]["id"] == job["id"]
     assert svc.list_jobs(user="bob") == []
     json.dumps(svc.cluster()), json.dumps(svc.vcs()), json.dumps(svc.status())
@@ -127,7 +128,8 @@ def test_te_preempts_be_which_resumes(make_service):
     assert len(victim) == 1
     v = victim[0]
     assert "checkpointed" in svc.logs(v)[0]
-    assert svc.store.preemptions(v)
+    stored = {d["job_id"]: d for d in svc.store.load_jobs()}[v]
+    assert stored["preemptions"] == 1 and "preempting" in [h[1] for h in stored["history"]]
     wait_until(lambda: svc.get_job(v)["state"] == "succeeded", timeout=30, what="victim resumed and done")
     text = svc.logs(v)[0]
     resumed = [line for line in text.splitlines() if line.startswith("resumed at")]

@@ -17,21 +17,17 @@ def test_round_trip_keeps_submission_order(tmp_path):
     s = SqliteStore(tmp_path)
     for i in (3, 1, 2):
         s.add_job(record(f"j{i}"), now=1.0)
-    s.update_job(record("j1", "running"), now=2.0, new_history=[(2.0, "running", "started")])
-    s.bind("j1", 1, {"chain": "A", "pods": [{"rank": 0, "node": "n0", "gpus": [0, 1]}]}, now=2.0)
-    s.add_preemption("j3", 3.0, "fitgpp")
-    s.add_ledger({"lender": "vc1", "borrower": "vc2", "gpu_hours": 2.5}, now=4.0)
+    placement = {"chain": "A", "opportunistic": False, "pods": [{"rank": 0, "node": "n0", "gpus": [0, 1]}]}
+    s.update_job({**record("j1", "running", [[1.0, "queued", "submitted"], [2.0, "running", "started"]]),
+                  "placement": placement, "queue_key": 7}, now=2.0)
     s.close()
 
     s = SqliteStore(tmp_path)
     assert [r["job_id"] for r in s.load_jobs()] == ["j3", "j1", "j2"]
-    assert s.load_jobs()[1]["state"] == "running"
-    assert s.history("j1") == [(1.0, "queued", "submitted"), (2.0, "running", "started")]
-    assert s.load_bindings()["j1"]["placement"]["pods"][0]["gpus"] == [0, 1]
-    assert s.preemptions() == [("j3", 3.0, "fitgpp")]
-    assert s.ledger()[0]["gpu_hours"] == 2.5
-    s.unbind("j1")
-    assert s.load_bindings() == {}
+    j1 = s.load_jobs()[1]
+    assert j1["state"] == "running" and j1["placement"] == placement
+    assert j1["history"] == [[1.0, "queued", "submitted"], [2.0, "running", "started"]]
+    assert [k for _, k in s.load_jobs_with_keys()] == [None, 7, None]
     assert s._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert s.schema_version() == SCHEMA_VERSION
 
@@ -45,7 +41,48 @@ def test_duplicate_job_id_is_refused_and_transaction_rolls_back(tmp_path):
             s.add_job(record("a"), now=1.0)   # duplicate: the whole batch goes
     assert [r["job_id"] for r in s.load_jobs()] == ["a"]
     with pytest.raises(StoreError, match="not stored"):
-        s.update_job(record("zz"), now=1.0, new_history=[])
+        s.update_job(record("zz"), now=1.0)
+
+
+def _tables(s):
+    return {r[0] for r in s._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def test_the_tables_nothing_read_are_dropped_from_an_old_journal(tmp_path, monkeypatch):
+    """Bindings, preemptions and job history repeated what each job's record holds: a journal
+    of schema 4 loses them on opening, keeps every job, and takes its queue key from the
+    old column for records written before they carried it."""
+    monkeypatch.setattr(store_mod, "MIGRATIONS", store_mod.MIGRATIONS[:4])
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 4)
+    s = SqliteStore(tmp_path)
+    with s.transaction():
+        s._db.execute("INSERT INTO jobs (job_id, user, vc, state, submitted, updated, qkey, record) "
+                      "VALUES ('j1', 'alice', 'vc1', 'queued', 1.0, 1.0, -3, ?)",
+                      (store_mod._dumps(record("j1")),))
+        s._db.execute("INSERT INTO job_history (job_id, time, state, reason) VALUES ('j1', 1.0, 'queued', 's')")
+        s._db.execute("INSERT INTO bindings VALUES ('j1', 1, 'A', 0, '{}', 1.0)")
+        s._db.execute("INSERT INTO preemptions (job_id, time, reason) VALUES ('j1', 1.0, 'x')")
+    assert {"bindings", "preemptions", "job_history", "exchange_ledger"} <= _tables(s)
+    s.close()
+    monkeypatch.undo()
+
+    s = SqliteStore(tmp_path)
+    assert s.schema_version() == SCHEMA_VERSION
+    assert not {"bindings", "preemptions", "job_history", "exchange_ledger"} & _tables(s)
+    [(j1, key)] = s.load_jobs_with_keys()
+    assert j1["job_id"] == "j1" and j1["history"] == [[1.0, "queued", "submitted"]]
+    assert key == -3 and j1["queue_key"] == -3
+
+
+def test_exchange_state_round_trip(tmp_path):
+    s = SqliteStore(tmp_path)
+    assert s.load_exchange() is None
+    s.save_exchange({"version": 1, "seq": 2}, now=1.0)
+    s.save_exchange({"version": 1, "seq": 3}, now=2.0)   # replaces: one document
+    s.close()
+    s = SqliteStore(tmp_path)
+    assert s.load_exchange() == {"version": 1, "seq": 3}
+    assert s._db.execute("SELECT COUNT(*) FROM exchange").fetchone()[0] == 1
 
 
 def test_old_schema_is_migrated(tmp_path, monkeypatch):

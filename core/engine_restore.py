@@ -7,7 +7,6 @@ allocator and the engine's view agree with what is really running.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from .engine_records import JobRecord
 from .grant import Grant
@@ -17,7 +16,6 @@ from .jobs import JobState
 HOLDING = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
 
 
-@dataclass
 class Binding(Grant):
     """A grant as stored: what ``Allocator.restore`` takes back."""
 

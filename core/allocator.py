@@ -25,13 +25,13 @@ live in ``core/alloc/`` (see that package's docstring).
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 from .alloc.buddy import NodeOk, memo_node_ok
-from .alloc.pod_marks import guaranteed_over, set_pod
 from .alloc.checks import check_invariants
 from .alloc.parts import AllocatorParts
 from .alloc.physical import PhysicalCluster
+from .alloc.pod_marks import guaranteed_over, set_pod
 from .alloc.reconfigure import reconfigure
 from .alloc.restore import GrantLike
 from .alloc.views import LevelView, VCView, free_gpus, node_free, vc_view, why_never
@@ -73,6 +73,11 @@ class Allocator:
         return self._parts.vcs
 
     @property
+    def quota(self) -> dict[str, dict[tuple[str, int], int]]:
+        """Per VC, the preassigned cells it holds now per (chain, level) (the spec's, moved by transfers)."""
+        return {name: vc.quota for name, vc in self._parts.vcs.items()}
+
+    @property
     def physical(self) -> PhysicalCluster:
         return self._parts.physical
 
@@ -83,8 +88,8 @@ class Allocator:
 
     # ------------------------------------------------------------ placing
     def place(self, owner: str, vc: str, pod_gpus: list[int], *, opportunistic: bool = False, priority: int = 0,
-              chain: Optional[str] = None, within_level: Optional[int] = None,
-              node_ok: NodeOk = None) -> Optional[Grant]:
+              chain: str | None = None, within_level: int | None = None,
+              node_ok: NodeOk = None) -> Grant | None:
         """Bind cells for a gang, all or nothing; None when it does not fit now."""
         parts = self._parts
         if owner in parts.grants:
@@ -111,7 +116,7 @@ class Allocator:
         finally:
             fresh.clear()
 
-    def _chains_for(self, vc: VirtualCluster, chain: Optional[str], opportunistic: bool) -> list[str]:
+    def _chains_for(self, vc: VirtualCluster, chain: str | None, opportunistic: bool) -> list[str]:
         if chain is not None:
             if chain not in self._parts.spec.chains:
                 raise KeyError(f"unknown chain {chain!r}")
@@ -120,7 +125,7 @@ class Allocator:
             return sorted(self._parts.spec.chains)
         return vc.chains()
 
-    def allocate(self, owner: str, vc: str, level: int, chain: Optional[str] = None) -> Optional[Grant]:
+    def allocate(self, owner: str, vc: str, level: int, chain: str | None = None) -> Grant | None:
         """Admin API: one whole guaranteed cell of ``level`` (any level, e.g. a rack) for the VC."""
         parts = self._parts
         if owner in parts.grants:
@@ -160,7 +165,7 @@ class Allocator:
                 set_pod(c, None, False)
                 parts.binder.free(vc, c)
 
-    def grant_of(self, owner: str) -> Optional[Grant]:
+    def grant_of(self, owner: str) -> Grant | None:
         return self._parts.grants.get(owner)
 
     def grants(self) -> dict[str, Grant]:
@@ -170,15 +175,15 @@ class Allocator:
     def vc_view(self, vc: str) -> VCView:
         return vc_view(self._parts, vc)
 
-    def free_gpus(self, chain: Optional[str] = None) -> int:
+    def free_gpus(self, chain: str | None = None) -> int:
         """GPUs with no pod at all (guaranteed or opportunistic)."""
         return free_gpus(self._parts.tree, chain)
 
     def node_free(self, chain: str) -> dict[str, int]:
         return node_free(self._parts.tree, chain)
 
-    def why_never(self, vc: str, pod_gpus: list[int], chain: Optional[str] = None,
-                  within_level: Optional[int] = None) -> Optional[str]:
+    def why_never(self, vc: str, pod_gpus: list[int], chain: str | None = None,
+                  within_level: int | None = None) -> str | None:
         """Why the request can never fit this VC (even empty), or None if it can."""
         return why_never(self._parts, vc, pod_gpus, chain, within_level)
 
@@ -194,12 +199,12 @@ class Allocator:
         """GPUs without a guaranteed pod, over all chains (what low-priority work may share)."""
         return self._parts.opportunistic.capacity()
 
-    def opportunistic_shares(self, demands: Optional[dict[str, int]] = None) -> dict[str, float]:
+    def opportunistic_shares(self, demands: dict[str, int] | None = None) -> dict[str, float]:
         """Weighted max-min fair shares of the opportunistic capacity (weights from the spec)."""
         return self._parts.opportunistic.shares(demands)
 
     # ------------------------------------------------------------ health
-    def set_health(self, node: str, gpu: Optional[int], healthy: bool) -> list[str]:
+    def set_health(self, node: str, gpu: int | None, healthy: bool) -> list[str]:
         """Mark a node (gpu=None) or one GPU bad or good; returns owners whose cells just went bad."""
         return self._parts.health.set(node, gpu, healthy)
 

@@ -16,7 +16,8 @@ bound GPUs, unhealthy GPUs, free-list membership); keeping them on the cell
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, Optional
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from .spec import CellSpec, Chain, ClusterSpec
 
@@ -34,8 +35,8 @@ class Cell:
         "bad_gpus", "clean_level", "clean_children",
     )
 
-    def __init__(self, cid: str, chain: str, level: int, parent: Optional[Cell], index: int,
-                 node: Optional[str], gpus: int, pinned_id: Optional[str]):
+    def __init__(self, cid: str, chain: str, level: int, parent: Cell | None, index: int,
+                 node: str | None, gpus: int, pinned_id: str | None):
         self.id = cid                      # unique in the cluster (see the module docstring)
         self.chain = chain                 # the chain (cell type tree) it belongs to
         self.level = level                 # 1 = GPU
@@ -47,14 +48,14 @@ class Cell:
         self.gpus = gpus                   # GPUs inside
         self.pinned_id = pinned_id         # the spec's pinned-cell id, when it is one
         # allocator state
-        self.free_list: Optional[Buckets] = None  # the free list holding this cell, or None
+        self.free_list: Buckets | None = None  # the free list holding this cell, or None
         self.free_key = 0                  # its key in that list
         self.phys_free_children = 0        # children in the physical free lists (O(1) buddy-merge test)
         self.vc_free_children = 0          # children in a VC's free lists
-        self.bound_vc: Optional[str] = None   # VC this cell is bound to (a preassigned or pinned VC cell)
+        self.bound_vc: str | None = None   # VC this cell is bound to (a preassigned or pinned VC cell)
         self.doomed = False                # bound only because its VC had no healthy choice (001 §4)
-        self.guaranteed_owner: Optional[str] = None     # owner of the guaranteed pod on exactly this cell
-        self.opportunistic_owner: Optional[str] = None  # owner of the opportunistic pod on exactly this cell
+        self.guaranteed_owner: str | None = None     # owner of the guaranteed pod on exactly this cell
+        self.opportunistic_owner: str | None = None  # owner of the opportunistic pod on exactly this cell
         self.opportunistic_gpus = 0        # GPUs under opportunistic pods at or below this cell
         self.guaranteed_gpus = 0           # GPUs under guaranteed pods at or below this cell
         self.bound_gpus = 0                # GPUs inside bound VC cells at or below this cell
@@ -85,7 +86,7 @@ class Cell:
                 stack.extend(reversed(c.children))
 
     def contains(self, other: Cell) -> bool:
-        c: Optional[Cell] = other
+        c: Cell | None = other
         while c is not None and c.level <= self.level:
             if c is self:
                 return True
@@ -106,8 +107,8 @@ class CellTree:
         for name, chain in spec.chains.items():
             self.roots[name] = [self._build(chain, cs, None, i, None, None) for i, cs in enumerate(chain.cells)]
 
-    def _build(self, chain: Chain, cs: CellSpec, parent: Optional[Cell], index: int,
-               node: Optional[str], prefix: Optional[str]) -> Cell:
+    def _build(self, chain: Chain, cs: CellSpec, parent: Cell | None, index: int,
+               node: str | None, prefix: str | None) -> Cell:
         level = cs.level
         if level > chain.node_level:
             cid = cs.address

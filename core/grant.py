@@ -9,7 +9,7 @@ knows the cell of each pod (``held``) and the VC cell it was bound in
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from .jobs import Placement, PodPlacement
 
@@ -28,10 +28,10 @@ class Grant:
                  "bound_in", "_pods", "_tree")
 
     def __init__(self, owner: str, vc: str, chain: str, opportunistic: bool, priority: int,
-                 pods: Optional[list[PodPlacement]] = None, victims: Optional[set[str]] = None, *,
-                 held: Optional[list[tuple[str, int]]] = None,
-                 bound_in: Optional[list[Optional[tuple[str, int]]]] = None,
-                 tree: Optional[CellTree] = None):
+                 pods: list[PodPlacement] | None = None, victims: set[str] | None = None, *,
+                 held: list[tuple[str, int]] | None = None,
+                 bound_in: list[tuple[str, int] | None] | None = None,
+                 tree: CellTree | None = None):
         self.owner = owner
         self.vc = vc
         self.chain = chain
@@ -121,7 +121,7 @@ class Grant:
                                          cells=tuple(str(c) for c in p.get("cells") or ())))
             except (KeyError, TypeError, ValueError, AttributeError):
                 raise BindingConflict(f"{owner}: pod {i} is not a {{'node', 'gpus'}} mapping: {p!r}") from None
-        bound: Optional[list[Optional[tuple[str, int]]]] = None
+        bound: list[tuple[str, int] | None] | None = None
         raw = d.get("bound")
         if isinstance(raw, list):
             bound = [(b[0], b[1]) if isinstance(b, (list, tuple)) and len(b) == 2 and isinstance(b[0], str)

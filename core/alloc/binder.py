@@ -12,8 +12,6 @@ that fails can undo exactly its own bindings.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 from ..cells import Cell
 from ..grant import BindingConflict
 from .buddy import NodeOk, carve_to, free_key, listed_ancestor, split_take, usable
@@ -34,7 +32,7 @@ class Binder:
     def bind(self, vc: VirtualCluster, cell: Cell, pinned: bool = False, doomed: bool = False) -> None:
         cell.bound_vc = vc.name
         cell.doomed = doomed
-        x: Optional[Cell] = cell
+        x: Cell | None = cell
         while x is not None:
             x.bound_gpus += cell.gpus
             x = x.parent
@@ -49,7 +47,7 @@ class Binder:
         self.physical.bound_count[cell.chain][cell.level] -= 1
         cell.bound_vc = None
         cell.doomed = False
-        x: Optional[Cell] = cell
+        x: Cell | None = cell
         while x is not None:
             x.bound_gpus -= cell.gpus
             x = x.parent
@@ -75,7 +73,7 @@ class Binder:
 
     # ------------------------------------------------------------ the VC's view
     def take(self, vc: VirtualCluster, chain: str, level: int, node_ok: NodeOk, gpus: int,
-             within: Optional[Cell] = None) -> Optional[Cell]:
+             within: Cell | None = None) -> Cell | None:
         """Algorithm 1 on the VC's own view: a free VC cell of ``level`` (bound cells, then unbound quota)."""
         lists = vc.free[chain]
         top = len(lists) - 1

@@ -10,7 +10,8 @@ the buddy-merge test O(1) instead of a scan of the siblings.
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Iterator, Optional
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..cells import Cell
@@ -76,7 +77,7 @@ class Buckets:
             self.remove(cell)
             self.add(cell, key)
 
-    def first(self) -> Optional[Cell]:
+    def first(self) -> Cell | None:
         heap, by_key = self.keys, self.by_key
         while heap and heap[0] not in by_key:
             heapq.heappop(heap)

@@ -8,13 +8,13 @@ a level on an allowed node.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from ..cells import Cell
 from ..spec import Chain
 from .buckets import BAD, Buckets
 
-NodeOk = Optional[Callable[[str, int], bool]]   # node veto: (node, GPUs of the pod) -> allowed
+NodeOk = Callable[[str, int], bool] | None   # node veto: (node, GPUs of the pod) -> allowed
 
 
 def opportunistic_load(c: Cell) -> int:
@@ -31,9 +31,9 @@ def free_key(c: Cell) -> int:
     return (BAD if c.bad_gpus else 0) + opportunistic_load(c)
 
 
-def listed_ancestor(c: Cell) -> Optional[Cell]:
+def listed_ancestor(c: Cell) -> Cell | None:
     """The listed cell holding ``c`` (``c`` itself when listed), or None."""
-    x: Optional[Cell] = c
+    x: Cell | None = c
     while x is not None:
         if x.free_list is not None:
             return x
@@ -75,7 +75,7 @@ def usable(c: Cell, level: int, node_ok: NodeOk, gpus: int, healthy: bool = True
 
 
 def split_take(lists: list[Buckets], c: Cell, level: int, node_ok: NodeOk, gpus: int, healthy: bool = True,
-               need: Optional[int] = None) -> Cell:
+               need: int | None = None) -> Cell:
     """Take listed cell ``c`` and split it down to ``level``; the unused buddies join the free lists.
 
     At each split the child kept is the usable one (holding a usable
@@ -85,7 +85,7 @@ def split_take(lists: list[Buckets], c: Cell, level: int, node_ok: NodeOk, gpus:
     assert c.free_list is not None
     c.free_list.remove(c)
     while c.level > level:
-        best: Optional[Cell] = None
+        best: Cell | None = None
         best_key = 0
         for ch in c.children:
             k = free_key(ch)
@@ -128,7 +128,7 @@ def carve_to(lists: list[Buckets], y: Cell, target: Cell) -> None:
         x = nxt
 
 
-def pod_levels(chain: Chain, pod_gpus: list[int]) -> Optional[list[int]]:
+def pod_levels(chain: Chain, pod_gpus: list[int]) -> list[int] | None:
     """The cell level of each pod (the smallest holding its GPUs); None if one is larger than a node."""
     levels = [chain.level_for_gpus(g) for g in pod_gpus]
     out: list[int] = []

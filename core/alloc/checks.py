@@ -1,8 +1,6 @@
 """The allocator's invariants, asserted by the tests after every step and available for audits."""
 from __future__ import annotations
 
-from typing import Optional
-
 from ..cells import Cell
 from ..spec import invariant_violation
 from .parts import AllocatorParts
@@ -37,7 +35,7 @@ def check_invariants(parts: AllocatorParts) -> None:
                     seen_g[leaf.id] = owner
 
 
-def _check_cell(c: Cell, inside_free: bool, inside_bound: Optional[str]) -> None:
+def _check_cell(c: Cell, inside_free: bool, inside_bound: str | None) -> None:
     """Counters match, listed cells are maximal (no all-free buddies left unmerged), no overlaps."""
     listed = c.free_list is not None
     if c.free_list is not None:

@@ -8,13 +8,13 @@ bad hardware (001 §4).
 """
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from collections.abc import Iterator
 
 from ..cells import Cell, CellTree
 from ..grant import Grant
 from ..spec import ClusterSpec
-from .buckets import Buckets
 from .binder import Binder
+from .buckets import Buckets
 from .buddy import NodeOk, carve, free_key, pod_levels, usable
 from .pod_marks import set_pod, victims_under
 from .virtual_cluster import VirtualCluster
@@ -27,7 +27,7 @@ class GuaranteedPlacer:
         self.binder = binder
 
     def place(self, owner: str, vc: VirtualCluster, chain: str, pod_gpus: list[int], priority: int,
-              within_level: Optional[int], node_ok: NodeOk) -> Optional[Grant]:
+              within_level: int | None, node_ok: NodeOk) -> Grant | None:
         levels = pod_levels(self.spec.chains[chain], pod_gpus)
         if levels is None:
             return None
@@ -40,7 +40,7 @@ class GuaranteedPlacer:
             return None
         return self._grant(owner, vc, chain, priority, cells, pod_gpus)
 
-    def allocate(self, owner: str, vc: VirtualCluster, chain: str, level: int) -> Optional[Grant]:
+    def allocate(self, owner: str, vc: VirtualCluster, chain: str, level: int) -> Grant | None:
         """One whole cell of ``level`` (any level, e.g. a rack)."""
         c = self.binder.take(vc, chain, level, None, 0)
         if c is None:
@@ -58,11 +58,11 @@ class GuaranteedPlacer:
                      bound_in=[bound_root(c) for c in cells], tree=self.tree)
 
     def _take_pods(self, vc: VirtualCluster, chain: str, levels: list[int], pod_gpus: list[int],
-                   order: list[int], node_ok: NodeOk, within: Optional[Cell]) -> Optional[list[Cell]]:
+                   order: list[int], node_ok: NodeOk, within: Cell | None) -> list[Cell] | None:
         """One cell per pod, all or nothing: a failure leaves the free lists and bindings as they were."""
         binder = self.binder
         mark = len(binder.fresh)
-        cells: list[Optional[Cell]] = [None] * len(levels)
+        cells: list[Cell | None] = [None] * len(levels)
         for i in order:
             c = binder.take(vc, chain, levels[i], node_ok, pod_gpus[i], within)
             if c is None:
@@ -76,7 +76,7 @@ class GuaranteedPlacer:
         return [c for c in cells if c is not None]
 
     def _take_within(self, vc: VirtualCluster, chain: str, levels: list[int], pod_gpus: list[int],
-                     order: list[int], node_ok: NodeOk, w: int) -> Optional[list[Cell]]:
+                     order: list[int], node_ok: NodeOk, w: int) -> list[Cell] | None:
         """All pods inside one level-``w`` cell: try partly used cells, then free ones, then new bindings."""
         ch = self.spec.chains[chain]
         if w < max(levels) or w > ch.top_level or \
@@ -133,9 +133,9 @@ class GuaranteedPlacer:
             self.binder.free(vc, x, unbind=False)
 
 
-def bound_root(c: Cell) -> Optional[tuple[str, int]]:
+def bound_root(c: Cell) -> tuple[str, int] | None:
     """(id, level) of the bound VC cell holding ``c``, or None."""
-    x: Optional[Cell] = c
+    x: Cell | None = c
     while x is not None:
         if x.bound_vc is not None:
             return x.id, x.level

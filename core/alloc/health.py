@@ -7,8 +7,6 @@ again and idle is unbound (dynamic binding).
 """
 from __future__ import annotations
 
-from typing import Optional
-
 from ..cells import CellTree
 from .binder import Binder
 from .buddy import rekey_around
@@ -20,7 +18,7 @@ class Health:
         self.tree = tree
         self.binder = binder
 
-    def set(self, node: str, gpu: Optional[int], healthy: bool) -> list[str]:
+    def set(self, node: str, gpu: int | None, healthy: bool) -> list[str]:
         """Mark a node (gpu=None) or one GPU bad or good; returns owners whose cells just went bad."""
         if node not in self.tree.nodes:
             raise KeyError(f"unknown node {node!r}")

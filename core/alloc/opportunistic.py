@@ -11,7 +11,7 @@ the pod.
 """
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from collections.abc import Iterator
 
 from ..cells import Cell, CellTree
 from ..grant import Grant
@@ -50,14 +50,14 @@ class OpportunisticPlacer:
 
     # --------------------------------------------------------- placement
     def place(self, owner: str, vc: VirtualCluster, chain: str, pod_gpus: list[int], priority: int,
-              within_level: Optional[int], node_ok: NodeOk) -> Optional[Grant]:
+              within_level: int | None, node_ok: NodeOk) -> Grant | None:
         ch = self.spec.chains[chain]
         levels = pod_levels(ch, pod_gpus)
         if levels is None or not self.share_ok(vc.name, sum(pod_gpus)):
             return None
         order = sorted(range(len(pod_gpus)), key=lambda i: -levels[i])
         roots = self.tree.roots[chain]
-        cells: Optional[list[Cell]] = None
+        cells: list[Cell] | None = None
         if within_level is None:
             cells = self._take_all(roots, levels, pod_gpus, order, node_ok, owner)
         else:
@@ -75,8 +75,8 @@ class OpportunisticPlacer:
                      held=[(c.id, g) for c, g in zip(cells, pod_gpus)], tree=self.tree)
 
     def _take_all(self, roots: list[Cell], levels: list[int], pod_gpus: list[int], order: list[int],
-                  node_ok: NodeOk, owner: str) -> Optional[list[Cell]]:
-        cells: list[Optional[Cell]] = [None] * len(levels)
+                  node_ok: NodeOk, owner: str) -> list[Cell] | None:
+        cells: list[Cell | None] = [None] * len(levels)
         for i in order:
             c = next(self._walk(roots, levels[i], node_ok, pod_gpus[i]), None)
             if c is None:
@@ -90,7 +90,7 @@ class OpportunisticPlacer:
         return [c for c in cells if c is not None]
 
     def _walk(self, roots: list[Cell], level: int, node_ok: NodeOk, gpus: int, clean: bool = True,
-              need: Optional[int] = None) -> Iterator[Cell]:
+              need: int | None = None) -> Iterator[Cell]:
         """Level-``level`` cells, best first; clean=True: only fully clean ones (clean_level == level)."""
         need = need or level
         stack = [sorted((r for r in roots if r.clean_level >= need), key=_far_key)]
@@ -126,7 +126,7 @@ class OpportunisticPlacer:
         """GPUs without a guaranteed pod, over all chains (what low-priority work may share)."""
         return sum(r.gpus - r.guaranteed_gpus for roots in self.tree.roots.values() for r in roots)
 
-    def shares(self, demands: Optional[dict[str, int]] = None) -> dict[str, float]:
+    def shares(self, demands: dict[str, int] | None = None) -> dict[str, float]:
         """Weighted max-min fair shares of the opportunistic capacity (weights from the spec)."""
         if demands is None:
             demands = {name: max(vc.opportunistic_demand, self.usage(name)) for name, vc in self.vcs.items()}

@@ -8,8 +8,6 @@ still holds after the split (HiveD 001 §3.3, Theorem 1).
 """
 from __future__ import annotations
 
-from typing import Optional
-
 from ..cells import Cell, CellTree
 from ..spec import ClusterSpec, first_violation
 from .buckets import Buckets, level_lists
@@ -60,7 +58,7 @@ class PhysicalCluster:
         alloc[k] += 1
         return first_violation(ch, free, self.reserved[chain], alloc) is None
 
-    def take(self, chain: str, k: int, level: int, node_ok: NodeOk, gpus: int) -> Optional[Cell]:
+    def take(self, chain: str, k: int, level: int, node_ok: NodeOk, gpus: int) -> Cell | None:
         """Algorithm 1 ALLOCATECELL for a level-k cell that must hold a usable level-``level`` cell.
 
         Plain Algorithm 1 takes the lowest non-empty level. To avoid unhealthy
@@ -76,7 +74,7 @@ class PhysicalCluster:
             if not len(lists[j]):
                 continue
             first = lists[j].first()
-            cand: Optional[Cell]
+            cand: Cell | None
             if first is not None and first.bad_gpus == 0 and node_ok is None:
                 cand = first
             else:

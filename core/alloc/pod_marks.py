@@ -7,16 +7,14 @@ opportunistic walk skip subtrees that cannot hold a pod.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 from ..cells import Cell
 from .buddy import rekey_around
 
 
-def set_pod(c: Cell, owner: Optional[str], opportunistic: bool) -> None:
+def set_pod(c: Cell, owner: str | None, opportunistic: bool) -> None:
     """Put ``owner``'s pod on ``c`` (None: take it off) and update the counters above."""
     delta = c.gpus if owner is not None else -c.gpus
-    x: Optional[Cell] = c
+    x: Cell | None = c
     if opportunistic:
         c.opportunistic_owner = owner
         while x is not None:
@@ -88,7 +86,7 @@ def guaranteed_over(c: Cell) -> set[str]:
 
 def covered(c: Cell) -> bool:
     """Is a pod on ``c`` or on a cell above it?"""
-    x: Optional[Cell] = c
+    x: Cell | None = c
     while x is not None:
         if x.guaranteed_owner is not None or x.opportunistic_owner is not None:
             return True

@@ -57,7 +57,7 @@ def reconfigure(old: AllocatorParts, new_spec: ClusterSpec) -> tuple[AllocatorPa
         new.binder.binding = "static"
         new.binder.bind_all_static()
     new.binder.fresh.clear()
-    for name, vc in old.vcs.items():
+    for name, old_vc in old.vcs.items():
         if name in new.vcs:
-            new.vcs[name].opportunistic_demand = vc.opportunistic_demand
+            new.vcs[name].opportunistic_demand = old_vc.opportunistic_demand
     return new, downgraded

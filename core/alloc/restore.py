@@ -9,7 +9,7 @@ VC's quota or invariant (2) raises ``BindingConflict`` and changes nothing.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any
 
 from ..cells import Cell, CellTree
 from ..grant import BindingConflict, Grant
@@ -18,7 +18,7 @@ from .guaranteed import bound_root
 from .pod_marks import guaranteed_over, set_pod, victims_under
 from .virtual_cluster import VirtualCluster
 
-GrantLike = Union[Grant, dict[str, Any]]
+GrantLike = Grant | dict[str, Any]
 
 
 class Restorer:
@@ -39,8 +39,8 @@ class Restorer:
         if vc is None:
             raise BindingConflict(f"{owner}: unknown VC {stored.vc!r}")
         hints = None if opp else _bound_hints(stored)
-        first: Optional[BindingConflict] = None
-        victims: Optional[set[str]] = None
+        first: BindingConflict | None = None
+        victims: set[str] | None = None
         try:
             # first the VC cells the grant was bound in (when it says), then the smallest cells the VC
             # has room for, then the largest (several pods of one gang may share one bound cell)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from ..cells import Cell, CellTree
 from ..spec import Chain
@@ -44,11 +44,13 @@ class VCView:
             lines.append(f"  {chain}.{lv.cell_type} (level {k}, {lv.gpus_per_cell} GPUs): "
                          f"{lv.total} cell{'' if lv.total == 1 else 's'}, {lv.used} bound, {lv.free} free{extra}")
         if self.free_cells:
-            free = ", ".join(f"{n} x L{k}" for (_, k), n in sorted(self.free_cells.items(), key=lambda x: -x[0][1]) if n)
+            ordered = sorted(self.free_cells.items(), key=lambda x: -x[0][1])
+            free = ", ".join(f"{n} x L{k}" for (_, k), n in ordered if n)
             lines.append(f"  free in the VC view: {free or 'nothing'}")
         for b in self.bound_cells:
             tag = " (doomed: bad hardware)" if b["doomed"] else (" (unhealthy)" if b["unhealthy"] else "")
-            lines.append(f"  bound {b['cell']} [{b['chain']} L{b['level']}]: {b['gpus_used']}/{b['gpus']} GPUs used{tag}")
+            lines.append(f"  bound {b['cell']} [{b['chain']} L{b['level']}]: "
+                         f"{b['gpus_used']}/{b['gpus']} GPUs used{tag}")
         return "\n".join(lines)
 
 
@@ -86,7 +88,7 @@ def vc_view(parts: AllocatorParts, name: str) -> VCView:
     return view
 
 
-def free_gpus(tree: CellTree, chain: Optional[str] = None) -> int:
+def free_gpus(tree: CellTree, chain: str | None = None) -> int:
     """GPUs with no pod at all (guaranteed or opportunistic)."""
     chains = [chain] if chain is not None else list(tree.roots)
     return sum(free_under(r) for c in chains for r in tree.roots[c])
@@ -100,8 +102,8 @@ def node_free(tree: CellTree, chain: str) -> dict[str, int]:
     return out
 
 
-def why_never(parts: AllocatorParts, vc: str, pod_gpus: list[int], chain: Optional[str] = None,
-              within_level: Optional[int] = None) -> Optional[str]:
+def why_never(parts: AllocatorParts, vc: str, pod_gpus: list[int], chain: str | None = None,
+              within_level: int | None = None) -> str | None:
     """Why the request can never fit this VC (even empty), or None if it can."""
     if vc not in parts.vcs:
         return f"unknown VC {vc!r}"
@@ -122,7 +124,7 @@ def why_never(parts: AllocatorParts, vc: str, pod_gpus: list[int], chain: Option
 
 
 def _why_never_chain(parts: AllocatorParts, vc: str, chain: str, pod_gpus: list[int],
-                     within_level: Optional[int]) -> Optional[str]:
+                     within_level: int | None) -> str | None:
     ch = parts.spec.chains[chain]
     big = max(pod_gpus)
     if big > ch.node_gpus:

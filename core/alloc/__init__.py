@@ -9,5 +9,6 @@
 - ``guaranteed`` and ``opportunistic``: the two placers;
 - ``health``, ``restore``, ``reconfigure``, ``loans``: faulty hardware,
   rebuilding stored grants, spec reloads and exchange transfers;
-- ``views`` and ``checks``: what an admin reads and the invariants tests assert.
+- ``views`` and ``checks``: what an admin reads and the invariants tests assert;
+- ``parts``: builds all of them for one spec (a reconfiguration builds a new set).
 """

@@ -25,7 +25,7 @@ live in ``core/alloc/`` (see that package's docstring).
 from __future__ import annotations
 
 import os
-from typing import Any, Union
+from typing import Any
 
 from .alloc.buddy import NodeOk, memo_node_ok
 from .alloc.checks import check_invariants
@@ -42,7 +42,7 @@ from .spec import ClusterSpec, load_spec
 
 __all__ = ["Allocator", "BindingConflict", "Grant", "LevelView", "VCView"]
 
-SpecSource = Union[ClusterSpec, str, "os.PathLike[str]", dict[str, Any]]
+SpecSource = ClusterSpec | str | os.PathLike[str] | dict[str, Any]
 
 
 class Allocator:

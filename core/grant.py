@@ -115,6 +115,9 @@ class Grant:
             held = [(str(cid), int(gpus[i]) if i < len(gpus) else 0) for i, cid in enumerate(cells)]
         pods: list[PodPlacement] = []
         for i, p in enumerate(d.get("pods") or []):
+            if isinstance(p, PodPlacement):
+                pods.append(p)
+                continue
             try:
                 pods.append(PodPlacement(rank=int(p.get("rank", i)), node=str(p["node"]),
                                          gpus=tuple(int(g) for g in p["gpus"]),

@@ -1,4 +1,4 @@
-"""Benchmark: buddy cell allocation at HiveD's scale (001 §5.3).
+"""Benchmark: buddy cell allocation at HiveD's scale (HiveD, OSDI '20, §5.3).
 
 Setup (the paper's): 65,536 GPUs = 8 racks x 1,024 nodes x 8 GPUs, levels
 GPU / PCIe switch (2) / socket (4) / node (8) / rack. 32 VCs share the whole

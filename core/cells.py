@@ -53,7 +53,7 @@ class Cell:
         self.phys_free_children = 0        # children in the physical free lists (O(1) buddy-merge test)
         self.vc_free_children = 0          # children in a VC's free lists
         self.bound_vc: str | None = None   # VC this cell is bound to (a preassigned or pinned VC cell)
-        self.doomed = False                # bound only because its VC had no healthy choice (001 §4)
+        self.doomed = False                # bound only because its VC had no healthy choice (HiveD, OSDI '20, §4)
         self.guaranteed_owner: str | None = None     # owner of the guaranteed pod on exactly this cell
         self.opportunistic_owner: str | None = None  # owner of the opportunistic pod on exactly this cell
         self.opportunistic_gpus = 0        # GPUs under opportunistic pods at or below this cell

@@ -123,7 +123,7 @@ class Binder:
         """Undo the bindings made since ``mark`` by a placement that failed.
 
         Their cells hold no pod any more, so each is one listed cell of its
-        VC's view. Cells bound to bad hardware stay bound as doomed (001 §4),
+        VC's view. Cells bound to bad hardware stay bound as doomed (HiveD, OSDI '20, §4),
         as they do after any refusal: the VC's view shows the hardware it
         lacks, and the repair unbinds them.
         """

@@ -4,7 +4,7 @@ Pods are taken biggest first from the VC's view (``Binder.take``); a gang
 kept ``within_level`` goes into one level-w cell (partly used cells first,
 then free ones, then a newly bound one). A failure rolls back every split and
 binding it made, so a refused gang changes nothing but cells bound doomed to
-bad hardware (001 §4).
+bad hardware (HiveD, OSDI '20, §4).
 """
 from __future__ import annotations
 

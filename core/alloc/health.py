@@ -1,4 +1,4 @@
-"""Faulty hardware (HiveD 001 §4): GPUs marked bad or good, and doomed bindings healed.
+"""Faulty hardware (HiveD, OSDI '20, §4): GPUs marked bad or good, and doomed bindings healed.
 
 Binding and placement avoid cells holding bad GPUs while a healthy choice
 keeps invariant (2); a VC left with no healthy choice has its cell bound to

@@ -4,7 +4,7 @@
 ``bound_count[chain][k]`` is a_k (those bound now). Binding a VC cell takes a
 physical cell by Algorithm 1 (lowest non-empty level, split down); it may
 split a higher cell to avoid bad or vetoed hardware only while invariant (2)
-still holds after the split (HiveD 001 §3.3, Theorem 1).
+still holds after the split (HiveD, OSDI '20, §3.3, Theorem 1).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reconfiguration: a new spec loaded over the current grants (HiveD 001 §4).
+"""Reconfiguration: a new spec loaded over the current grants (HiveD, OSDI '20, §4).
 
 The VC cells that hold guaranteed jobs are bound again first, to the same
 physical cells, wherever the new spec still gives their VC such a cell

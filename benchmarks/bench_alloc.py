@@ -19,17 +19,27 @@ Timed runs call gc.freeze() after building the cells (as a long-running service
 should); one 50% run without it shows the cost of garbage-collection pauses.
 
 Run: .venv/bin/python benchmarks/bench_alloc.py [--quick] [--requests N] [--seed S] [--check]
+
+Against another version of hived (a baseline in the same run), e.g. main:
+  git worktree add --detach /tmp/base main
+  .venv/bin/python benchmarks/bench_alloc.py --clock cpu --against /tmp/base --repeat 3
+runs every scenario alternately on this tree and on the other, each in a fresh
+process, and prints the medians over the repeats side by side with their ratio.
 """
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import random
 import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from hived.core.allocator import Allocator
 from hived.core.spec import load_spec
@@ -174,6 +184,55 @@ def run(nodes_per_rack: int, requests: int, seed: int, fill: float, freeze: bool
             "load": w.load(), "alloc": alloc}
 
 
+def scenarios(quick: bool) -> list[tuple[str, int, float, bool]]:
+    """(name, nodes per rack, fill, gc.freeze) of each timed run."""
+    big = 256 if quick else 1024      # nodes per rack: 16,384 or 65,536 GPUs
+    return [("light", big, 0.0, True), ("50% full", big, 0.5, True), ("50%, no freeze", big, 0.5, False),
+            ("light 2,048", 32, 0.0, True), ("50% full 2,048", 32, 0.5, True)]
+
+
+FIGURES = ("build_s", "median_ms", "p99_ms", "release_median_ms", "release_p99_ms", "rss_mb")
+
+
+def compare(args: argparse.Namespace, requests: int) -> int:
+    """Each scenario alternately on this tree and on ``args.against``, each run in a fresh process."""
+    roots = {"this": Path(__file__).resolve().parents[1], "base": Path(args.against).resolve()}
+    if not (roots["base"] / "core" / "allocator.py").is_file():
+        print(f"--against {roots['base']}: not a hived checkout (no core/allocator.py there)", file=sys.stderr)
+        return 2
+    out: dict[tuple[str, str], list[dict]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = {}
+        for tag, root in roots.items():      # a folder whose only entry ``hived`` is that checkout
+            (Path(tmp) / tag).mkdir()
+            (Path(tmp) / tag / "hived").symlink_to(root)
+            paths[tag] = str(Path(tmp) / tag)
+        for rep in range(args.repeat):
+            for name, *_ in scenarios(args.quick):
+                for tag in (("this", "base") if rep % 2 == 0 else ("base", "this")):
+                    env = {**os.environ, "PYTHONPATH": paths[tag]}
+                    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", name, "--clock", args.clock,
+                           "--seed", str(args.seed), "--requests", str(requests)] + (["--quick"] if args.quick else [])
+                    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+                    if res.returncode != 0:
+                        print(f"{tag} {name} failed:\n{res.stderr}", file=sys.stderr)
+                        return 2
+                    r = json.loads(res.stdout.strip().splitlines()[-1])
+                    out.setdefault((name, tag), []).append(r)
+                    print(f"  run {rep + 1}/{args.repeat} {tag:>4} {name:>16}: place median {r['median_ms']:.4f} ms "
+                          f"p99 {r['p99_ms']:.4f} ms", flush=True)
+    print(f"\nmedians over {args.repeat} runs each (this tree / base {roots['base']}; ratio < 1: this is faster)")
+    for name, *_ in scenarios(args.quick):
+        a, b = out[(name, "this")], out[(name, "base")]
+        cells = []
+        for f in FIGURES:
+            x, y = statistics.median(r[f] for r in a), statistics.median(r[f] for r in b)
+            cells.append(f"{f} {x:.4f}/{y:.4f} ({x / y if y else float('nan'):.2f}x)")
+        same = {r["refused"] for r in a} == {r["refused"] for r in b}
+        print(f"  {name:>16}: " + "  ".join(cells) + ("" if same else "  REFUSALS DIFFER"))
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer requests, 16,384 GPUs (< 60 s)")
@@ -182,20 +241,29 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true", help="run check_invariants() after each run (slow)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="wall: time.perf_counter (default); cpu: this thread's CPU time, for shared machines")
+    ap.add_argument("--against", metavar="DIR", help="compare with the hived checkout in DIR (a baseline)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per scenario and version with --against")
+    ap.add_argument("--one", metavar="SCENARIO", help=argparse.SUPPRESS)  # one run, JSON out (--against uses it)
     args = ap.parse_args(argv)
     global CLOCK
     CLOCK = time.perf_counter if args.clock == "wall" else time.thread_time
+    requests = args.requests or (2000 if args.quick else 10000)
+    if args.one:
+        npr, fill, freeze = next((n, f, z) for name, n, f, z in scenarios(args.quick) if name == args.one)
+        r = run(npr, requests, args.seed, fill, freeze)
+        r.pop("alloc")
+        r["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps(r))
+        return 0
     load1 = os.getloadavg()[0]
     print(f"clock: {args.clock}; load average {load1:.1f} on {os.cpu_count()} CPUs"
           + ("  (busy machine: wall-clock tails include time spent waiting for a CPU; try --clock cpu)"
              if args.clock == "wall" and load1 > (os.cpu_count() or 1) * 0.7 else ""))
-    requests = args.requests or (2000 if args.quick else 10000)
-    big = 256 if args.quick else 1024      # nodes per rack: 16,384 or 65,536 GPUs
+    if args.against:
+        return compare(args, requests)
     rows = []
     results = {}
-    for name, npr, fill, freeze in (("light", big, 0.0, True), ("50% full", big, 0.5, True),
-                                    ("50%, no freeze", big, 0.5, False),
-                                    ("light 2,048", 32, 0.0, True), ("50% full 2,048", 32, 0.5, True)):
+    for name, npr, fill, freeze in scenarios(args.quick):
         r = run(npr, requests, args.seed, fill, freeze)
         if args.check:
             r["alloc"].check_invariants()

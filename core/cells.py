@@ -10,74 +10,70 @@ Cell ids are unique in the cluster:
   node down, e.g. ``node-3/1.0`` = socket 1, PCIe switch 0);
 - GPUs: ``<node>/gpu<index>``.
 
-Each cell also carries the mutable counters the allocator keeps up to date
-(opportunistic GPUs, unhealthy GPUs, ...); keeping them on the cell (with
-``__slots__``) is what keeps a 65,536-GPU cluster small and fast.
+Each cell also carries the counters the allocator keeps up to date (pods,
+bound GPUs, unhealthy GPUs, free-list membership); keeping them on the cell
+(with ``__slots__``) is what keeps a 65,536-GPU cluster small and fast.
 """
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from .spec import CellSpec, Chain, ClusterSpec
+
+if TYPE_CHECKING:
+    from .alloc.buckets import Buckets
+
+_LEAF_COUNTS: list[int] = []   # shared by all GPUs: a leaf has no children to count
 
 
 class Cell:
     __slots__ = (
         "id", "chain", "level", "parent", "children", "index", "node", "gpu_index", "gpus", "pinned_id",
-        # allocator state
-        "flist",      # the free list (Buckets) holding this cell, or None
-        "fkey",       # its key in that list
-        "nfc",        # children held in the physical free lists (buddy merge test in O(1))
-        "vfc",        # children held in a VC's free lists
-        "bound_vc",   # VC name when this cell is a bound VC cell (a preassigned or pinned cell)
-        "doomed",     # bound only because the VC had no healthy choice (001 §4)
-        "gpod",       # owner of the guaranteed pod bound exactly to this cell
-        "opod",       # owner of the opportunistic pod bound exactly to this cell
-        "opp",        # GPUs under opportunistic pods at or below this cell
-        "gp",         # GPUs under guaranteed pods at or below this cell
-        "gb",         # GPUs inside bound VC cells at or below this cell
-        "bad",        # unhealthy GPUs below (leaf: 1 if unhealthy)
-        "ofree",      # highest level of a sub-cell with no pod and no bad GPU (0: none)
-        "ocnt",       # ocnt[l] = children whose ofree == l
+        "free_list", "free_key", "phys_free_children", "vc_free_children", "bound_vc", "doomed",
+        "guaranteed_owner", "opportunistic_owner", "opportunistic_gpus", "guaranteed_gpus", "bound_gpus",
+        "bad_gpus", "clean_level", "clean_children",
     )
 
-    def __init__(self, cid: str, chain: str, level: int, parent: Optional["Cell"], index: int,
-                 node: Optional[str], gpus: int, pinned_id: Optional[str], nlevels: int):
-        self.id = cid
-        self.chain = chain
-        self.level = level
-        self.parent = parent
-        self.children: list[Cell] = []
-        self.index = index
-        self.node = node
-        self.gpu_index: Optional[int] = None
-        self.gpus = gpus
-        self.pinned_id = pinned_id
-        self.flist = None
-        self.fkey = None
-        self.nfc = 0
-        self.vfc = 0
-        self.bound_vc: Optional[str] = None
-        self.doomed = False
-        self.gpod: Optional[str] = None
-        self.opod: Optional[str] = None
-        self.opp = 0
-        self.gp = 0
-        self.gb = 0
-        self.bad = 0
-        self.ofree = level
-        self.ocnt = [0] * (level) if level > 1 else None  # index l in 0..level-1
+    def __init__(self, cid: str, chain: str, level: int, parent: Cell | None, index: int,
+                 node: str | None, gpus: int, pinned_id: str | None):
+        self.id = cid                      # unique in the cluster (see the module docstring)
+        self.chain = chain                 # the chain (cell type tree) it belongs to
+        self.level = level                 # 1 = GPU
+        self.parent = parent               # None for a top cell
+        self.children: list[Cell] = []    # its buddies one level down, in spec order
+        self.index = index                 # position among its siblings
+        self.node = node                   # node it lies in (None above node level)
+        self.gpu_index = -1                # a GPU's index on its node (-1 for other cells)
+        self.gpus = gpus                   # GPUs inside
+        self.pinned_id = pinned_id         # the spec's pinned-cell id, when it is one
+        # allocator state
+        self.free_list: Buckets | None = None  # the free list holding this cell, or None
+        self.free_key = 0                  # its key in that list
+        self.phys_free_children = 0        # children in the physical free lists (O(1) buddy-merge test)
+        self.vc_free_children = 0          # children in a VC's free lists
+        self.bound_vc: str | None = None   # VC this cell is bound to (a preassigned or pinned VC cell)
+        self.doomed = False                # bound only because its VC had no healthy choice (HiveD, OSDI '20, §4)
+        self.guaranteed_owner: str | None = None     # owner of the guaranteed pod on exactly this cell
+        self.opportunistic_owner: str | None = None  # owner of the opportunistic pod on exactly this cell
+        self.opportunistic_gpus = 0        # GPUs under opportunistic pods at or below this cell
+        self.guaranteed_gpus = 0           # GPUs under guaranteed pods at or below this cell
+        self.bound_gpus = 0                # GPUs inside bound VC cells at or below this cell
+        self.bad_gpus = 0                  # unhealthy GPUs below (a GPU: 1 if unhealthy)
+        self.clean_level = level           # highest level of a sub-cell with no pod and no bad GPU (0: none)
+        # clean_children[l] = children whose clean_level is l
+        self.clean_children = [0] * level if level > 1 else _LEAF_COUNTS
 
     def __repr__(self) -> str:
         return f"Cell({self.id!r}, L{self.level})"
 
-    def ancestors(self) -> Iterator["Cell"]:
+    def ancestors(self) -> Iterator[Cell]:
         c = self.parent
         while c is not None:
             yield c
             c = c.parent
 
-    def leaves(self) -> Iterator["Cell"]:
+    def leaves(self) -> Iterator[Cell]:
         if self.level == 1:
             yield self
             return
@@ -89,8 +85,8 @@ class Cell:
             else:
                 stack.extend(reversed(c.children))
 
-    def contains(self, other: "Cell") -> bool:
-        c = other
+    def contains(self, other: Cell) -> bool:
+        c: Cell | None = other
         while c is not None and c.level <= self.level:
             if c is self:
                 return True
@@ -103,16 +99,16 @@ class CellTree:
 
     def __init__(self, spec: ClusterSpec):
         self.spec = spec
-        self.roots: dict[str, list[Cell]] = {}
+        self.roots: dict[str, list[Cell]] = {}       # chain -> its top cells
         self.by_id: dict[str, Cell] = {}
         self.nodes: dict[str, Cell] = {}             # node name -> node cell
-        self.node_chain: dict[str, str] = {}
-        self.pinned: dict[str, Cell] = {}
+        self.node_chain: dict[str, str] = {}         # node name -> chain
+        self.pinned: dict[str, Cell] = {}            # pinned-cell id -> cell
         for name, chain in spec.chains.items():
             self.roots[name] = [self._build(chain, cs, None, i, None, None) for i, cs in enumerate(chain.cells)]
 
-    def _build(self, chain: Chain, cs: CellSpec, parent: Optional[Cell], index: int,
-               node: Optional[str], prefix: Optional[str]) -> Cell:
+    def _build(self, chain: Chain, cs: CellSpec, parent: Cell | None, index: int,
+               node: str | None, prefix: str | None) -> Cell:
         level = cs.level
         if level > chain.node_level:
             cid = cs.address
@@ -125,11 +121,12 @@ class CellTree:
             prefix = f"{prefix}.{cs.address}" if prefix else cs.address
             cid = f"{node}/{prefix}"
         cell = Cell(cid, chain.name, level, parent, index, node if level <= chain.node_level else None,
-                    chain.gpus_per_level[level - 1], cs.pinned_id, chain.top_level)
+                    chain.gpus_per_level[level - 1], cs.pinned_id)
         if level == 1:
+            assert cs.gpu_index is not None, f"GPU cell {cid} has no index"
             cell.gpu_index = cs.gpu_index
         else:
-            cell.ocnt[level - 1] = len(cs.children)  # all children fully free at start
+            cell.clean_children[level - 1] = len(cs.children)  # all children fully clean at start
             for j, ch in enumerate(cs.children):
                 cell.children.append(self._build(chain, ch, cell, j, node, prefix))
         self.by_id[cid] = cell
@@ -148,16 +145,17 @@ class CellTree:
 
     def node_cells(self, cell: Cell) -> list[Cell]:
         """The node-level cells a cell covers (one, the node itself, for cells at or below node level)."""
-        chain = self.spec.chains[cell.chain]
-        if cell.level <= chain.node_level:
+        node_level = self.spec.chains[cell.chain].node_level
+        if cell.level <= node_level:
             c = cell
-            while c.level < chain.node_level:
+            while c.level < node_level:
+                assert c.parent is not None
                 c = c.parent
             return [c]
         out, stack = [], [cell]
         while stack:
             c = stack.pop()
-            if c.level == chain.node_level:
+            if c.level == node_level:
                 out.append(c)
             else:
                 stack.extend(reversed(c.children))
@@ -168,7 +166,7 @@ class CellTree:
         anc = cells[0]
         for c in cells[1:]:
             while not anc.contains(c):
-                anc = anc.parent
-                if anc is None:
+                if anc.parent is None:
                     raise ValueError("cells are in different trees")
+                anc = anc.parent
         return anc

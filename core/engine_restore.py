@@ -8,7 +8,6 @@ allocator and the engine's view agree with what is really running.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from .engine_records import JobRecord
 from .engine_validate import RequestError, check
@@ -16,7 +15,6 @@ from .grant import Grant
 from .jobs import HOLDING, JobState
 
 
-@dataclass
 class Binding(Grant):
     """A grant as stored: what ``Allocator.restore`` takes back."""
 

@@ -18,14 +18,12 @@ depends on every tenant's jobs, not only the VC's own.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .grant import Grant
 from .jobs import PodPlacement
 
 
-@dataclass
 class QuotaGrant(Grant):
     """GPUs held under the quota scheme, named ``node/gpu``."""
 

@@ -5,7 +5,7 @@ When a guaranteed job of VC v does not fit, hived preempts in two stages:
 1. **HiveD strict priority** (HiveD, OSDI '20). Opportunistic (low-priority) jobs,
    of any VC, on the cells the allocator binds to v's guaranteed job are
    preempted first, always, before any policy is asked; the allocator names
-   them (``GangGrant.victims``) and the job waits, PLACED, until they leave.
+   them (``Grant.victims``) and the job waits, PLACED, until they leave.
    Opportunistic jobs never preempt anything.
 2. **FitGpp inside the VC** (FitGpp, OpML '19). Only if the job is TE and got no
    cells at all (v's own cells are held by v's guaranteed jobs), the

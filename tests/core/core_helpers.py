@@ -46,4 +46,4 @@ def rack_alloc(racks: int, vcs: dict, binding: str = "dynamic", **kw) -> Allocat
 
 def free_counts(alloc: Allocator, chain: str = "RACK") -> list[int]:
     """Physical free list lengths per level (index = level, 0 unused)."""
-    return [0] + [len(b) for b in alloc.pfree[chain][1:]]
+    return [0] + [len(b) for b in alloc.physical.free[chain][1:]]

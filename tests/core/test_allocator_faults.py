@@ -13,11 +13,11 @@ from hived.core.spec import load_spec
 
 def _state(a):
     """Everything a failed placement must leave as it found it."""
-    lists = {c: [sorted(x.id for x in b.cells()) for b in per[1:]] for c, per in a.pfree.items()}
+    lists = {c: [sorted(x.id for x in b.cells()) for b in per[1:]] for c, per in a.physical.free.items()}
     vlists = {(vc, c): [sorted(x.id for x in b.cells()) for b in per[1:]]
-              for vc, chains in a.vfree.items() for c, per in chains.items()}
-    bound = {vc: {k: sorted(x.id for x in d) for k, d in per.items() if d} for vc, per in a.bound.items()}
-    return lists, vlists, bound, {c: list(v) for c, v in a.a.items()}, sorted(a.grants())
+              for vc, v in a.vcs.items() for c, per in v.free.items()}
+    bound = {vc: {k: sorted(x.id for x in d) for k, d in per.items() if d} for vc, per in ((n, v.bound) for n, v in a.vcs.items())}
+    return lists, vlists, bound, {c: list(v) for c, v in a.physical.bound_count.items()}, sorted(a.grants())
 
 
 # ------------------------------------------------------------------ within_level on a doomed cell
@@ -99,12 +99,12 @@ def test_both_racks_unhealthy_gang_refused_then_placed_once_one_heals():
     a = _racks_of_four()
     a.set_health("n1", None, False)                       # NotReady in rack0
     a.set_health("n5", None, False)                       # cordoned in rack1 (a bad node to the allocator)
-    before_free = [len(b) for b in a.pfree["RACK"][1:]]
+    before_free = [len(b) for b in a.physical.free["RACK"][1:]]
     # neither rack has four healthy nodes: rack0 is bound doomed, the gang refused, nothing else moves
     assert a.place("big", "A", [8, 8, 8, 8], within_level=5) is None
     a.check_invariants()
-    assert {c.id for c in a.bound["A"][("RACK", 5)]} == {"rack0"} and a.tree.cell("rack0").doomed
-    assert [len(b) for b in a.pfree["RACK"][1:]] == [0, 0, 0, 0, before_free[4] - 1]
+    assert {c.id for c in a.vcs["A"].bound[("RACK", 5)]} == {"rack0"} and a.tree.cell("rack0").doomed
+    assert [len(b) for b in a.physical.free["RACK"][1:]] == [0, 0, 0, 0, before_free[4] - 1]
     a.set_health("n5", None, True)                        # uncordoned: rack1 is idle and whole
     g = a.place("big", "A", [8, 8, 8, 8], within_level=5)
     assert g is not None and sorted(g.cells) == ["n4", "n5", "n6", "n7"]

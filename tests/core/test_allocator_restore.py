@@ -82,7 +82,7 @@ def test_reconfigure_drops_opportunistic_demand_of_removed_vcs():
     a.set_opportunistic_demand("B", 16)
     a.set_opportunistic_demand("A", 4)
     a.reconfigure(load_spec(rack_doc(1, {"A": {"NODE": 1}})))
-    assert a.opp_demand == {"A": 4}
+    assert {n: v.opportunistic_demand for n, v in a.vcs.items()} == {"A": 4}
     # B's old demand used to take its share, so A's opportunistic pod was refused on an idle node
     assert a.place("o", "A", [4], opportunistic=True) is not None
 
@@ -94,10 +94,10 @@ def test_transfer_through_a_third_vc_never_lends_a_negative_count():
     views = {vc: a.vc_view(vc).levels[("RACK", 4)] for vc in "ABC"}
     assert {vc: (v.total, v.lent, v.borrowed) for vc, v in views.items()} == \
         {"A": (1, 1, 0), "B": (1, 1, 1), "C": (2, 0, 1)}
-    assert all(v >= 0 for per in (a.lent, a.borrowed) for d in per.values() for v in d.values())
+    assert all(v >= 0 for vc in a.vcs.values() for d in (vc.lent, vc.borrowed) for v in d.values())
     a.transfer("C", "B", "RACK", 4, 1)                      # C pays B back, B pays A back
     a.transfer("B", "A", "RACK", 4, 1)
-    assert a.lent == {"A": {}, "B": {}, "C": {}} and a.borrowed == {"A": {}, "B": {}, "C": {}}
+    assert all(vc.lent == {} and vc.borrowed == {} for vc in a.vcs.values())
     assert a.loans == {}
 
 

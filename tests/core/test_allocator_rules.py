@@ -8,7 +8,7 @@ import pytest
 from core_helpers import free_counts, rack_alloc, rack_doc
 
 from hived.core.allocator import Allocator, BindingConflict
-from hived.core.alloc_opportunistic import weighted_max_min
+from hived.core.alloc.opportunistic import weighted_max_min
 from hived.core.spec import load_spec
 
 
@@ -36,7 +36,7 @@ def test_vc_view_splits_its_own_cell_before_binding_another():
     a = rack_alloc(2, {"A": {"NODE": 2}})
     cells = [a.place(f"j{i}", "A", [1]).cells[0] for i in range(8)]
     assert {c.split("/")[0] for c in cells} == {"n0"}      # one bound node filled first
-    assert len(a.bound["A"][("RACK", 4)]) == 1
+    assert len(a.vcs["A"].bound[("RACK", 4)]) == 1
     assert a.place("j8", "A", [1]).cells == ["n1/gpu0"]    # then the second node cell
     a.check_invariants()
 

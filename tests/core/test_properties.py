@@ -94,7 +94,7 @@ def feasible_specs(draw, nest: bool = False):
 
 
 def _snapshot(alloc):
-    return {c: [sorted(x.id for x in b.cells()) for b in lists[1:]] for c, lists in alloc.pfree.items()}
+    return {c: [sorted(x.id for x in b.cells()) for b in lists[1:]] for c, lists in alloc.physical.free.items()}
 
 
 def _check_no_double_binding(alloc):
@@ -118,14 +118,14 @@ def _legal(alloc, vc, chain, level):
 
 
 def _chain_healthy(alloc, chain):
-    return all(r.bad == 0 for r in alloc.tree.roots[chain])
+    return all(r.bad_gpus == 0 for r in alloc.tree.roots[chain])
 
 
 def _state(alloc):
     """Free lists (physical and per VC), bindings and grants: what a refused gang must not change."""
     vlists = {(vc, c): [sorted(x.id for x in b.cells()) for b in per[1:]]
-              for vc, chains in alloc.vfree.items() for c, per in chains.items()}
-    bound = {(vc, k, x.id) for vc, per in alloc.bound.items() for k, d in per.items() for x in d}
+              for vc, v in alloc.vcs.items() for c, per in v.free.items()}
+    bound = {(vc, k, x.id) for vc, v in alloc.vcs.items() for k, d in v.bound.items() for x in d}
     grants = {o: (g.cells, g.opportunistic, sorted(g.victims)) for o, g in alloc.grants().items()}
     return _snapshot(alloc), vlists, bound, grants
 
@@ -197,7 +197,7 @@ def test_random_sequences_keep_sharing_safety(doc, data, binding):
             if g is None:
                 _check_refusal_changed_nothing(alloc, before)
             else:
-                assert sorted(g2 for _, g2 in g._cells) == sorted(pods) and g.gpus == sum(pods)
+                assert sorted(g2 for _, g2 in g.held) == sorted(pods) and g.gpus == sum(pods)
                 assert not vetoed & {p.node for p in g.pods}
         elif op == "roundtrip":  # a grant released and restored from its dict is the same grant
             owners = sorted(alloc.grants())
@@ -239,7 +239,7 @@ def test_random_sequences_keep_sharing_safety(doc, data, binding):
     assert alloc.free_gpus() == spec.total_gpus
     if binding == "dynamic":
         assert _snapshot(alloc) == initial
-        assert all(not d for per in alloc.bound.values() for d in per.values())
+        assert all(not d for v in alloc.vcs.values() for d in v.bound.values())
 
 
 def _nested_pin(doc) -> bool:
@@ -354,7 +354,7 @@ def test_reconfigure_loses_nothing(doc, data):
 @given(demands=st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 64), min_size=1),
        weights=st.lists(st.integers(1, 32), min_size=6, max_size=6), capacity=st.integers(0, 256))
 def test_weighted_max_min_properties(demands, weights, capacity):
-    from hived.core.alloc_opportunistic import weighted_max_min
+    from hived.core.alloc.opportunistic import weighted_max_min
     w = {vc: float(weights[i]) for i, vc in enumerate(sorted(demands))}
     share = weighted_max_min(demands, w, capacity)
     eps = 1e-6

@@ -189,7 +189,7 @@ def test_generic_poll_reports_only_lost_nodes_as_unhealthy(kube, core, uid, node
         # moving lost nodes' jobs is still the engine's: its cells go bad
         eng = Engine(spec_for(uid, nodes=1, vcs=(("vca", "T-NODE", 1),)))
         eng.set_health(n0, None, False, 0.0)
-        assert eng.alloc.tree.nodes[n0].bad == 8
+        assert eng.alloc.tree.nodes[n0].bad_gpus == 8
     finally:
         nh.stop()
 

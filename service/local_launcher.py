@@ -44,6 +44,7 @@ from hived.core.jobs import JobRequest, Placement
 from . import local_cgroups
 from .launcher import LauncherEvent
 from .local_accounts import Account, AccountError, JobAccounts
+from .local_exits import ExitWatcher
 from .pod_runner import SegmentLog, proc_start_ticks, seg_path, segments
 
 log = logging.getLogger("hived.local_launcher")
@@ -194,6 +195,24 @@ class LocalLauncher:
         self._jobs: dict[str, _Job] = {}
         self._events: list[LauncherEvent] = []
         self._lock = threading.RLock()
+        self._exits: Optional[ExitWatcher] = None
+
+    def on_change(self, notify) -> None:
+        """Have ``notify()`` called (from another thread) as soon as a pod's runner ends,
+        so that the next ``poll`` reports the exit without waiting for a timer."""
+        if self._exits is not None:
+            self._exits.close()
+        self._exits = ExitWatcher(notify)
+
+    def close(self) -> None:
+        """Stop watching for exits (the pods run on; a restarted service adopts them)."""
+        if self._exits is not None:
+            self._exits.close()
+            self._exits = None
+
+    def _watch(self, pid: Optional[int]) -> None:
+        if self._exits is not None and pid:
+            self._exits.watch(pid)
 
     # -- paths -------------------------------------------------------------
 
@@ -280,6 +299,7 @@ class LocalLauncher:
                                         close_fds=True)
                 job.pods.append(_Pod(pod.rank, proc.pid, proc_start_ticks(proc.pid), proc,
                                      cgroup=cgroup and cgroup["path"], mark=mark))
+                self._watch(proc.pid)
             self._jobs[job_id] = job
             self._events.append(LauncherEvent(job_id, "started", attempt=attempt))
 
@@ -513,6 +533,8 @@ class LocalLauncher:
             job.pods.append(p)
         with self._lock:
             self._jobs[job_id] = job
+        for p in job.pods:
+            self._watch(p.pid)
         return True
 
     def _kill_known(self, job: _Job) -> None:

@@ -445,6 +445,9 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 for note in getattr(self.health, "notes", []):
                     log.warning("GPU health: %s", note)
             self._stop.clear()
+            warm = getattr(self.launcher, "warm", None)   # a runner ready before the first launch
+            if warm is not None:
+                warm()
             self._launchq.start()
             self._thread = threading.Thread(target=self._run, name="hived-scheduler", daemon=True)
             self._thread.start()

@@ -56,7 +56,7 @@ def written_time(path: Path, timeout: float = 30.0) -> float:
 
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
-    return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
+    return s[min(len(s) - 1, round(q / 100 * (len(s) - 1)))]
 
 
 def start_server(data: Path) -> tuple[subprocess.Popen, str]:
@@ -65,7 +65,7 @@ def start_server(data: Path) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "hived.cli.main", "serve", "--spec", str(SPEC), "--data-dir", str(data),
          "--port", "0", "--allow-root", "--user-tokens", str(data / "tokens.json")],
-        stdout=open(data / "serve.log", "w"), stderr=subprocess.STDOUT, env=env)
+        stdout=open(data / "serve.log", "w"), stderr=subprocess.STDOUT, env=env)  # noqa: SIM115 (the server's)
     deadline = time.monotonic() + 60
     while not (data / "server.json").exists():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -79,8 +79,8 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=100, help="samples per arm (default 100)")
     ap.add_argument("--no-rest", action="store_true", help="leave out the REST arm")
     args = ap.parse_args()
-    from hived.service.scheduler import SchedulerService
     import requests
+    from hived.service.scheduler import SchedulerService
     with tempfile.TemporaryDirectory(prefix="bench-start-") as tmp:
         tmp_path = Path(tmp)
         marks = tmp_path / "marks"
@@ -99,7 +99,7 @@ def main() -> int:
             lat["rest"] = []
         try:
             for i in range(-5, args.n):          # 5 warm-up rounds, not counted
-                for arm in lat:
+                for arm, samples in lat.items():
                     mark = marks / f"{arm}-{i}"
                     cmd = command(mark)
                     t0 = time.time()
@@ -121,7 +121,7 @@ def main() -> int:
                                 "succeeded", "failed", "cancelled"):
                             time.sleep(0.002)
                     if i >= 0:
-                        lat[arm].append((started - t0) * 1000)
+                        samples.append((started - t0) * 1000)
         finally:
             svc.close()
             if proc is not None:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from .launcher import Launcher, LauncherEvent
 
@@ -36,13 +37,13 @@ class LaunchQueue:
     """
 
     def __init__(self, launcher: Launcher, deliver: Deliver, poll_seconds: float,
-                 on_error: Optional[Callable[[str], None]] = None) -> None:
+                 on_error: Callable[[str], None] | None = None) -> None:
         self.launcher = launcher
         self._deliver = deliver
         self._poll_seconds = poll_seconds
         self._on_error = on_error
         self._items: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         # one caller at a time runs the actions: the worker, or run_pending's caller
         self._running_lock = threading.Lock()
 
@@ -106,7 +107,7 @@ class LaunchQueue:
                     events += self._do(item)
             try:
                 events += self.launcher.poll()
-            except Exception as exc:   # a launcher in trouble (API down): polled again later
+            except Exception as exc:  # noqa: BLE001  (a launcher in trouble, API down: polled again later)
                 self._error("poll", exc)
         if events:
             self._deliver(events)
@@ -118,13 +119,13 @@ class LaunchQueue:
             attempt = item[4]
             try:
                 self.launcher.launch(job_id, item[2], item[3], attempt)
-            except Exception as exc:  # cannot start at all: the run fails like a bad command
+            except Exception as exc:  # noqa: BLE001  (cannot start at all: the run fails like a bad command)
                 log.error("launch of %s failed: %s", job_id, exc)
                 return [LauncherEvent(job_id, "exited", 127, f"hived: launch failed: {exc}", attempt)]
         else:
             try:
                 self.launcher.terminate(job_id, item[2])
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001  (shown; the job's exit is still awaited)
                 self._error(f"terminate {job_id}", exc)
         return []
 

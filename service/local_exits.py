@@ -13,7 +13,7 @@ import logging
 import os
 import selectors
 import threading
-from typing import Callable, Optional
+from collections.abc import Callable
 
 log = logging.getLogger("hived.local_launcher")
 
@@ -25,8 +25,8 @@ class ExitWatcher:
         self._notify = notify
         self._lock = threading.Lock()
         self._new: list[int] = []            # pidfds not yet in the selector
-        self._thread: Optional[threading.Thread] = None
-        self._sel: Optional[selectors.BaseSelector] = None
+        self._thread: threading.Thread | None = None
+        self._sel: selectors.BaseSelector | None = None
         self._wake_r = self._wake_w = -1
         self._closed = False
 

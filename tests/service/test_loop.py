@@ -8,10 +8,10 @@ import os
 import sys
 import threading
 import time
-
-from service_helpers import wait_until
+from pathlib import Path
 
 from hived.service.local_launcher import LocalLauncher
+from service_helpers import wait_until
 
 TIMER = 60.0
 PY = sys.executable
@@ -140,14 +140,14 @@ def test_requests_are_answered_while_the_launcher_blocks(make_service, tmp_path)
             svc.submit("bob", {"vc": "vcb", "command": "true", "gpus": 1})
         assert launcher.entered[what].wait(10), f"{what} was never called"
         # the launcher is stuck in {what}: reads and a new submission still go through
-        assert finishes(lambda: svc.get_job(first))["id"] == first
+        assert finishes(lambda j=first: svc.get_job(j))["id"] == first
         assert finishes(lambda: svc.list_jobs(vc="vca"))
         other = finishes(lambda: svc.submit("anna", {"vc": "vca", "command": "true", "gpus": 1}))
         assert other["state"] in ("queued", "placed")
         assert finishes(lambda: svc.metrics.text()).startswith(b"#")
         gate.set()
         if what == "launch":
-            wait_until(lambda: state(svc, first) == "running", timeout=10, what="the blocked launch to finish")
+            wait_until(lambda j=first: state(svc, j) == "running", timeout=10, what="the blocked launch to finish")
     wait_until(lambda: state(svc, first) == "cancelled", timeout=15, what="the cancel to be carried out")
     assert launcher.under_lock == []
 
@@ -161,7 +161,7 @@ def test_stop_carries_out_what_was_queued_and_joins_its_threads(make_service, tm
     assert state(svc, jid) == "cancelled"
     alive = {t.name for t in threading.enumerate()}
     assert not alive & {"hived-scheduler", "hived-launcher"}, alive
-    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    assert not os.path.exists(f"/proc/{pid}") or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
     svc.start()                          # a stopped service starts again, threads and all
     again = svc.submit("alice", {"vc": "vca", "command": "true", "gpus": 1})["id"]
     wait_until(lambda: state(svc, again) == "succeeded", timeout=10, what="a job after the restart of the loop")

@@ -64,6 +64,7 @@ from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged
 log = logging.getLogger("hived.service")
 
 HOLDING = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
+MAX_ROUND_GAP = 0.05   # s: the longest pause between two rounds that follow each other at once
 LOST_TAIL = "hived: the job's processes were gone when the service restarted (SIGKILL, node lost)"
 
 
@@ -496,7 +497,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
     def _run(self) -> None:
         """Sleep until something happens (``_wake``: a submit, a cancel, a launcher event, a
         health change) or the engine's next deadline comes, then run one round. Wakes that
-        arrive during a round make one more round, not one each. Every ``tick_seconds``
+        arrive during a round make one more round, not one each; a round that follows another
+        at once waits as long as the last one took first. Every ``tick_seconds``
         GPU health is polled and a round runs anyway (retention, quotas, exchanges)."""
         next_poll = 0.0
         while not self._stop.is_set():
@@ -507,11 +509,16 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 except Exception as exc:
                     self.last_error = f"{type(exc).__name__}: {exc}"
                     log.exception("GPU health poll failed")
+            began = time.monotonic()
             try:
                 self.tick()
             except Exception as exc:  # keep scheduling; say what went wrong
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("scheduler round failed")
+            if self._wake.is_set():
+                # busy (a queue draining, a stream of submits): leave the lock free as long as
+                # the round held it, so requests are not starved and the next round takes more
+                time.sleep(min(time.monotonic() - began, MAX_ROUND_GAP))
             timeout = next_poll - time.monotonic()
             due = self._next_wakeup
             if due is not None and self.degraded is None:

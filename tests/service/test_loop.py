@@ -157,10 +157,11 @@ def test_stop_carries_out_what_was_queued_and_joins_its_threads(make_service, tm
     jid = svc.submit("alice", {"vc": "vca", "command": "sleep 30", "gpus": 1})["id"]
     wait_until(lambda: state(svc, jid) == "running", timeout=10, what="the job to run")
     pid = svc.launcher._jobs[jid].pods[0].pid
+    threads = [svc._thread, svc._launchq._thread]        # this service's loop and launcher worker
+    assert [t.name for t in threads] == ["hived-scheduler", "hived-launcher"]
     svc.stop(cancel_jobs=True, timeout=10)
     assert state(svc, jid) == "cancelled"
-    alive = {t.name for t in threading.enumerate()}
-    assert not alive & {"hived-scheduler", "hived-launcher"}, alive
+    assert not any(t.is_alive() for t in threads)
     assert not os.path.exists(f"/proc/{pid}") or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
     svc.start()                          # a stopped service starts again, threads and all
     again = svc.submit("alice", {"vc": "vca", "command": "true", "gpus": 1})["id"]

@@ -60,7 +60,9 @@ def register(subparsers, summary: str) -> None:
     p.add_argument("--hub-cache", type=int, default=30, metavar="SECONDS",
                    help="with --hub: how long the Hub's answer for a token is kept (a user removed from "
                         "a group is refused at most this long after)")
-    p.add_argument("--tick", type=float, default=0.5, help="seconds between scheduling rounds")
+    p.add_argument("--tick", type=float, default=0.5,
+                   help="seconds between housekeeping rounds (GPU health, retention, quotas); submits, "
+                        "exits and deadlines wake a round at once")
     p.add_argument("--launcher", default="local",
                    help="'local' (processes on this machine), 'kubernetes' (pods through the cluster "
                         "in $KUBECONFIG or in-cluster config; restarts recover from pod annotations), "

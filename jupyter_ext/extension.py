@@ -34,7 +34,8 @@ class HivedExtension(LoggingConfigurable):
     data_dir = Unicode(config=True, help="Where the job store and logs live. Default: $HIVED_DATA_DIR, else "
                                          "/var/lib/hived for root, ~/.hived for anyone else.")
     launcher = Unicode("local", config=True, help="Launcher of the service: 'local' (processes) or an import path.")
-    tick_seconds = Float(0.5, config=True, help="Seconds between scheduling rounds.")
+    tick_seconds = Float(0.5, config=True, help="Seconds between housekeeping rounds (GPU health, retention, "
+                                                "quotas); submits, exits and deadlines wake a round at once.")
     follow_timeout = Float(20.0, config=True, help="Longest wait of a logs?follow=1 request, in seconds.")
     follow_poll = Float(0.2, config=True, help="How often a follow request looks for new log text, in seconds.")
     api_threads = Int(8, config=True, help="Threads that run the API's calls into the service.")

@@ -250,6 +250,11 @@ class KubernetesSchedulerService(SchedulerService):
         return super().set_health(node, gpu, healthy, reason, _now)
 
     # -- node states (k8s/nodes.py) ----------------------------------------
+    def _poll_health(self) -> None:
+        if isinstance(self.health, NodeHealth):
+            return   # the Node watch keeps its states in memory: _health reads them in the round
+        super()._poll_health()
+
     def _health(self, now: float) -> list[str]:
         self._release_drained(now)
         if not isinstance(self.health, NodeHealth):

@@ -44,6 +44,7 @@ from hived.core.jobs import JobRequest, Placement
 from . import local_cgroups
 from .launcher import LauncherEvent
 from .local_accounts import Account, AccountError, JobAccounts
+from .local_exits import ExitWatcher
 from .pod_runner import SegmentLog, proc_start_ticks, seg_path, segments
 
 log = logging.getLogger("hived.local_launcher")
@@ -194,6 +195,79 @@ class LocalLauncher:
         self._jobs: dict[str, _Job] = {}
         self._events: list[LauncherEvent] = []
         self._lock = threading.RLock()
+        self._exits: Optional[ExitWatcher] = None
+        self._spare: Optional[subprocess.Popen] = None   # a runner started ahead, waiting for a spec
+        self._spare_path = ""                            # the PATH it was started with
+
+    def on_change(self, notify) -> None:
+        """Have ``notify()`` called (from another thread) as soon as a pod's runner ends,
+        so that the next ``poll`` reports the exit without waiting for a timer."""
+        if self._exits is not None:
+            self._exits.close()
+        self._exits = ExitWatcher(notify)
+
+    def close(self) -> None:
+        """Stop watching for exits and end the spare runner (the pods run on; a restarted
+        service adopts them)."""
+        if self._exits is not None:
+            self._exits.close()
+            self._exits = None
+        with self._lock:
+            self._drop_spare()
+
+    def warm(self) -> None:
+        """Start the spare runner now rather than at the first launch."""
+        with self._lock:
+            if self._spare is None:
+                self._make_spare(job_environment(dict(os.environ), None, self.root)["PATH"])
+
+    def _runner(self, spec_path: Path, path: str) -> subprocess.Popen:
+        """The pod's runner: the spare one when it is ready, told its spec, else a new one.
+        -I -S: the runner needs the standard library only; skipping site and user paths
+        saves a third of its start-up. Its own environment is minimal: the job's goes
+        through the spec file, so nothing of it (LD_PRELOAD ...) reaches the runner,
+        root or not."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            if spare.poll() is None and self._spare_path == path and spare.stdin is not None:
+                try:
+                    spare.stdin.write(f"{spec_path}\n".encode())
+                    spare.stdin.close()
+                    return spare
+                except OSError:
+                    pass
+            self._spare = spare
+            self._drop_spare()
+        return subprocess.Popen([self.python, "-I", "-S", RUNNER, str(spec_path)], env={"PATH": path},
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+
+    def _make_spare(self, path: str) -> None:
+        try:
+            self._spare = subprocess.Popen([self.python, "-I", "-S", RUNNER, "--standby"], env={"PATH": path},
+                                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+            self._spare_path = path
+        except OSError as exc:   # launches start their runners themselves
+            log.warning("no spare pod runner: %s", exc)
+
+    def _drop_spare(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            if spare.stdin is not None:
+                try:
+                    spare.stdin.close()   # end of input: it exits
+                except OSError:
+                    pass
+            try:
+                spare.wait(2)
+            except subprocess.TimeoutExpired:
+                spare.kill()
+                spare.wait()
+
+    def _watch(self, pid: Optional[int]) -> None:
+        if self._exits is not None and pid:
+            self._exits.watch(pid)
 
     # -- paths -------------------------------------------------------------
 
@@ -269,19 +343,14 @@ class LocalLauncher:
                 }
                 spec_path = adir / f"rank-{pod.rank}.spec.json"
                 _atomic_write(spec_path, spec)
-                # -I -S: the runner needs the standard library only; skipping site
-                # and user paths saves a third of its start-up, once per pod. Its own
-                # environment is minimal: the job's goes through the spec file, so
-                # nothing of it (LD_PRELOAD ...) reaches the runner, root or not.
-                proc = subprocess.Popen([self.python, "-I", "-S", RUNNER, str(spec_path)],
-                                        env={"PATH": base_env["PATH"]},
-                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL, start_new_session=True,
-                                        close_fds=True)
+                proc = self._runner(spec_path, base_env["PATH"])
                 job.pods.append(_Pod(pod.rank, proc.pid, proc_start_ticks(proc.pid), proc,
                                      cgroup=cgroup and cgroup["path"], mark=mark))
+                self._watch(proc.pid)
             self._jobs[job_id] = job
             self._events.append(LauncherEvent(job_id, "started", attempt=attempt))
+            if self._spare is None:   # ready for the next launch, started after this one's
+                self._make_spare(base_env["PATH"])
 
     def _job_dirs(self, job_id: str, account: Optional[Account]) -> tuple[Path, Path]:
         """``<job>`` (0711) and ``<job>/logs`` (0700), ours; ``<job>/work`` (0700), the job's account's."""
@@ -513,6 +582,8 @@ class LocalLauncher:
             job.pods.append(p)
         with self._lock:
             self._jobs[job_id] = job
+        for p in job.pods:
+            self._watch(p.pid)
         return True
 
     def _kill_known(self, job: _Job) -> None:

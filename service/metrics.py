@@ -12,6 +12,10 @@ from prometheus_client.core import GaugeMetricFamily
 
 from hived.core.jobs import HOLDING as _HOLDING
 
+# (job class, cells) pairs always shown, 0 when idle; an opportunistic job never holds guaranteed cells
+_GPU_SERIES = (("te", "guaranteed"), ("te", "opportunistic"), ("be", "guaranteed"), ("be", "opportunistic"),
+               ("opportunistic", "opportunistic"))
+>>>>>>> loop
 # a round is milliseconds; a commit waits for fsync (FULL synchronous)
 _ROUND_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
@@ -31,19 +35,21 @@ class _StateCollector:
         queue = GaugeMetricFamily("hived_queue_length", "Jobs waiting in a VC's queue", labels=["vc"])
         jobs = GaugeMetricFamily("hived_jobs", "Jobs known to the service, by VC and state",
                                  labels=["vc", "state"])
-        gpus = GaugeMetricFamily("hived_gpus_in_use", "GPUs held by a VC's jobs, by job class",
-                                 labels=["vc", "job_class"])
+        gpus = GaugeMetricFamily("hived_gpus_in_use", "GPUs held by a VC's jobs, by job class (te, be, "
+                                 "opportunistic) and by the cells they hold (guaranteed: the VC's own; "
+                                 "opportunistic: idle cells lent at low priority)",
+                                 labels=["vc", "job_class", "cells"])
         total = GaugeMetricFamily("hived_vc_gpus", "GPUs a VC is guaranteed by the spec", labels=["vc"])
         with svc._lock:
             vcs = sorted(svc.spec.vcs)
             counts: dict = {}
-            used: dict = {(vc, cls): 0 for vc in vcs for cls in ("guaranteed", "opportunistic")}
+            used: dict = {(vc, cls, cells): 0 for vc in vcs for cls, cells in _GPU_SERIES}
             for rec in svc.eng.jobs():
                 vc = rec.request.vc
                 counts[(vc, rec.state.value)] = counts.get((vc, rec.state.value), 0) + 1
                 if rec.state in _HOLDING:
-                    cls = "opportunistic" if rec.opportunistic else "guaranteed"
-                    used[(vc, cls)] = used.get((vc, cls), 0) + rec.gpus
+                    key = (vc, rec.request.job_class.value, "opportunistic" if rec.opportunistic else "guaranteed")
+                    used[key] = used.get(key, 0) + rec.gpus
             for vc in vcs:
                 queue.add_metric([vc], len(svc.eng.queue(vc)))
                 spec = svc.spec.vcs[vc]
@@ -53,8 +59,8 @@ class _StateCollector:
             degraded = svc.degraded is not None
         for (vc, state), n in sorted(counts.items()):
             jobs.add_metric([vc, state], n)
-        for (vc, cls), n in sorted(used.items()):
-            gpus.add_metric([vc, cls], n)
+        for (vc, cls, cells), n in sorted(used.items()):
+            gpus.add_metric([vc, cls, cells], n)
         yield from (queue, jobs, gpus, total)
         yield GaugeMetricFamily("hived_unhealthy_gpus", "GPUs (or whole nodes) marked unhealthy",
                                 value=unhealthy)

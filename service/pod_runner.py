@@ -21,7 +21,10 @@ Why a wrapper process instead of starting the command directly:
 Usage: ``python pod_runner.py SPEC.json``; SPEC holds argv, env, workdir,
 account, cgroup, log_dir, max_bytes, keep, pod_file, exit_file and a header
 line. Standard library only, so it starts fast and does not depend on the
-service's imports.
+service's imports. ``python pod_runner.py --standby`` starts, imports what it
+needs and waits for one SPEC path on its standard input: the launcher keeps
+one such runner ready, so a job's command starts without waiting for an
+interpreter to start; an end of input (the launcher gone) ends it.
 """
 from __future__ import annotations
 
@@ -34,12 +37,13 @@ import sys
 import time
 
 
-def _atomic_write(path: str, obj: dict) -> None:
+def _atomic_write(path: str, obj: dict, durable: bool = True) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump(obj, f)
         f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
@@ -324,9 +328,11 @@ def _run(spec: dict, cgroup: str | None) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: setattr(flags, "child", True))
     pod = Pod(cgroup, _become_subreaper())
     account = spec.get("account")
+    # not fsynced: it serves a restarted service, and the pod does not outlive the machine
     _atomic_write(spec["pod_file"], {"pid": os.getpid(), "pgid": os.getpgid(0),
                                      "start_ticks": proc_start_ticks(os.getpid()),
-                                     "rank": spec["rank"], "attempt": spec["attempt"], "cgroup": cgroup})
+                                     "rank": spec["rank"], "attempt": spec["attempt"], "cgroup": cgroup},
+                  durable=False)
     log = SegmentLog(spec["log_dir"], spec["max_bytes"], spec["keep"])
     log.write(spec["header"].encode() + b"\n")
     log.write(f"[hived] {_limits(cgroup)}\n".encode())
@@ -399,5 +405,14 @@ def _run(spec: dict, cgroup: str | None) -> int:
     return rc if rc >= 0 else 128 - rc
 
 
+def standby() -> int:
+    """Wait, imports done, for the path of the spec to run (see the module docstring)."""
+    import ctypes  # noqa: F401  (what _become_subreaper needs, imported before the wait)
+    line = sys.stdin.readline().strip()
+    if not line:
+        return 0
+    return main(line)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(standby() if sys.argv[1:] == ["--standby"] else main(sys.argv[1]))

@@ -100,6 +100,9 @@ class RetentionMixin:
                 policies[vc] = {"max_age": max_age, "keep": keep}
             self._write([], now, meta={"retention": json.dumps(policies)})
             self._retention = policies
+            # its setters (REST, CLI) apply it at once with gc() and report what it removed;
+            # a round slipping in between would remove it first: the automatic one waits its interval
+            self._last_gc = now
             return {"vc": vc, "policy": policies.get(vc)}
 
     def gc(self, user: str, vc: Optional[str] = None, dry_run: bool = False, policy: Optional[dict] = None,

@@ -1,18 +1,25 @@
 """SchedulerService: the engine, a store and a launcher, driven by the wall clock.
 
-One lock guards everything, so the REST handlers (jupyter-server's threads),
-the CLI in embedded mode and the timer thread can all call in. Every public
-method returns JSON-able dicts. Bad input raises ``RequestError`` (HTTP 400;
-``NotFound``, a subclass, for unknown jobs and VCs: 404); a user acting on a VC
-or job that is not theirs raises ``NotAuthorized`` (a ``PermissionError``: 403).
+One lock guards the engine and the journal, so the REST handlers
+(jupyter-server's threads), the CLI in embedded mode and the loop thread can
+all call in. Every public method returns JSON-able dicts. Bad input raises
+``RequestError`` (HTTP 400; ``NotFound``, a subclass, for unknown jobs and
+VCs: 404); a user acting on a VC or job that is not theirs raises
+``NotAuthorized`` (a ``PermissionError``: 403).
 
-Write, then act: each change of the engine's state is committed to the store
-before the service acts on it. Per timer tick:
+The loop is event-driven: a submit, a cancel, a launcher event (a gang
+started or exited), a health change or the engine's next deadline (grace
+expiry, affinity relaxation, retry back-off) wakes one round at once; wakes
+that arrive during a round make one more round, not one each. Write, then
+act: each change of the engine's state is committed to the store before the
+service acts on it. Per round, under the lock:
 
 1. the launcher's events (started / exited) go to the engine;
 2. ``engine.step(now)`` decides; every job it touched is written (record,
    history, binding) in one transaction;
-3. only then are the decisions executed: START launches, PREEMPT/KILL signal.
+3. only then are the decisions handed on: START, PREEMPT and KILL go to the
+   launcher's queue (``launch_queue.py``), whose worker thread launches and
+   signals after the lock is released, and polls the launcher there too.
 
 So a ``kill -9`` at any instant leaves a store from which ``__init__``
 rebuilds the same state: records restored in submission order (queued jobs
@@ -23,7 +30,7 @@ class "lost" (``failures.py`` then decides whether it is retried).
 
 When the store cannot commit (disk full, I/O error) the service is
 *degraded*: what it decided stays in memory, unacted, and is written again at
-every tick until a commit succeeds; only then are the launches and kills
+every round until a commit succeeds; only then are the launches and kills
 done. Meanwhile requests that would change state raise ``ServiceDegraded``
 having changed nothing (a submission is taken back out of the engine; a
 cancel is first made durable as an intent, so a cancel that was answered is
@@ -44,7 +51,8 @@ from hived.core.jobs import HOLDING, DecisionKind, JobState, state_values
 
 from .degraded import ServiceDegraded
 from .job_ids import JobIds, JobIdsError
-from .launcher import Launcher
+from .launch_queue import LaunchQueue
+from .launcher import Launcher, LauncherEvent
 from .metrics import ServiceMetrics
 from .payload import job_dict, parse_job
 from .exchange import ExchangeMixin, make_arbiter
@@ -55,6 +63,7 @@ from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged
 
 log = logging.getLogger("hived.service")
 
+MAX_ROUND_GAP = 0.05   # s: the longest pause between two rounds that follow each other at once
 LOST_TAIL = "hived: the job's processes were gone when the service restarted (SIGKILL, node lost)"
 
 
@@ -207,6 +216,14 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                                      max_log_bytes=log_bytes, keep_logs=log_keep,
                                      accounts=lambda user, vc: spec_account(self.spec, user, vc))
         self.launcher = launcher
+        self._inbox: list[LauncherEvent] = []    # what the launcher saw, for the next round
+        self._health_inbox: list[tuple] = []     # GPU health changes polled, for the next round
+        self._inbox_lock = threading.Lock()
+        self._next_wakeup: Optional[float] = None   # the engine's next deadline, after the last round
+        self._launchq = LaunchQueue(launcher, self._deliver, self.tick_seconds, on_error=self._launcher_error)
+        notify = getattr(launcher, "on_change", None)   # a launcher that can say "exited" at once
+        if notify is not None:
+            notify(self._launchq.poke)
         self._check_workdir = type(launcher).__name__ == "LocalLauncher"
         if health == "auto":   # NVML health checks for the GPUs of this machine, if any
             from .health import HealthMonitor
@@ -396,7 +413,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             self._seen.update({j: None for j in self._intents if j in self._seen})  # rewrite: clears them
         return done
 
-    # ------------------------------------------------------------------ the timer
+    # ------------------------------------------------------------------ the loop
 
     def start(self) -> "SchedulerService":
         with self._lock:
@@ -407,12 +424,16 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 for note in getattr(self.health, "notes", []):
                     log.warning("GPU health: %s", note)
             self._stop.clear()
+            warm = getattr(self.launcher, "warm", None)   # a runner ready before the first launch
+            if warm is not None:
+                warm()
+            self._launchq.start()
             self._thread = threading.Thread(target=self._run, name="hived-scheduler", daemon=True)
             self._thread.start()
         return self
 
     def stop(self, cancel_jobs: bool = False, timeout: float = 30.0) -> None:
-        """Stop the timer. Jobs keep running (a restart adopts them) unless
+        """Stop the loop. Jobs keep running (a restart adopts them) unless
         ``cancel_jobs``, which cancels every unfinished job and waits up to
         ``timeout`` s for their processes."""
         if cancel_jobs:
@@ -425,58 +446,117 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                         except ServiceDegraded as exc:
                             log.error("jobs left running: %s", exc)
                             break
+            self._settle()
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 self.tick()
                 with self._lock:
                     if not self._launched:
                         break
-                time.sleep(0.1)
+                time.sleep(0.02)
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+        self._launchq.stop()   # what was decided and committed is still carried out
 
     def close(self) -> None:
-        """Stop the timer and release the store and the data directory."""
+        """Stop the loop and release the store and the data directory."""
         self.stop()
+        close = getattr(self.launcher, "close", None)
+        if close is not None:
+            close()
         self.store.close()
         if self._lockfile is not None:
             self._lockfile.close()
             self._lockfile = None
 
     def _run(self) -> None:
+        """Sleep until something happens (``_wake``: a submit, a cancel, a launcher event, a
+        health change) or the engine's next deadline comes, then run one round. Wakes that
+        arrive during a round make one more round, not one each; a round that follows another
+        at once waits as long as the last one took first. Every ``tick_seconds``
+        GPU health is polled and a round runs anyway (retention, quotas, exchanges)."""
+        next_poll = 0.0
         while not self._stop.is_set():
+            if time.monotonic() >= next_poll:
+                next_poll = time.monotonic() + self.tick_seconds
+                try:
+                    self._poll_health()
+                except Exception as exc:
+                    self.last_error = f"{type(exc).__name__}: {exc}"
+                    log.exception("GPU health poll failed")
+            began = time.monotonic()
             try:
                 self.tick()
             except Exception as exc:  # keep scheduling; say what went wrong
                 self.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("scheduler tick failed")
-            self._wake.wait(self.tick_seconds)
+                log.exception("scheduler round failed")
+            if self._wake.is_set():
+                # busy (a queue draining, a stream of submits): leave the lock free as long as
+                # the round held it, so requests are not starved and the next round takes more
+                time.sleep(min(time.monotonic() - began, MAX_ROUND_GAP))
+            timeout = next_poll - time.monotonic()
+            due = self._next_wakeup
+            if due is not None and self.degraded is None:
+                timeout = min(timeout, due - self.clock())
+            self._wake.wait(max(0.0005, timeout))
             self._wake.clear()
 
     def tick(self) -> list[dict]:
-        """One round: launcher events in, engine step, write, then act."""
+        """One round: launcher events and health changes in, engine step, write, then act.
+
+        The round holds the lock; what it decided for the launcher is queued and carried
+        out after the lock is released. When the loop is not started (the CLI, tests),
+        the launcher is polled before and the actions are carried out after, in this thread."""
+        inline = not self._launchq.running
+        if inline:
+            self._launchq.run_pending()
+            self._poll_health()
         with self._lock, self.metrics.round_seconds.time():
-            now = self.clock()
-            self.ticks += 1
-            if self.degraded is not None and not self._flush(now):
-                return []   # nothing new is decided on top of what is not yet durable
-            touched = self._events(now)
-            if self.health is not None:
-                touched += self._health(now)
-            touched += self._exchange_tick(now)
-            decisions = self.eng.step(now)
-            self._pending.extend(decisions)
-            if self._flush(now, also=touched):
-                self._gc_tick(now)
-                self._quota_tick(now)
-            return [{"kind": d.kind.value, "job_id": d.job_id, "reason": d.reason} for d in decisions]
+            out = self._round()
+        if inline:
+            self._launchq.run_pending()
+        return out
+
+    def _round(self) -> list[dict]:
+        now = self.clock()
+        self.ticks += 1
+        if self.degraded is not None and not self._flush(now):
+            return []   # nothing new is decided on top of what is not yet durable
+        touched = self._events(now)
+        if self.health is not None:
+            touched += self._health(now)
+        touched += self._exchange_tick(now)
+        decisions = self.eng.step(now)
+        self._pending.extend(decisions)
+        if self._flush(now, also=touched):
+            self._gc_tick(now)
+            self._quota_tick(now)
+        self._next_wakeup = self.eng.next_wakeup()
+        return [{"kind": d.kind.value, "job_id": d.job_id, "reason": d.reason} for d in decisions]
+
+    def _settle(self) -> None:
+        """After a request that queued launcher actions: with no worker, carry them out now
+        (the caller has released the lock)."""
+        if not self._launchq.running:
+            self._launchq.run_pending()
+
+    def _deliver(self, events: list[LauncherEvent]) -> None:
+        """From the launcher's worker: what it saw goes to the next round, which it wakes."""
+        with self._inbox_lock:
+            self._inbox.extend(events)
+        self._wake.set()
+
+    def _launcher_error(self, what: str) -> None:
+        self.last_error = what
 
     def _events(self, now: float) -> list[str]:
+        with self._inbox_lock:
+            events, self._inbox = self._inbox, []
         touched = []
-        for ev in self.launcher.poll():
+        for ev in events:
             rec = self.eng.find(ev.job_id)
             if rec is None:
                 continue
@@ -500,6 +580,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         return touched
 
     def _execute(self, decisions, now: float) -> None:
+        """Act on committed decisions: launches and kills go to the launcher's queue (in this
+        order), carried out once the lock is released; a launch that fails comes back as an exit."""
         for d in decisions:
             rec = self.eng.find(d.job_id)
             if rec is None:
@@ -507,24 +589,18 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             if d.kind is DecisionKind.START:
                 if rec.state is not JobState.PLACED:
                     continue
-                try:
-                    self.launcher.launch(d.job_id, rec.request, rec.placement, rec.attempts + 1)
-                except Exception as exc:  # cannot start at all: the run fails like a bad command
-                    log.error("launch of %s failed: %s", d.job_id, exc)
-                    self.eng.on_started(d.job_id, now)
-                    self.eng.on_finished(d.job_id, now, 127, f"hived: launch failed: {exc}")
-                    self._try_write([d.job_id], now)
-                    continue
+                self._launchq.launch(d.job_id, rec.request, rec.placement, rec.attempts + 1)
                 self._launched.add(d.job_id)
             elif d.kind in (DecisionKind.PREEMPT, DecisionKind.KILL):
                 if d.kind is DecisionKind.PREEMPT:
                     self.metrics.preemptions.labels(rec.request.vc).inc()
                 if d.job_id in self._launched:
-                    self.launcher.terminate(d.job_id, d.grace_period if d.kind is DecisionKind.PREEMPT else 0.0)
+                    self._launchq.terminate(d.job_id, d.grace_period if d.kind is DecisionKind.PREEMPT else 0.0)
                 elif rec.state in HOLDING:
                     # nothing runs yet (placed, not launched): it is gone at once
                     self.eng.on_preempted(d.job_id, now)
                     self._try_write([d.job_id], now)
+                    self._wake.set()   # the cells it held may start a queued job
 
     def _try_write(self, ids, now: float) -> None:
         """A write with no action behind it: when it fails, the next flush writes it."""
@@ -533,9 +609,22 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         except ServiceDegraded:
             pass
 
+    def _poll_health(self) -> None:
+        """Outside the lock: ask the GPU health monitor (NVML) what changed; a change wakes a round."""
+        poll = getattr(self.health, "poll", None)
+        if poll is None:
+            return
+        changes = poll()
+        if changes:
+            with self._inbox_lock:
+                self._health_inbox.extend(changes)
+            self._wake.set()
+
     def _health(self, now: float) -> list[str]:
-        """NVML health changes -> allocator (set_health writes and acts itself)."""
-        for node, gpu, healthy, reason in self.health.poll():
+        """Health changes polled -> allocator (set_health writes and acts itself)."""
+        with self._inbox_lock:
+            changes, self._health_inbox = self._health_inbox, []
+        for node, gpu, healthy, reason in changes:
             self.set_health(node, gpu, healthy, reason, _now=now)
         return []
 
@@ -675,7 +764,9 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 raise NotAuthorized(f"user {user!r} may not cancel {job_id}: it belongs to "
                                     f"{rec.request.user!r} and {user!r} is not an admin of VC {rec.request.vc!r}")
             self._cancel(job_id, user)
-            return job_dict(self._rec(job_id))
+            out = job_dict(self._rec(job_id))
+        self._settle()
+        return out
 
     def _cancel(self, job_id: str, user: str) -> None:
         now = self.clock()
@@ -739,7 +830,11 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             # refuses; the moves it causes wait for the journal like any decision
             self._pending.extend(decisions)
             self._flush(now)
-            return {"node": node, "gpu": gpu, "healthy": healthy, "preempted": [d.job_id for d in decisions]}
+            out = {"node": node, "gpu": gpu, "healthy": healthy, "preempted": [d.job_id for d in decisions]}
+        if _now is None:   # a request, not the round: the round carries out its own actions
+            self._settle()
+            self._wake.set()
+        return out
 
     def cluster(self) -> dict:
         with self._lock:

@@ -45,9 +45,12 @@ async def test_metrics_follow_queues_jobs_and_gpu_use(api, service, jp_fetch):
     assert value(m, "hived_jobs", vc="vca", state="running") == 2
     assert value(m, "hived_jobs", vc="vca", state="queued") == 1
     assert value(m, "hived_jobs", vc="vcb", state="running") == 1
-    assert value(m, "hived_gpus_in_use", vc="vca", job_class="guaranteed") == 8
-    assert value(m, "hived_gpus_in_use", vc="vcb", job_class="guaranteed") == 4
-    assert value(m, "hived_gpus_in_use", vc="vcb", job_class="opportunistic") == 0
+    # jobs are TE unless they say otherwise
+    assert value(m, "hived_gpus_in_use", vc="vca", job_class="te", cells="guaranteed") == 8
+    assert value(m, "hived_gpus_in_use", vc="vcb", job_class="te", cells="guaranteed") == 4
+    assert value(m, "hived_gpus_in_use", vc="vcb", job_class="te", cells="opportunistic") == 0
+    assert value(m, "hived_gpus_in_use", vc="vcb", job_class="be", cells="guaranteed") == 0
+    assert value(m, "hived_gpus_in_use", vc="vcb", job_class="opportunistic", cells="opportunistic") == 0
     assert value(m, "hived_vc_gpus", vc="vca") == 8
     assert value(m, "hived_degraded") == 0 and value(m, "hived_unhealthy_gpus") == 0
     # every submit and every round that moved a job was a commit; rounds run all the time
@@ -60,7 +63,7 @@ async def test_metrics_follow_queues_jobs_and_gpu_use(api, service, jp_fetch):
     m = await scrape(jp_fetch, "tok-root")
     assert value(m, "hived_queue_length", vc="vca") == 0
     assert value(m, "hived_jobs", vc="vca", state="cancelled") == 1
-    assert value(m, "hived_gpus_in_use", vc="vca", job_class="guaranteed") == 8
+    assert value(m, "hived_gpus_in_use", vc="vca", job_class="te", cells="guaranteed") == 8
 
 
 async def test_opportunistic_use_and_preemptions_per_vc(api, service, jp_fetch):
@@ -75,8 +78,8 @@ async def test_opportunistic_use_and_preemptions_per_vc(api, service, jp_fetch):
     job = await wait_state(api, "bob", lent["id"], ("running",))
     assert job["placement"]["opportunistic"] is True, job
     m = await scrape(jp_fetch, "tok-root")
-    assert value(m, "hived_gpus_in_use", vc="vcb", job_class="opportunistic") == 4
-    assert value(m, "hived_gpus_in_use", vc="vcb", job_class="guaranteed") == 8
+    assert value(m, "hived_gpus_in_use", vc="vcb", job_class="te", cells="opportunistic") == 4
+    assert value(m, "hived_gpus_in_use", vc="vcb", job_class="te", cells="guaranteed") == 8
     assert value(m, "hived_preemptions_total", vc="vcb") is None
 
     # vca claims both its sockets back: the borrowed job is preempted
@@ -87,7 +90,8 @@ async def test_opportunistic_use_and_preemptions_per_vc(api, service, jp_fetch):
     m = await scrape(jp_fetch, "tok-root")
     assert value(m, "hived_preemptions_total", vc="vcb") == 1
     assert value(m, "hived_preemptions_total", vc="vca") is None
-    assert value(m, "hived_gpus_in_use", vc="vca", job_class="guaranteed") == 8
+    assert value(m, "hived_gpus_in_use", vc="vca", job_class="te", cells="guaranteed") == 8
+    assert value(m, "hived_gpus_in_use", vc="vcb", job_class="te", cells="opportunistic") == 0
 
 
 @pytest.mark.parametrize("user", ["alice", "ada", "bob", "eve"])

@@ -15,7 +15,6 @@ from hived.core.jobs import HOLDING as _HOLDING
 # (job class, cells) pairs always shown, 0 when idle; an opportunistic job never holds guaranteed cells
 _GPU_SERIES = (("te", "guaranteed"), ("te", "opportunistic"), ("be", "guaranteed"), ("be", "opportunistic"),
                ("opportunistic", "opportunistic"))
->>>>>>> loop
 # a round is milliseconds; a commit waits for fsync (FULL synchronous)
 _ROUND_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)

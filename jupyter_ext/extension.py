@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Optional
+from typing import Any
 
 from jupyter_server.auth import Authorizer
 from traitlets import Bool, Float, Int, Type, Unicode, default
@@ -71,8 +71,8 @@ class HivedState:
         self.config, self.authorizer, self.version = config, authorizer, version
         self.service: Any = None
         self.access = Access()
-        self.error: Optional[str] = None
-        self.exception: Optional[BaseException] = None   # why the service did not start
+        self.error: str | None = None
+        self.exception: BaseException | None = None   # why the service did not start
         self._reload_lock = threading.Lock()
         # the handlers' calls into the service run here, off the IOLoop thread
         self.pool = ThreadPoolExecutor(max_workers=config.api_threads, thread_name_prefix="hived-api")
@@ -93,12 +93,11 @@ class HivedState:
         self.service, self.access = svc, Access.from_spec(spec)
 
     def reload(self, source: str) -> Any:
-        """Reload the spec in the service, then the membership lists from it."""
-        from hived.core.spec import load_spec
+        """The service's one reconfiguration (``reload_spec``), then the membership
+        lists from the spec it now runs: a refused spec changes neither."""
         with self._reload_lock:
-            spec = load_spec(source)  # checks it first: a bad spec changes nothing
             result = self.service.reload_spec(source)
-            self.access = Access.from_spec(spec)
+            self.access = Access.from_spec(self.service.spec)
             return result
 
     def stop(self) -> None:
@@ -122,7 +121,7 @@ def _version() -> str:
     try:
         from importlib.metadata import version
         return version("hived")
-    except Exception:
+    except Exception:  # noqa: BLE001 - no metadata in a source checkout
         return "0+unknown"
 
 
@@ -133,7 +132,7 @@ def load(serverapp) -> HivedState:
                        _version())
     try:
         state.start()
-    except Exception as exc:  # a bad spec must not take JupyterLab down with it
+    except Exception as exc:  # noqa: BLE001 - a bad spec must not take JupyterLab down with it
         state.error, state.exception = f"{type(exc).__name__}: {exc}", exc
         serverapp.log.error("hived: service not started: %s", state.error)
     serverapp.web_app.settings["hived"] = state

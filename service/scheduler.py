@@ -779,36 +779,62 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
 
     def reload_spec(self, path_or_text) -> dict:
         """Reconfigure: a new engine on the new spec, every job restored into it
-        (the restart path, as HiveD does). Refused, changing nothing, when a
-        running job's binding does not fit the new spec."""
+        (the restart path, as HiveD does). This is the one reconfiguration every
+        door reaches (REST, the extension, ``hived spec reload``, SIGHUP, the
+        admin widget, the Kubernetes service).
+
+        A holding guaranteed job whose cells no longer fit its VC keeps its GPUs
+        as opportunistic (HiveD's downgrade on reconfiguration) and is named in
+        ``downgraded``. A job that fits not even so (its VC or its cells are
+        gone) refuses the spec, changing nothing. The new spec text is journaled
+        with the jobs. Answer: ``{"ok", "vcs", "chains", "downgraded"}``."""
         from hived.core.spec import SpecError
         try:
             new_spec = _load_spec(path_or_text)
         except SpecError as exc:
             raise RequestError(exc.path, exc.problem) from None
         with self._lock:
-            self._require_journal(self.clock())
+            now = self.clock()
+            self._require_journal(now)
             self._exchange_before_reload()
             eng = self._new_engine(new_spec)
+            downgraded: list[str] = []
             for rec in sorted(self.eng._jobs.values(), key=lambda r: (r.state is JobState.QUEUED,
                                                                       getattr(r, "_seq", 0))):
-                copy = JobRecord.from_dict(rec.to_dict())
+                d = rec.to_dict()
                 try:
-                    eng.restore(copy)
+                    eng.restore(JobRecord.from_dict(d))
+                    continue
                 except Exception as exc:
-                    raise RequestError("spec", f"job {rec.job_id} ({rec.state.value}) does not fit the new "
-                                       f"spec: {exc}; nothing changed") from None
+                    refusal = exc
+                if rec.state in HOLDING and d.get("placement") and not d["placement"]["opportunistic"]:
+                    d["placement"]["opportunistic"] = True
+                    try:
+                        eng.restore(JobRecord.from_dict(d))
+                        downgraded.append(rec.job_id)
+                        continue
+                    except Exception as exc:
+                        refusal = exc
+                raise RequestError("spec", f"job {rec.job_id} ({rec.state.value}) does not fit the new "
+                                   f"spec: {refusal}; nothing changed") from None
+            for jid in downgraded:
+                new = eng.job(jid)
+                new.history.append((now, new.state.value, "downgraded to opportunistic: its cells no "
+                                    "longer fit the reloaded spec"))
             before = (self.eng, self.spec, self._arb, self._seen)
             self.eng, self.spec = eng, new_spec
             self._exchange_after_reload()
             text = _spec_text(path_or_text)
             self._seen = {j: None for j in self._seen}   # rewrite all: queue keys changed
             try:
-                self._write_live(self.clock(), meta=None if text is None else {"spec": text})
+                self._write_live(now, meta=None if text is None else {"spec": text})
             except ServiceDegraded:
                 self.eng, self.spec, self._arb, self._seen = before   # not stored: not taken
                 raise
-            return {"ok": True, "vcs": sorted(new_spec.vcs), "chains": sorted(new_spec.chains)}
+            for jid in downgraded:
+                log.warning("spec reload: job %s downgraded to opportunistic", jid)
+            return {"ok": True, "vcs": sorted(new_spec.vcs), "chains": sorted(new_spec.chains),
+                    "downgraded": downgraded}
 
     def status(self) -> dict:
         with self._lock:

@@ -42,6 +42,7 @@ from hived.core.engine import Engine, EngineConfig, RequestError
 from hived.core.engine_records import JobRecord
 from hived.core.jobs import DecisionKind, JobState
 
+from .access import Access
 from .degraded import ServiceDegraded
 from .job_ids import JobIds, JobIdsError
 from .launcher import Launcher
@@ -563,26 +564,28 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
 
     # ------------------------------------------------------------------ API
 
+    @property
+    def access(self) -> Access:
+        """Who may do what under the spec in force (service/access.py, as the REST API decides)."""
+        cached = getattr(self, "_access", None)
+        if cached is None or cached[0] is not self.spec:
+            cached = self._access = (self.spec, Access.from_spec(self.spec))
+        return cached[1]
+
     def _authorize_vc(self, user: str, vc: str, groups=()) -> None:
         """``groups``: the caller's JupyterHub groups, for VCs that name groups."""
-        spec = self.spec.vcs.get(vc)
-        if spec is None:
+        if vc not in self.spec.vcs:
             raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
-        users = list(spec.users or [])
-        grouped = set(getattr(spec, "groups", None) or ()) | set(getattr(spec, "admin_groups", None) or ())
-        if (users or grouped) and user not in users and not self._is_admin(user, vc, groups) \
-                and grouped.isdisjoint(groups):
-            members = ", ".join(users + [f"group {g}" for g in sorted(grouped)])
-            raise NotAuthorized(f"user {user!r} is not a member of VC {vc!r} (members: {members})")
+        if not self.access.is_member(user, vc, groups):
+            raise NotAuthorized(f"user {user!r} is not a member of VC {vc!r} "
+                                f"(members: {self.access.members_text(vc)})")
 
     def _is_admin(self, user: str, vc: str, groups=()) -> bool:
-        spec = self.spec.vcs.get(vc)
-        admin_groups = set(getattr(spec, "admin_groups", None) or ()) | set(getattr(self.spec, "admin_groups", None) or ())
-        return user in self._admins(vc) or not admin_groups.isdisjoint(groups)
+        """An admin of ``vc`` (cluster admins are admins of every VC)."""
+        return self.access.is_vc_admin(user, vc, groups)
 
-    def _admins(self, vc: str) -> set:
-        spec = self.spec.vcs.get(vc)
-        return set(getattr(spec, "admins", []) or []) | set(getattr(self.spec, "admins", []) or [])
+    def _admins(self, vc: str) -> str:
+        return self.access.admins_text(vc)
 
     def submit(self, user: str, payload: dict, groups=()) -> dict:
         """Validate, queue and durably store one job; returns its job dict.
@@ -693,7 +696,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
     def cancel(self, job_id: str, user: str, groups=()) -> dict:
         with self._lock:
             rec = self._rec(job_id)
-            if user != rec.request.user and not self._is_admin(user, rec.request.vc, groups):
+            if not self.access.may_change_job(user, rec.request.vc, rec.request.user, groups):
                 raise NotAuthorized(f"user {user!r} may not cancel {job_id}: it belongs to "
                                     f"{rec.request.user!r} and {user!r} is not an admin of VC {rec.request.vc!r}")
             self._cancel(job_id, user)

@@ -70,7 +70,6 @@ class HivedState:
     def __init__(self, config: HivedExtension, authorizer: Authorizer, version: str):
         self.config, self.authorizer, self.version = config, authorizer, version
         self.service: Any = None
-        self.access = Access()
         self.error: str | None = None
         self.exception: BaseException | None = None   # why the service did not start
         self._reload_lock = threading.Lock()
@@ -85,20 +84,24 @@ class HivedState:
         if not cfg.spec_path:
             self.error = "no cluster spec: set c.HivedExtension.spec_path or $HIVED_SPEC"
             return
-        spec = load_spec(cfg.spec_path)
+        load_spec(cfg.spec_path)   # a bad spec stops here, before the data directory is made
         os.makedirs(cfg.data_dir, exist_ok=True)
         svc = cfg.service_class(cfg.spec_path, cfg.data_dir, launcher=_launcher(cfg.launcher),
                               tick_seconds=cfg.tick_seconds)
         svc.start()
-        self.service, self.access = svc, Access.from_spec(spec)
+        self.service = svc
+
+    @property
+    def access(self) -> Access:
+        """Who may do what: the service's own (service/access.py), so that the REST
+        checks and the service's follow the spec in force, reloads included."""
+        svc = self.service
+        return getattr(svc, "access", None) or (Access.from_spec(svc.spec) if svc is not None else Access())
 
     def reload(self, source: str) -> Any:
-        """The service's one reconfiguration (``reload_spec``), then the membership
-        lists from the spec it now runs: a refused spec changes neither."""
+        """The service's one reconfiguration (``reload_spec``)."""
         with self._reload_lock:
-            result = self.service.reload_spec(source)
-            self.access = Access.from_spec(self.service.spec)
-            return result
+            return self.service.reload_spec(source)
 
     def stop(self) -> None:
         self.pool.shutdown(wait=False)

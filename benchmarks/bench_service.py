@@ -43,8 +43,10 @@ def spec(nodes: int) -> dict:
             "physicalCells": [{"cellType": "B-RACK"} for _ in range(nodes // 8)],
         },
         "virtualClusters": {
-            "va": {"virtualCells": [{"cellType": "B-RACK.B-RACK", "cellNumber": nodes // 16}]},
-            "vb": {"virtualCells": [{"cellType": "B-RACK.B-RACK", "cellNumber": nodes // 16}]},
+            "va": {"virtualCells": [{"cellType": "B-RACK.B-RACK", "cellNumber": nodes // 16}],
+                   "users": ["alice", "bob"]},
+            "vb": {"virtualCells": [{"cellType": "B-RACK.B-RACK", "cellNumber": nodes // 16}],
+                   "users": ["alice", "bob"]},
         },
     }
 

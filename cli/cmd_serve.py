@@ -42,7 +42,8 @@ def register(subparsers, summary: str) -> None:
                         "written to server.json)")
     p.add_argument("--user-tokens", metavar="FILE", default=None,
                    help='JSON file {"token": "username", ...}: per-user tokens (without JupyterHub); '
-                        "re-read on SIGHUP or POST hived/api/tokens/reload, so removing a token revokes it")
+                        "re-read on SIGHUP (with the spec) or POST hived/api/tokens/reload, so removing a "
+                        "token revokes it")
     p.add_argument("--allow-root", action="store_true",
                    help="run even as root: the server then holds root's rights (local jobs still run under per-VC "
                         "accounts unless HIVED_JOB_ACCOUNT=server; docs/security.md)")
@@ -70,17 +71,32 @@ def register(subparsers, summary: str) -> None:
     p.set_defaults(func=run)
 
 
-def _reload_tokens_on_sighup(app) -> None:
+def _reload_on_sighup(app, state) -> None:
+    """SIGHUP re-reads the tokens file and the spec file. The spec goes through the
+    service's one reconfiguration (as POST spec/reload does), off the IOLoop; a
+    refused file is logged in one line and changes nothing."""
     import signal
     provider = app.identity_provider
 
-    def reload() -> None:
+    def reload_spec() -> None:
         try:
-            provider.reload_tokens()
-        except (LookupError, ValueError) as exc:  # a bad file keeps the tokens in force
-            app.log.error("hived: tokens not reloaded: %s", exc)
+            out = state.reload(state.config.spec_path)
+        except Exception as exc:  # noqa: BLE001 - any refusal is logged; the old spec stays in force
+            where, problem = getattr(exc, "field", None) or getattr(exc, "path", None), getattr(exc, "problem", None)
+            app.log.error("hived: spec not reloaded: %s", f"{where}: {problem}" if problem else exc)
+            return
+        app.log.info("hived: spec reloaded: VCs %s; downgraded to opportunistic: %s",
+                     ", ".join(out["vcs"]), ", ".join(out["downgraded"]) or "none")
 
-    if hasattr(signal, "SIGHUP") and hasattr(provider, "reload_tokens"):
+    def reload() -> None:
+        if hasattr(provider, "reload_tokens"):
+            try:
+                provider.reload_tokens()
+            except (LookupError, ValueError) as exc:  # a bad file keeps the tokens in force
+                app.log.error("hived: tokens not reloaded: %s", exc)
+        state.pool.submit(reload_spec)
+
+    if hasattr(signal, "SIGHUP"):
         app.io_loop.asyncio_loop.add_signal_handler(signal.SIGHUP, reload)
 
 
@@ -231,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
     with os.fdopen(fd, "w") as f:
         json.dump(info, f)
     print(f"hived serve: {app.connection_url}hived/api/ (data {data_dir}, server.json written)", flush=True)
-    _reload_tokens_on_sighup(app)
+    _reload_on_sighup(app, state)
     try:
         app.start()
     finally:

@@ -10,6 +10,8 @@ import json
 import sys
 from pathlib import Path
 
+from hived.cli import support as cs
+
 OK, BAD_INPUT, NOT_FOUND = 0, 2, 4
 
 
@@ -35,6 +37,16 @@ def register(subparsers, summary: str) -> None:
         q.set_defaults(func=run)
     show.add_argument("--static", action="store_true",
                       help="bind every VC cell up front (static binding) before showing the views")
+    reload = sub.add_parser(
+        "reload", help="reconfigure the running service with FILE (or its own spec file); cluster admins only",
+        description="Send FILE to the running service, which swaps it in as POST hived/api/spec/reload "
+                    "and SIGHUP do: the same checks, the same answer. Running guaranteed jobs whose cells "
+                    "no longer fit their VC carry on as opportunistic; a spec that a job fits not even so "
+                    "is refused and nothing changes. Without FILE the service re-reads its own spec file.",
+        epilog=cs.EXIT_CODES_HELP)
+    reload.add_argument("file", metavar="FILE", nargs="?", help="spec file (YAML or JSON) to send")
+    cs.add_common(reload)
+    reload.set_defaults(func=cs.guarded("hived spec reload", _reload))
     p.set_defaults(func=lambda args: _usage(p))
 
 
@@ -130,4 +142,21 @@ def _show(spec, args) -> int:
     print(f"{spec.source}: {len(views)} VC(s), {alloc.binding} binding")
     for v in views.values():
         print(v.render())
+    return OK
+
+
+def _reload(args, backend) -> int:
+    text = None
+    if args.file is not None:
+        try:
+            text = Path(args.file).read_text(encoding="utf-8")
+        except OSError as exc:
+            print(f"hived spec reload: {args.file}: cannot read: {exc.strerror}", file=sys.stderr)
+            return NOT_FOUND if isinstance(exc, FileNotFoundError) else BAD_INPUT
+    out = backend.reload_spec(text)
+    if args.json:
+        cs.print_json(out)
+        return OK
+    down = ", ".join(out.get("downgraded") or []) or "none"
+    print(f"spec reloaded: VCs {', '.join(out['vcs'])}; downgraded to opportunistic: {down}")
     return OK

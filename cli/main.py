@@ -13,7 +13,7 @@ import sys
 
 # (module, one-line summary) in the order --help lists them
 COMMANDS = [
-    ("spec", "check or show a cluster spec (cells, chains, VCs)"),
+    ("spec", "check, show or reload a cluster spec (cells, chains, VCs)"),
     ("serve", "run the scheduler service headless (jupyter-server + REST API)"),
     ("submit", "submit a job (TE or BE, gang, GPUs, VC, affinity, grace period)"),
     ("jobs", "list jobs (filters by VC, state, user)"),

@@ -87,6 +87,8 @@ class Remote:
     def logs(self, job_id, rank=0, offset=0, follow=False):
         return self.c.logs(job_id, rank=rank, offset=offset, follow=follow)
 
+    def reload_spec(self, text=None): return self.c.reload_spec(text)
+
     def close(self): pass
 
 
@@ -121,6 +123,10 @@ class Embedded:
     def cluster(self): return self.svc.cluster()
     def status(self): return self.svc.status()
     def whoami(self): return {"user": self.user}
+
+    def reload_spec(self, text=None):
+        # the data directory's own spec when no text: what the service would run next
+        return self.svc.reload_spec(text if text is not None else self.svc.store.get_meta("spec"))
 
     def gc(self, vc=None, dry_run=False, policy=None, disk_quota=...):
         out = {}

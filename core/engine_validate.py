@@ -123,14 +123,6 @@ def check(req: JobRequest, spec, alloc=None, totals: Optional[dict] = None) -> R
         raise RequestError("user", "must be a non-empty string")
     if not isinstance(req.vc, str) or req.vc not in spec.vcs:
         raise RequestError("vc", f"unknown VC {req.vc!r}; known: {', '.join(sorted(spec.vcs))}")
-    vcs = spec.vcs[req.vc]
-    users = list(getattr(vcs, "users", []) or [])
-    admins = set(getattr(vcs, "admins", []) or []) | set(getattr(spec, "admins", []) or [])
-    # a VC that also takes JupyterHub groups is checked by the service, which
-    # knows the caller's groups (the engine sees only the user name)
-    by_group = getattr(vcs, "groups", None) or getattr(vcs, "admin_groups", None) or getattr(spec, "admin_groups", None)
-    if users and not by_group and req.user not in users and req.user not in admins:
-        raise RequestError("user", f"{req.user!r} is not a member of VC {req.vc!r}")
     _check_texts(req)
     if not isinstance(req.job_class, JobClass):
         raise RequestError("job_class", f"must be one of te, be, opportunistic; got {req.job_class!r}")

@@ -1,12 +1,13 @@
 """Who may do what in hived: VC-based authorization as a jupyter-server Authorizer.
 
 Authentication stays jupyter-server's (token, password, JupyterHub): it tells
-us *who* the user is. This module decides what that user may do, from the
-spec's ``users``/``admins`` lists:
+us *who* the user is. What that user may do is decided by
+:class:`hived.service.access.Access` (the service asks it too):
 
 - members of a VC (its ``users`` or ``admins``) submit to it and see its jobs;
 - a job's owner, the VC's admins and cluster admins may cancel it;
-- cluster admins (spec ``admins``) reload the spec and see everything.
+- cluster admins (spec ``admins``, and the account running the server)
+  reload the spec and the tokens, read the metrics and see everything.
 
 The REST handlers name what they touch as resource strings:
 
@@ -38,66 +39,27 @@ import getpass
 import hashlib
 import hmac
 import json
-from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from collections.abc import Hashable, Iterable
 from urllib.parse import quote, unquote
 
+from hived.service.access import SERVER_ACCOUNT, Access
+from hived.service.client import USER_HEADER
 from jupyter_server.auth import Authorizer, IdentityProvider, User
 from traitlets import Bool, Dict, Unicode, default
 
-from hived.service.client import USER_HEADER
-
-
-@dataclass(frozen=True)
-class Access:
-    """The membership lists of one spec, in the shape the checks need.
-
-    ``groups`` arguments are the groups the identity provider reports for
-    the caller (JupyterHub's groups; none without a Hub). They are looked up
-    on every check, so a change on the Hub applies as soon as the provider
-    sees it, with no spec reload.
-    """
-
-    vc_users: dict[str, frozenset[str]] = field(default_factory=dict)
-    vc_admins: dict[str, frozenset[str]] = field(default_factory=dict)
-    admins: frozenset[str] = frozenset()
-    vc_groups: dict[str, frozenset[str]] = field(default_factory=dict)
-    vc_admin_groups: dict[str, frozenset[str]] = field(default_factory=dict)
-    admin_groups: frozenset[str] = frozenset()
-
-    @classmethod
-    def from_spec(cls, spec) -> "Access":
-        return cls(
-            vc_users={n: frozenset(v.users or ()) for n, v in spec.vcs.items()},
-            vc_admins={n: frozenset(v.admins or ()) for n, v in spec.vcs.items()},
-            admins=frozenset(spec.admins or ()),
-            vc_groups={n: frozenset(getattr(v, "groups", None) or ()) for n, v in spec.vcs.items()},
-            vc_admin_groups={n: frozenset(getattr(v, "admin_groups", None) or ()) for n, v in spec.vcs.items()},
-            admin_groups=frozenset(getattr(spec, "admin_groups", None) or ()),
-        )
-
-    def is_admin(self, user: str, groups: Iterable[str] = ()) -> bool:
-        return user in self.admins or not self.admin_groups.isdisjoint(groups)
-
-    def is_vc_admin(self, user: str, vc: str, groups: Iterable[str] = ()) -> bool:
-        return (self.is_admin(user, groups) or user in self.vc_admins.get(vc, ())
-                or not self.vc_admin_groups.get(vc, frozenset()).isdisjoint(groups))
-
-    def is_member(self, user: str, vc: str, groups: Iterable[str] = ()) -> bool:
-        return (self.is_vc_admin(user, vc, groups) or user in self.vc_users.get(vc, ())
-                or not self.vc_groups.get(vc, frozenset()).isdisjoint(groups))
-
-    def known(self, user: str, groups: Iterable[str] = ()) -> bool:
-        return self.is_admin(user, groups) or any(self.is_member(user, vc, groups) for vc in self.vc_users)
-
-    def vcs_of(self, user: str, groups: Iterable[str] = ()) -> list[str]:
-        """The VCs this user sees (all of them for cluster admins)."""
-        return [vc for vc in self.vc_users if self.is_member(user, vc, groups)]
+__all__ = ["SERVER_ACCOUNT", "Access", "HivedAuthorizer", "HivedIdentityProvider", "caller_groups", "decide"]
 
 
 def groups_of(user) -> tuple[str, ...]:
     """The groups an authenticated user object carries (none for plain users)."""
     return tuple(getattr(user, "groups", None) or ())
+
+
+def caller_groups(identity_provider, user) -> tuple[Hashable, ...]:
+    """What the access checks are given as the caller's groups: their Hub groups,
+    and :data:`SERVER_ACCOUNT` for the account running the server (a cluster admin)."""
+    extra = (SERVER_ACCOUNT,) if user is not None and is_server_account(identity_provider, user) else ()
+    return groups_of(user) + extra
 
 
 def vc_resource(vc: str) -> str:
@@ -113,10 +75,10 @@ def exchange_resource(vc: str) -> str:
 
 
 def decide(access: Access, username: str, action: str, resource: str,
-           groups: Iterable[str] = ()) -> bool:
-    """The whole policy, free of tornado so that it is easy to test and read.
+           groups: Iterable[Hashable] = ()) -> bool:
+    """The REST API's policy over :class:`Access`, free of tornado so that it is easy to test and read.
 
-    ``groups``: the caller's JupyterHub groups (membership may come from them)."""
+    ``groups``: from :func:`caller_groups` (Hub groups, the server account)."""
     groups = frozenset(groups)
     if resource != "hived" and not resource.startswith("hived:"):
         return True  # not ours: behave like jupyter-server's AllowAllAuthorizer
@@ -133,8 +95,8 @@ def decide(access: Access, username: str, action: str, resource: str,
     if kind == "job" and len(parts) == 2:
         vc, owner = parts
         if action == "read":
-            return username == owner or access.is_member(username, vc, groups)
-        return username == owner or access.is_vc_admin(username, vc, groups)
+            return access.may_see_job(username, vc, owner, groups)
+        return access.may_change_job(username, vc, owner, groups)
     if kind == "exchange" and len(parts) == 1:
         if action == "read":
             return access.is_member(username, parts[0], groups)
@@ -152,7 +114,8 @@ class HivedAuthorizer(Authorizer):
     def is_authorized(self, handler, user: User, action: str, resource: str) -> bool:
         state = handler.settings.get("hived") if handler is not None else None
         access = getattr(state, "access", None) or Access()
-        return decide(access, user.username, action, resource, groups_of(user))
+        provider = getattr(handler, "identity_provider", None)
+        return decide(access, user.username, action, resource, caller_groups(provider, user))
 
 
 class HivedUser(User):
@@ -234,7 +197,7 @@ class HivedIdentityProvider(IdentityProvider):
     def _token_user_default(self) -> str:
         try:
             return getpass.getuser()
-        except Exception:  # no passwd entry (containers)
+        except Exception:  # noqa: BLE001 - no passwd entry (containers)
             return "jupyter"
 
     def __init__(self, **kwargs):
@@ -254,11 +217,11 @@ class HivedIdentityProvider(IdentityProvider):
     def is_server_account(self, user) -> bool:
         return bool(getattr(user, "server_account", False))
 
-    def get_token(self, handler) -> Optional[str]:
+    def get_token(self, handler) -> str | None:
         m = self.auth_header_pat.match(handler.request.headers.get("Authorization", ""))
         return m.group(2).strip() if m else None
 
-    def _user_for(self, given: str, named: str = "") -> Optional[HivedUser]:
+    def _user_for(self, given: str, named: str = "") -> HivedUser | None:
         for token, name in self.user_tokens.items():
             if hmac.compare_digest(token.encode("utf-8", "surrogatepass"), given.encode("utf-8", "surrogatepass")):
                 return HivedUser(name, credential=fingerprint(token))
@@ -269,14 +232,14 @@ class HivedIdentityProvider(IdentityProvider):
             return HivedUser(self.token_user, server_account=True, credential=fingerprint(self.token))
         return None
 
-    async def get_user_token(self, handler) -> Optional[User]:
+    async def get_user_token(self, handler) -> User | None:
         given = self.get_token(handler)
         if not given:
             return None
         named = handler.request.headers.get(USER_HEADER, "").strip() if self.trust_user_header else ""
         return self._user_for(given, named)
 
-    def process_login_form(self, handler) -> Optional[User]:
+    def process_login_form(self, handler) -> User | None:
         # the login page takes any valid token (form body, not URL)
         given = handler.get_body_argument("password", default="") or ""
         return self._user_for(given) if given else None
@@ -285,7 +248,7 @@ class HivedIdentityProvider(IdentityProvider):
         return json.dumps({"username": user.username, "credential": getattr(user, "credential", ""),
                            "server_account": bool(getattr(user, "server_account", False))})
 
-    def user_from_cookie(self, cookie_value: str) -> Optional[User]:
+    def user_from_cookie(self, cookie_value: str) -> User | None:
         doc = json.loads(cookie_value)
         credential, name = doc.get("credential") or "", doc.get("username") or ""
         if doc.get("server_account"):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Optional
+from typing import Any
 
 from jupyter_server.auth import Authorizer
 from traitlets import Bool, Float, Int, Type, Unicode, default
@@ -71,9 +71,8 @@ class HivedState:
     def __init__(self, config: HivedExtension, authorizer: Authorizer, version: str):
         self.config, self.authorizer, self.version = config, authorizer, version
         self.service: Any = None
-        self.access = Access()
-        self.error: Optional[str] = None
-        self.exception: Optional[BaseException] = None   # why the service did not start
+        self.error: str | None = None
+        self.exception: BaseException | None = None   # why the service did not start
         self._reload_lock = threading.Lock()
         # the handlers' calls into the service run here, off the IOLoop thread
         self.pool = ThreadPoolExecutor(max_workers=config.api_threads, thread_name_prefix="hived-api")
@@ -86,21 +85,24 @@ class HivedState:
         if not cfg.spec_path:
             self.error = "no cluster spec: set c.HivedExtension.spec_path or $HIVED_SPEC"
             return
-        spec = load_spec(cfg.spec_path)
+        load_spec(cfg.spec_path)   # a bad spec stops here, before the data directory is made
         os.makedirs(cfg.data_dir, exist_ok=True)
         svc = cfg.service_class(cfg.spec_path, cfg.data_dir, launcher=_launcher(cfg.launcher),
                               tick_seconds=cfg.tick_seconds)
         svc.start()
-        self.service, self.access = svc, Access.from_spec(spec)
+        self.service = svc
+
+    @property
+    def access(self) -> Access:
+        """Who may do what: the service's own (service/access.py), so that the REST
+        checks and the service's follow the spec in force, reloads included."""
+        svc = self.service
+        return getattr(svc, "access", None) or (Access.from_spec(svc.spec) if svc is not None else Access())
 
     def reload(self, source: str) -> Any:
-        """Reload the spec in the service, then the membership lists from it."""
-        from hived.core.spec import load_spec
+        """The service's one reconfiguration (``reload_spec``)."""
         with self._reload_lock:
-            spec = load_spec(source)  # checks it first: a bad spec changes nothing
-            result = self.service.reload_spec(source)
-            self.access = Access.from_spec(spec)
-            return result
+            return self.service.reload_spec(source)
 
     def stop(self) -> None:
         self.pool.shutdown(wait=False)
@@ -123,7 +125,7 @@ def _version() -> str:
     try:
         from importlib.metadata import version
         return version("hived")
-    except Exception:
+    except Exception:  # noqa: BLE001 - no metadata in a source checkout
         return "0+unknown"
 
 
@@ -134,7 +136,7 @@ def load(serverapp) -> HivedState:
                        _version())
     try:
         state.start()
-    except Exception as exc:  # a bad spec must not take JupyterLab down with it
+    except Exception as exc:  # noqa: BLE001 - a bad spec must not take JupyterLab down with it
         state.error, state.exception = f"{type(exc).__name__}: {exc}", exc
         serverapp.log.error("hived: service not started: %s", state.error)
     serverapp.web_app.settings["hived"] = state

@@ -7,10 +7,9 @@ not the authorization).
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import ipywidgets as W
-
 from hived.service.client import HivedClient, HivedError
 
 
@@ -82,6 +81,7 @@ class AdminActions(W.VBox):
 
     def reload(self) -> None:
         def run():
-            doc = self.client.reload_spec()
-            return f"spec reloaded: VCs {', '.join(doc.get('vcs') or [])}"
+            doc = self.client.reload_spec()   # the server re-reads its own spec file
+            down = ", ".join(doc.get("downgraded") or []) or "none"
+            return f"spec reloaded: VCs {', '.join(doc.get('vcs') or [])}; downgraded to opportunistic: {down}"
         self._do(run)

@@ -23,7 +23,6 @@ The jupyter-server extension hosts it with
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -319,64 +318,17 @@ class KubernetesSchedulerService(SchedulerService):
         ids._next = max(ids._next, top + 1)
 
     def reload_spec(self, path_or_text) -> dict:
-        """Reconfigure while running. Unlike the base service (which refuses a spec that a running
-        gang no longer fits), guaranteed gangs whose cells no longer fit their VC are downgraded to
-        opportunistic on the same GPUs and their pods relabelled, as on a restart (HiveD, OSDI '20, §4)."""
-        from hived.core.spec import SpecError, load_spec
+        """The service's one reconfiguration (see ``SchedulerService.reload_spec``), on the leader
+        only; the pods of gangs it downgraded to opportunistic are relabelled to match."""
         self._require_leader()
-        try:
-            new_spec = path_or_text if hasattr(path_or_text, "chains") else load_spec(path_or_text)
-        except SpecError:
-            return super().reload_spec(path_or_text)    # its error, its wording
-        with self._lock:
-            down = self._downgrades_for(new_spec)
-            saved = {}
-            for jid in down:
-                rec = self.eng.job(jid)
-                saved[jid] = rec.placement
-                rec.placement = dataclasses.replace(rec.placement, opportunistic=True)
-            old_eng = self.eng
-            try:
-                out = super().reload_spec(path_or_text)
-            finally:
-                for jid, p in saved.items():         # the old engine's records, as they were
-                    old_eng.job(jid).placement = p
-            now = self.clock()
-            for jid in down:
-                rec = self.eng.job(jid)
-                rec.history.append((now, rec.state.value, "downgraded to opportunistic: its cells no longer "
-                                    "fit the reloaded spec"))
-                self.launcher.relabel_opportunistic(jid)
-                log.warning("spec reload: job %s downgraded to opportunistic", jid)
-            self._write(down, now)
+        out = super().reload_spec(path_or_text)
+        for jid in out["downgraded"]:
+            self.launcher.relabel_opportunistic(jid)
         if self._own_version:
             self.launcher.spec_version = _spec_version(path_or_text)
         with self._lock:
             self._continue_job_ids()     # the new engine counts from 1 again
             self._apply_allocatable(list(self._allocatable), self.clock())
-        return {**out, "downgraded": down}
-
-    def _downgrades_for(self, new_spec) -> list[str]:
-        """Guaranteed holding jobs that fit ``new_spec`` only as opportunistic (in restore order)."""
-        from hived.core.engine_records import JobRecord
-        from hived.core.jobs import HOLDING
-        scratch = self._new_engine(new_spec)
-        out = []
-        for rec in self.eng.restore_order():
-            d = rec.to_dict()
-            try:
-                scratch.restore(JobRecord.from_dict(d))
-                continue
-            except Exception:
-                pass
-            if rec.state in HOLDING and d.get("placement") \
-                    and not d["placement"]["opportunistic"]:
-                d["placement"]["opportunistic"] = True
-                try:
-                    scratch.restore(JobRecord.from_dict(d))
-                    out.append(rec.job_id)
-                except Exception:
-                    pass          # does not fit even so: the base service refuses the spec
         return out
 
     def _recover(self) -> dict:

@@ -123,7 +123,7 @@ class ExchangeMixin:
                 raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
             if not self._is_admin(user, vc, groups):
                 raise NotAuthorized(f"user {user!r} may not trade the cells of VC {vc!r} "
-                                    f"(VC admins only: {', '.join(sorted(self._admins(vc))) or 'none'})")
+                                    f"(VC admins only: {self._admins(vc)})")
             now = self.clock()
             self._require_journal(now)
             # matching moves no cells (start=False): the board alone changes, and comes back as

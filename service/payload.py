@@ -11,16 +11,34 @@ import json
 import math
 import os
 import re
-from typing import Any, Optional
+from typing import Any
 
 from hived.core.engine import RequestError
 from hived.core.engine_records import JobRecord
 from hived.core.jobs import Affinity, JobClass, JobRequest, JobState, PodGroup
 
-MAX_GRACE = 86400.0          # one day: longer is a typo, not a grace period
-MAX_NAME = 200
-MAX_ENV = 256
-MAX_COMMAND_CHARS = 100_000
+# The one definition of every bound on a job body. The checks below use it, and the
+# REST API's JSON schema (JobSubmit in openapi.json) takes its numbers from it
+# (hived.jupyter_ext.handlers.schema.openapi), so the doors cannot disagree.
+LIMITS: dict[str, dict[str, Any]] = {
+    "vc": {"maxLength": 128},
+    "command": {"maxLength": 65536, "maxItems": 1024},   # characters of the string / of each item; items
+    "pods": {"minimum": 1, "maximum": 1024},
+    "gpus": {"minimum": 1, "maximum": 1024},
+    "cpus": {"minimum": 0, "maximum": 1_000_000},
+    "memory_gb": {"minimum": 0, "maximum": 1_000_000_000},
+    "grace_period": {"minimum": 0, "maximum": 86400},     # one day: longer is a typo, not a grace period
+    "name": {"maxLength": 200},
+    "env": {"maxProperties": 256, "maxLength": 65536},   # pairs; characters of each value
+    "labels": {"maxProperties": 64, "maxLength": 1000},  # pairs; characters of each value
+    "estimate": {"minimum": 0.001, "maximum": 31_536_000},
+    "max_retries": {"minimum": 0, "maximum": 100},
+    "groups": {"maxItems": 64},
+}
+MAX_GRACE = float(LIMITS["grace_period"]["maximum"])
+MAX_NAME = LIMITS["name"]["maxLength"]
+MAX_ENV = LIMITS["env"]["maxProperties"]
+MAX_COMMAND_CHARS = LIMITS["command"]["maxLength"]
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 
@@ -30,7 +48,7 @@ FIELDS = ("vc", "command", "job_class", "pods", "gpus", "cell_type", "groups", "
 MAX_TEMPLATE_CHARS = 64_000  # a job template override larger than this is not a template
 
 
-def _int(payload: dict, key: str, default: Optional[int], lo: int, hi: int) -> Optional[int]:
+def _int(payload: dict, key: str, default: int | None, lo: int, hi: int) -> int | None:
     v = payload.get(key, default)
     if v is None:
         return None
@@ -44,7 +62,7 @@ def _int(payload: dict, key: str, default: Optional[int], lo: int, hi: int) -> O
     return v
 
 
-def _num(payload: dict, key: str, default, lo: float, hi: float) -> Optional[float]:
+def _num(payload: dict, key: str, default, lo: float, hi: float) -> float | None:
     v = payload.get(key, default)
     if v is None:
         return None
@@ -55,6 +73,10 @@ def _num(payload: dict, key: str, default, lo: float, hi: float) -> Optional[flo
     return float(v)
 
 
+def _bounds(key: str) -> tuple[Any, Any]:
+    return LIMITS[key]["minimum"], LIMITS[key]["maximum"]
+
+
 def _group(d: Any, where: str) -> PodGroup:
     """One pod group; ``where`` prefixes field names in errors ("" for the flat form)."""
     pre = f"{where}." if where else ""
@@ -62,15 +84,15 @@ def _group(d: Any, where: str) -> PodGroup:
         raise RequestError(where, f"must be an object, got {type(d).__name__}")
     unknown = set(d) - {"pods", "gpus", "cell_type", "cpus", "memory_gb"}
     if unknown:
-        raise RequestError(f"{pre}{sorted(unknown)[0]}", "unknown field")
+        raise RequestError(f"{pre}{min(unknown)}", "unknown field")
     cell_type = d.get("cell_type")
     if cell_type is not None and (not isinstance(cell_type, str) or not cell_type):
         raise RequestError(f"{pre}cell_type", f"must be a cell type name, got {cell_type!r}")
     try:
-        pods = _int(d, "pods", 1, 1, 4096)
-        gpus = _int(d, "gpus", 1, 1, 1_000_000)
-        cpus = _num(d, "cpus", None, 0, 1_000_000)
-        mem = _num(d, "memory_gb", None, 0, 1_000_000_000)
+        pods = _int(d, "pods", 1, *_bounds("pods"))
+        gpus = _int(d, "gpus", 1, *_bounds("gpus"))
+        cpus = _num(d, "cpus", None, *_bounds("cpus"))
+        mem = _num(d, "memory_gb", None, *_bounds("memory_gb"))
     except RequestError as e:
         raise RequestError(f"{pre}{e.field}", e.problem) from None
     return PodGroup(pods=pods, gpus=gpus, cell_type=cell_type, cpus=cpus, memory_gb=mem)
@@ -86,6 +108,8 @@ def parse_job(user: str, payload: Any, *, check_workdir: bool = True) -> JobRequ
     vc = payload.get("vc")
     if not isinstance(vc, str) or not vc:
         raise RequestError("vc", f"required: the name of a VC, got {vc!r}")
+    if len(vc) > LIMITS["vc"]["maxLength"]:
+        raise RequestError("vc", f"longer than {LIMITS['vc']['maxLength']} characters")
     command = payload.get("command")
     if isinstance(command, str):
         if not command.strip():
@@ -95,6 +119,11 @@ def parse_job(user: str, payload: Any, *, check_workdir: bool = True) -> JobRequ
     elif isinstance(command, list):
         if not command or not all(isinstance(a, str) for a in command) or not command[0].strip():
             raise RequestError("command", "must be a non-empty list of strings whose first item is the program")
+        if len(command) > LIMITS["command"]["maxItems"]:
+            raise RequestError("command", f"more than {LIMITS['command']['maxItems']} items")
+        for i, arg in enumerate(command):
+            if len(arg) > MAX_COMMAND_CHARS:
+                raise RequestError(f"command[{i}]", f"longer than {MAX_COMMAND_CHARS} characters")
     else:
         raise RequestError("command", f"required: a string or a list of strings, got {command!r}")
     try:
@@ -111,11 +140,13 @@ def parse_job(user: str, payload: Any, *, check_workdir: bool = True) -> JobRequ
         groups = payload["groups"]
         if not isinstance(groups, list) or not groups:
             raise RequestError("groups", "must be a non-empty list of {pods, gpus | cell_type}")
+        if len(groups) > LIMITS["groups"]["maxItems"]:
+            raise RequestError("groups", f"more than {LIMITS['groups']['maxItems']} pod groups")
         groups = [_group(g, f"groups[{i}]") for i, g in enumerate(groups)]
     else:
         groups = [_group({k: payload[k] for k in ("pods", "gpus", "cell_type", "cpus", "memory_gb")
                           if k in payload}, "")]
-    grace = _num(payload, "grace_period", 0.0, 0.0, MAX_GRACE)
+    grace = _num(payload, "grace_period", 0.0, *_bounds("grace_period"))
     name = payload.get("name", "")
     if not isinstance(name, str) or len(name) > MAX_NAME:
         raise RequestError("name", f"must be a string of at most {MAX_NAME} characters")
@@ -127,8 +158,10 @@ def parse_job(user: str, payload: Any, *, check_workdir: bool = True) -> JobRequ
             raise RequestError(f"env.{k}", "not a valid environment variable name")
         if k in RESERVED_ENV or k.startswith("HIVED_"):
             raise RequestError(f"env.{k}", "set by hived from the job's cells; cannot be overridden")
-        if not isinstance(v, (str, int, float)) or isinstance(v, bool):
-            raise RequestError(f"env.{k}", f"must be a string, got {v!r}")
+        if not isinstance(v, str):
+            raise RequestError(f"env.{k}", f"must be a string, got {type(v).__name__}")
+        if len(v) > LIMITS["env"]["maxLength"]:
+            raise RequestError(f"env.{k}", f"longer than {LIMITS['env']['maxLength']} characters")
     workdir = payload.get("workdir")
     if workdir is not None:
         if not isinstance(workdir, str) or not workdir:
@@ -138,6 +171,11 @@ def parse_job(user: str, payload: Any, *, check_workdir: bool = True) -> JobRequ
     labels = payload.get("labels") or {}
     if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
         raise RequestError("labels", "must be an object of string: string")
+    if len(labels) > LIMITS["labels"]["maxProperties"]:
+        raise RequestError("labels", f"more than {LIMITS['labels']['maxProperties']} labels")
+    for k, v in labels.items():
+        if len(v) > LIMITS["labels"]["maxLength"]:
+            raise RequestError(f"labels.{k}", f"longer than {LIMITS['labels']['maxLength']} characters")
     allow = payload.get("allow_opportunistic", False)
     if not isinstance(allow, bool):
         raise RequestError("allow_opportunistic", f"must be true or false, got {allow!r}")
@@ -148,13 +186,13 @@ def parse_job(user: str, payload: Any, *, check_workdir: bool = True) -> JobRequ
     return JobRequest(
         user=user, vc=vc, command=command, job_class=job_class, groups=groups, chain=chain,
         affinity=affinity, grace_period=grace, allow_opportunistic=allow, name=name,
-        env={k: str(v) for k, v in env.items()}, workdir=workdir,
-        estimate=_num(payload, "estimate", None, 0.0, 1e9),
-        max_retries=_int(payload, "max_retries", None, 0, 100), labels=dict(labels),
+        env=dict(env), workdir=workdir,
+        estimate=_num(payload, "estimate", None, *_bounds("estimate")),
+        max_retries=_int(payload, "max_retries", None, *_bounds("max_retries")), labels=dict(labels),
         k8s_template=template)
 
 
-def _template(t: Any) -> Optional[dict]:
+def _template(t: Any) -> dict | None:
     """The job's Kubernetes template overrides: only the shape here; the launcher checks the
     fields (service.submit asks it before the job is accepted)."""
     if t is None:
@@ -166,7 +204,7 @@ def _template(t: Any) -> Optional[dict]:
     return json.loads(json.dumps(t))     # a private copy: nothing the caller keeps can change it
 
 
-def job_dict(rec: JobRecord, queue_position: Optional[int] = None) -> dict:
+def job_dict(rec: JobRecord, queue_position: int | None = None) -> dict:
     """The REST job dict (docs/architecture.md, GET jobs/{id})."""
     req = rec.request
     p = rec.placement

@@ -72,7 +72,7 @@ class RetentionMixin:
                 raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
             if not self._is_admin(user, vc, groups):
                 raise NotAuthorized(f"user {user!r} may not set or apply the retention of VC {vc!r} "
-                                    f"(VC admins only: {', '.join(sorted(self._admins(vc))) or 'none'})")
+                                    f"(VC admins only: {self._admins(vc)})")
             return [vc]
         mine = [v for v in sorted(self.spec.vcs) if self._is_admin(user, v, groups)]
         if not mine:

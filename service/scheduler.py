@@ -49,6 +49,7 @@ from hived.core.engine import Engine, EngineConfig, RequestError
 from hived.core.engine_records import JobRecord
 from hived.core.jobs import HOLDING, DecisionKind, JobState, state_values
 
+from .access import Access
 from .degraded import ServiceDegraded
 from .job_ids import JobIds, JobIdsError
 from .launch_queue import LaunchQueue
@@ -630,26 +631,28 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
 
     # ------------------------------------------------------------------ API
 
+    @property
+    def access(self) -> Access:
+        """Who may do what under the spec in force (service/access.py, as the REST API decides)."""
+        cached = getattr(self, "_access", None)
+        if cached is None or cached[0] is not self.spec:
+            cached = self._access = (self.spec, Access.from_spec(self.spec))
+        return cached[1]
+
     def _authorize_vc(self, user: str, vc: str, groups=()) -> None:
         """``groups``: the caller's JupyterHub groups, for VCs that name groups."""
-        spec = self.spec.vcs.get(vc)
-        if spec is None:
+        if vc not in self.spec.vcs:
             raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
-        users = list(spec.users or [])
-        grouped = set(getattr(spec, "groups", None) or ()) | set(getattr(spec, "admin_groups", None) or ())
-        if (users or grouped) and user not in users and not self._is_admin(user, vc, groups) \
-                and grouped.isdisjoint(groups):
-            members = ", ".join(users + [f"group {g}" for g in sorted(grouped)])
-            raise NotAuthorized(f"user {user!r} is not a member of VC {vc!r} (members: {members})")
+        if not self.access.is_member(user, vc, groups):
+            raise NotAuthorized(f"user {user!r} is not a member of VC {vc!r} "
+                                f"(members: {self.access.members_text(vc)})")
 
     def _is_admin(self, user: str, vc: str, groups=()) -> bool:
-        spec = self.spec.vcs.get(vc)
-        admin_groups = set(getattr(spec, "admin_groups", None) or ()) | set(getattr(self.spec, "admin_groups", None) or ())
-        return user in self._admins(vc) or not admin_groups.isdisjoint(groups)
+        """An admin of ``vc`` (cluster admins are admins of every VC)."""
+        return self.access.is_vc_admin(user, vc, groups)
 
-    def _admins(self, vc: str) -> set:
-        spec = self.spec.vcs.get(vc)
-        return set(getattr(spec, "admins", []) or []) | set(getattr(self.spec, "admins", []) or [])
+    def _admins(self, vc: str) -> str:
+        return self.access.admins_text(vc)
 
     def submit(self, user: str, payload: dict, groups=()) -> dict:
         """Validate, queue and durably store one job; returns its job dict.
@@ -760,7 +763,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
     def cancel(self, job_id: str, user: str, groups=()) -> dict:
         with self._lock:
             rec = self._rec(job_id)
-            if user != rec.request.user and not self._is_admin(user, rec.request.vc, groups):
+            if not self.access.may_change_job(user, rec.request.vc, rec.request.user, groups):
                 raise NotAuthorized(f"user {user!r} may not cancel {job_id}: it belongs to "
                                     f"{rec.request.user!r} and {user!r} is not an admin of VC {rec.request.vc!r}")
             self._cancel(job_id, user)
@@ -852,35 +855,61 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
 
     def reload_spec(self, path_or_text) -> dict:
         """Reconfigure: a new engine on the new spec, every job restored into it
-        (the restart path, as HiveD does). Refused, changing nothing, when a
-        running job's binding does not fit the new spec."""
+        (the restart path, as HiveD does). This is the one reconfiguration every
+        door reaches (REST, the extension, ``hived spec reload``, SIGHUP, the
+        admin widget, the Kubernetes service).
+
+        A holding guaranteed job whose cells no longer fit its VC keeps its GPUs
+        as opportunistic (HiveD's downgrade on reconfiguration) and is named in
+        ``downgraded``. A job that fits not even so (its VC or its cells are
+        gone) refuses the spec, changing nothing. The new spec text is journaled
+        with the jobs. Answer: ``{"ok", "vcs", "chains", "downgraded"}``."""
         from hived.core.spec import SpecError
         try:
             new_spec = _load_spec(path_or_text)
         except SpecError as exc:
             raise RequestError(exc.path, exc.problem) from None
         with self._lock:
-            self._require_journal(self.clock())
+            now = self.clock()
+            self._require_journal(now)
             self._exchange_before_reload()
             eng = self._new_engine(new_spec)
+            downgraded: list[str] = []
             for rec in self.eng.restore_order():
-                copy = JobRecord.from_dict(rec.to_dict())
+                d = rec.to_dict()
                 try:
-                    eng.restore(copy)
+                    eng.restore(JobRecord.from_dict(d))
+                    continue
                 except Exception as exc:
-                    raise RequestError("spec", f"job {rec.job_id} ({rec.state.value}) does not fit the new "
-                                       f"spec: {exc}; nothing changed") from None
+                    refusal = exc
+                if rec.state in HOLDING and d.get("placement") and not d["placement"]["opportunistic"]:
+                    d["placement"]["opportunistic"] = True
+                    try:
+                        eng.restore(JobRecord.from_dict(d))
+                        downgraded.append(rec.job_id)
+                        continue
+                    except Exception as exc:
+                        refusal = exc
+                raise RequestError("spec", f"job {rec.job_id} ({rec.state.value}) does not fit the new "
+                                   f"spec: {refusal}; nothing changed") from None
+            for jid in downgraded:
+                new = eng.job(jid)
+                new.history.append((now, new.state.value, "downgraded to opportunistic: its cells no "
+                                    "longer fit the reloaded spec"))
             before = (self.eng, self.spec, self._arb, self._seen)
             self.eng, self.spec = eng, new_spec
             self._exchange_after_reload()
             text = _spec_text(path_or_text)
             self._seen = {j: None for j in self._seen}   # rewrite all: queue keys changed
             try:
-                self._write_live(self.clock(), meta=None if text is None else {"spec": text})
+                self._write_live(now, meta=None if text is None else {"spec": text})
             except ServiceDegraded:
                 self.eng, self.spec, self._arb, self._seen = before   # not stored: not taken
                 raise
-            return {"ok": True, "vcs": sorted(new_spec.vcs), "chains": sorted(new_spec.chains)}
+            for jid in downgraded:
+                log.warning("spec reload: job %s downgraded to opportunistic", jid)
+            return {"ok": True, "vcs": sorted(new_spec.vcs), "chains": sorted(new_spec.chains),
+                    "downgraded": downgraded}
 
     def status(self) -> dict:
         with self._lock:

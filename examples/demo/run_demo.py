@@ -66,12 +66,14 @@ def pick_spec(given: str | None, gpus: int | None = None):
             cell_type.pop("cpus", None)
             cell_type.pop("memoryGB", None)
         spec.setdefault("admins", ["admin"])   # someone may post the exchange of part 5
+        _demo_members(spec)
         return spec, f"a virtual node of {gpus} GPUs (--gpus {gpus}; no GPU used)"
     try:
         d = discover(vcs=["team-a", "team-b"])
         for note in d.notes:
             say(f"  discovery note: {note}")
         d.spec.setdefault("admins", ["admin"])   # someone may post the exchange of part 5
+        _demo_members(d.spec)
         return d.spec, f"this machine's {len(d.gpus)} GPUs ({', '.join(sorted({g.model for g in d.gpus}))})"
     except NoGpuError as exc:
         # discovery's advice names `hived discover`; the demo takes --gpus N too
@@ -79,6 +81,12 @@ def pick_spec(given: str | None, gpus: int | None = None):
     except ValueError as exc:   # e.g. one GPU cannot be split between two teams
         say(f"  discovered GPUs cannot hold the demo's two VCs ({exc})")
     return str(HERE / "demo_cluster.yaml"), "the demo cluster examples/demo/demo_cluster.yaml"
+
+
+def _demo_members(spec: dict) -> None:
+    """Discovery names no users; a VC's members are only those its spec lists."""
+    for vc, users in (("team-a", ["alice", "anna"]), ("team-b", ["bob"])):
+        spec["virtualClusters"][vc].setdefault("users", users)
 
 
 def spec_summary(spec) -> None:
@@ -89,7 +97,7 @@ def spec_summary(spec) -> None:
     for vc, v in spec.vcs.items():
         cells = ", ".join(f"{n} x {spec.chains[c].levels[lvl - 1]} ({spec.chains[c].gpus_per_level[lvl - 1]} GPUs)"
                           for (c, lvl), n in sorted(v.cells.items()))
-        say(f"  VC {vc}: {cells or 'no cells'}; users: {', '.join(v.users or []) or 'anyone'}")
+        say(f"  VC {vc}: {cells or 'no cells'}; users: {', '.join(v.users or []) or 'its admins only'}")
 
 
 def vc_views(svc, title: str) -> None:

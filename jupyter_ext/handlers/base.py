@@ -19,7 +19,7 @@ import asyncio
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
-from ..auth import groups_of, job_resource
+from ..auth import caller_groups, job_resource
 from hived.service.degraded import ServiceDegraded
 from . import schema
 
@@ -127,9 +127,10 @@ class HivedHandler(APIHandler):
         return self.current_user.username
 
     @property
-    def groups(self) -> tuple[str, ...]:
-        """The caller's JupyterHub groups (VC membership may come from them)."""
-        return groups_of(self.current_user)
+    def groups(self) -> tuple:
+        """The caller's JupyterHub groups (VC membership may come from them), and the
+        server-account marker for the account running the server (auth.caller_groups)."""
+        return caller_groups(self.identity_provider, self.current_user)
 
     # -- permissions ------------------------------------------------------
     async def allowed(self, action: str, resource: str) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import fastjsonschema
 from jsonschema import Draft4Validator, ValidationError, validators
@@ -21,7 +21,31 @@ DOC_PATH = Path(__file__).resolve().parent.parent / "openapi.json"
 
 @functools.lru_cache(maxsize=1)
 def openapi() -> dict:
-    return json.loads(DOC_PATH.read_text())
+    doc = json.loads(DOC_PATH.read_text())
+    _job_limits(doc["components"]["schemas"]["JobSubmit"]["properties"])
+    return doc
+
+
+def _job_limits(props: dict) -> None:
+    """The job body's bounds, from their one definition (hived.service.payload.LIMITS),
+    placed where JSON schema wants each one."""
+    from hived.service.payload import LIMITS
+    for key, bounds in LIMITS.items():
+        target = props[key]
+        if key == "command":
+            string, array = target["oneOf"]
+            string["maxLength"] = array["items"]["maxLength"] = bounds["maxLength"]
+            array["maxItems"] = bounds["maxItems"]
+        elif key in ("env", "labels"):
+            target["maxProperties"] = bounds["maxProperties"]
+            target["additionalProperties"]["maxLength"] = bounds["maxLength"]
+        elif key == "groups":
+            target["maxItems"] = bounds["maxItems"]
+        else:
+            target.update(bounds)
+    group = props["groups"]["items"]["properties"]
+    for key in ("pods", "gpus", "cpus", "memory_gb"):
+        group[key].update(LIMITS[key])
 
 
 def _first_error_only(keyword, size_limit):
@@ -81,14 +105,14 @@ _BoundedValidator = validators.extend(Draft4Validator, {
 })
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def validator(schema_name: str) -> Draft4Validator:
     doc = openapi()
     root = {"components": doc["components"], "$ref": f"#/components/schemas/{schema_name}"}
     return _BoundedValidator(root)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def fast_check(schema_name: str):
     """The same schema compiled to Python by fastjsonschema: about 100 times
     quicker on a valid megabyte body, the common case. It only says valid or
@@ -98,7 +122,7 @@ def fast_check(schema_name: str):
     return fastjsonschema.compile(root, use_default=False)
 
 
-def first_error(schema_name: str, body: Any) -> Optional[tuple[str, str]]:
+def first_error(schema_name: str, body: Any) -> tuple[str, str] | None:
     """(message, where) of the most relevant problem in ``body``, or None if valid."""
     try:
         fast_check(schema_name)(body)
@@ -110,6 +134,11 @@ def first_error(schema_name: str, body: Any) -> Optional[tuple[str, str]]:
         return None
     # the deepest error names the field; among equals prefer the first found
     err = max(errors, key=lambda e: len(e.absolute_path))
+    if err.validator == "oneOf":
+        # right shape, wrong size or text: name the item and the bound, as the service does
+        inner = [e for e in err.context or () if e.validator in ("pattern", "maxLength", "maxItems")]
+        if inner:
+            err = max(inner, key=lambda e: len(e.absolute_path))
     where = "body" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
     return _explain(err), where
 

@@ -14,7 +14,7 @@ class SummaryHandler(HivedHandler):
     async def get(self):
         with service_errors("summary"):
             doc = dict(await self.run(self.svc.status))
-        if not self.hived.access.is_admin(self.username):
+        if not self.hived.access.is_admin(self.username, self.groups):
             for key in _ADMIN_ONLY:
                 doc.pop(key, None)
         self.reply(doc)

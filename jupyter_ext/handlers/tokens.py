@@ -1,15 +1,13 @@
 """Re-read the per-user tokens file: a removed token is refused from the next request on."""
 from __future__ import annotations
 
-from ..auth import is_server_account
 from .base import ApiError, HivedHandler
 
 
 class TokensReloadHandler(HivedHandler):
     async def post(self):
         provider = self.identity_provider
-        if not is_server_account(provider, self.current_user):
-            await self.require("write", "hived:admin", "reload the tokens (cluster admins only)", "tokens/reload")
+        await self.require("write", "hived:admin", "reload the tokens (cluster admins only)", "tokens/reload")
         reload = getattr(provider, "reload_tokens", None)
         if reload is None:
             raise ApiError(404, "this server's identity provider has no tokens file to reload", "tokens/reload")

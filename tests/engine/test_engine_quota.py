@@ -87,7 +87,6 @@ def test_over_quota_job_refused_unless_opportunistic_allowed():
 @pytest.mark.parametrize("mutate,field,words", [
     (dict(vc="Z"), "vc", "unknown VC 'Z'"),
     (dict(user=""), "user", "non-empty"),
-    (dict(user="mallory"), "user", "not a member of VC 'A'"),
     (dict(grace_period=-1.0), "grace_period", ">= 0"),
     (dict(duration=float("nan")), "duration", "finite"),
     (dict(chain="NOPE"), "chain", "unknown chain"),
@@ -156,14 +155,12 @@ def test_finished_and_success_release_cells():
         eng.on_started("nope", 6.0)
 
 
-def test_cancel_queued_running_and_permissions():
+def test_cancel_queued_and_running():
     eng = quota_engine(fig2_spec())
     r1 = eng.submit(req("A", 4), 0.0)
     r2 = eng.submit(req("A", 4, allow_opportunistic=True), 0.0)   # runs on node2, low priority
     q = eng.submit(req("A", 4), 0.0)
     run(eng, 0.0)
-    with pytest.raises(RequestError, match="may not cancel"):
-        eng.cancel(q, 1.0, "bob")
     assert eng.cancel(q, 1.0, "alice") == [] and eng.job(q).state is JobState.CANCELLED
     ds = eng.cancel(r1, 2.0, "root")                 # VC admin
     assert kinds(ds) == [("preempt", r1)]

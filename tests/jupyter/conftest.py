@@ -72,7 +72,7 @@ def service(jp_serverapp):
 class LiveServer:
     """A ``hived serve`` process: a real Jupyter server on a free port."""
 
-    def __init__(self, data_dir: Path, launcher: str = "local"):
+    def __init__(self, data_dir: Path, launcher: str = "local", spec: Path = SPEC):
         import os
         import subprocess
         import sys
@@ -87,7 +87,7 @@ class LiveServer:
             env.pop(k, None)
         self.log = open(data_dir / "serve.log", "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hived.cli.main", "serve", "--spec", str(SPEC),
+            [sys.executable, "-m", "hived.cli.main", "serve", "--spec", str(spec),
              "--data-dir", str(data_dir), "--port", "0", "--token-file", str(token_file),
              "--allow-root", "--user-tokens", str(tokens), "--tick", "0.05", "--launcher", launcher],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)

@@ -10,7 +10,7 @@ from .helpers import assert_error
 
 @pytest.mark.parametrize("extra,where,says", [
     ({"command": "echo a\x00b"}, "body.command", "NUL"),
-    ({"command": ["echo", "a\x00b"]}, "body.command", "NUL"),
+    ({"command": ["echo", "a\x00b"]}, "body.command[1]", "NUL"),
     ({"env": {"A": "x\x00y"}}, "body.env.A", "NUL"),
     ({"name": "n\x00"}, "body.name", "NUL"),
     ({"workdir": "relative/dir"}, "body.workdir", "absolute path"),

@@ -27,6 +27,7 @@ def local_service(tmp_path, nvml_fake):
     nvml_fake(["NVIDIA L4"] * 4, topo=crossed, ecc=ecc)
     d = discover(vcs=["va", "vb"])
     assert list(d.nodes.values()) == [[0, 2, 1, 3]]
+    d.spec["virtualClusters"]["va"]["users"] = ["alice"]   # discovery names no members
 
     def make():
         svc = SchedulerService(d.spec, tmp_path / "data", tick_seconds=0.05)

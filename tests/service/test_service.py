@@ -62,7 +62,7 @@ BAD = [
     ({"vc": "vca", "command": "true", "gpus": -1}, RequestError, "gpus: must be between 1 and"),
     ({"vc": "vca", "command": "true", "gpus": 10 ** 12}, RequestError, "gpus: must be between 1 and"),
     ({"vc": "vca", "command": "true", "gpus": "two"}, RequestError, "gpus: must be an integer"),
-    ({"vc": "vca", "command": "true", "pods": 0}, RequestError, "pods: must be between 1 and 4096"),
+    ({"vc": "vca", "command": "true", "pods": 0}, RequestError, "pods: must be between 1 and 1024"),
     ({"vc": "vca", "command": "true", "grace_period": -5}, RequestError, "grace_period: must be between"),
     ({"vc": "vca", "command": "true", "grace_period": 1e12}, RequestError, "grace_period: must be between 0 and 86400"),
     ({"vc": "vca", "command": "true", "grace_period": float("nan")}, RequestError, "grace_period: must be a finite"),

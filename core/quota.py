@@ -18,8 +18,8 @@ depends on every tenant's jobs, not only the VC's own.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 from .grant import Grant
 from .jobs import PodPlacement
@@ -109,7 +109,7 @@ class _Pool:
                 free += 1
         self._set(i, free, avail)
 
-    def block_pick(self, i: int, need: int, use_avail: bool, taken: set) -> Optional[list]:
+    def block_pick(self, i: int, need: int, use_avail: bool, taken: set) -> list | None:
         """Positions for a pod of ``need`` GPUs on node ``i`` inside one aligned block,
         the block chosen best-fit level by level (fewest usable GPUs around it);
         free GPUs before opportunistic ones. None if no block holds it."""
@@ -136,7 +136,7 @@ class _Pool:
         cand.sort(key=lambda k: (hold[k] is not None, hold[k] or "", k))
         return cand[:need]
 
-    def best_fit(self, need: int, use_avail: bool, taken: dict, ok) -> Optional[tuple]:
+    def best_fit(self, need: int, use_avail: bool, taken: dict, ok) -> tuple | None:
         """(node, positions): the node with the fewest free (or available) GPUs
         that still holds the pod in one block."""
         buckets = self.by_avail if use_avail else self.by_free
@@ -175,13 +175,13 @@ class QuotaAllocator:
         self._waiting: dict = {}    # opportunistic victim -> guaranteed owners waiting for its GPUs
 
     # -- reading
-    def grant_of(self, owner: str) -> Optional[QuotaGrant]:
+    def grant_of(self, owner: str) -> QuotaGrant | None:
         return self._grants.get(owner)
 
     def grants(self) -> dict:
         return dict(self._grants)
 
-    def free_gpus(self, chain: Optional[str] = None) -> int:
+    def free_gpus(self, chain: str | None = None) -> int:
         pools = [self.pools[chain]] if chain else self.pools.values()
         return sum(p.total_free for p in pools)
 
@@ -197,7 +197,7 @@ class QuotaAllocator:
         return {c: {"total": self.quota[vc][c], "used": self.used[vc][c],
                     "free": self.quota[vc][c] - self.used[vc][c]} for c in self.spec.chains}
 
-    def why_never(self, vc, pod_gpus, chain=None, within_level=None) -> Optional[str]:
+    def why_never(self, vc, pod_gpus, chain=None, within_level=None) -> str | None:
         total = sum(pod_gpus)
         chains = [chain] if chain else list(self.spec.chains)
         reasons = []
@@ -215,8 +215,8 @@ class QuotaAllocator:
 
     # -- placing
     def place(self, owner: str, vc: str, pod_gpus: list, *, opportunistic: bool = False, priority: int = 0,
-              chain: Optional[str] = None, within_level: Optional[int] = None,
-              node_ok: Optional[Callable[[str, int], bool]] = None) -> Optional[QuotaGrant]:
+              chain: str | None = None, within_level: int | None = None,
+              node_ok: Callable[[str, int], bool] | None = None) -> QuotaGrant | None:
         if owner in self._grants:
             raise ValueError(f"owner {owner!r} already holds a grant")
         if vc not in self.quota:
@@ -348,7 +348,8 @@ class QuotaAllocator:
                 if k is None:
                     raise ValueError(f"restore {grant_like.owner}: node {pod.node} has no GPU {gid}")
                 if p.holder[i][k] is not None:
-                    raise ValueError(f"restore {grant_like.owner}: GPU {pod.node}/{gid} already held by {p.holder[i][k]}")
+                    raise ValueError(f"restore {grant_like.owner}: GPU {pod.node}/{gid} "
+                                     f"already held by {p.holder[i][k]}")
                 pos.append(k)
             claims.append((i, tuple(pos)))
         for i, pos in claims:
@@ -365,8 +366,8 @@ class QuotaAllocator:
         for i in {i for i, _ in claims}:
             p.recount(i)
 
-    def set_health(self, node: str, gpu: Optional[int], healthy: bool) -> list:
-        for c, p in self.pools.items():
+    def set_health(self, node: str, gpu: int | None, healthy: bool) -> list:
+        for p in self.pools.values():
             if node in p.index:
                 i = p.index[node]
                 if gpu is not None and gpu not in p.pos_of[i]:

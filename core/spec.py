@@ -23,7 +23,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 import yaml
 
@@ -34,7 +34,7 @@ DEFAULT_CPUS_PER_GPU = 8
 DEFAULT_MEMORY_GB_PER_GPU = 64
 
 _SCHEMA_PATH = Path(__file__).with_name("spec_schema.json")
-_VALIDATOR: Optional[tuple] = None  # (compiled schema, integer field names), built on first use
+_VALIDATOR: tuple | None = None  # (compiled schema, integer field names), built on first use
 
 
 def _validator() -> tuple:
@@ -92,9 +92,9 @@ class CellSpec:
     level: int                 # 1-based; 1 = GPU
     address: str               # local address (index when left out)
     path: str                  # YAML path, for error messages
-    pinned_id: Optional[str] = None
-    children: list["CellSpec"] = field(default_factory=list)
-    gpu_index: Optional[int] = None  # leaves: index of the GPU within its node
+    pinned_id: str | None = None
+    children: list[CellSpec] = field(default_factory=list)
+    gpu_index: int | None = None  # leaves: index of the GPU within its node
 
 
 @dataclass
@@ -130,7 +130,7 @@ class Chain:
             raise KeyError(f"cell type {cell_type!r} is not in chain {self.name!r} (levels: {', '.join(self.levels)})")
         return self.levels.index(name) + 1
 
-    def level_for_gpus(self, gpus: int) -> Optional[int]:
+    def level_for_gpus(self, gpus: int) -> int | None:
         """Smallest level whose cells hold ``gpus`` GPUs (None: more than a top cell)."""
         for i, n in enumerate(self.gpus_per_level):
             if n >= gpus:
@@ -149,8 +149,8 @@ class VCSpec:
     admin_groups: list[str] = field(default_factory=list)  # JupyterHub groups whose members are admins
     weight: float = 0.0          # default: the VC's GPU count
     weight_given: bool = False
-    max_preemptions: Optional[int] = None  # times one job may be preempted; None: the service default
-    account: Optional[str] = None          # Unix account its jobs run as in local mode (a name, uid or uid:gid)
+    max_preemptions: int | None = None  # times one job may be preempted; None: the service default
+    account: str | None = None          # Unix account its jobs run as in local mode (a name, uid or uid:gid)
 
 
 @dataclass
@@ -164,7 +164,7 @@ class ClusterSpec:
     accounts: dict[str, str] = field(default_factory=dict)  # hived user -> Unix account (local mode)
     admin_groups: list[str] = field(default_factory=list)  # JupyterHub groups of cluster admins
 
-    def unix_account(self, user: str, vc: str) -> Optional[str]:
+    def unix_account(self, user: str, vc: str) -> str | None:
         """The Unix account a job of ``user`` in ``vc`` runs as: the user's mapping, else the VC's, else None."""
         if user in self.accounts:
             return self.accounts[user]
@@ -217,11 +217,12 @@ _UniqueKeyLoader.add_implicit_resolver(
     list("-+0123456789"))
 
 
-def _read(source: Union[str, os.PathLike, dict]) -> tuple[Any, str]:
+def _read(source: str | os.PathLike | dict) -> tuple[Any, str]:
     if isinstance(source, dict):
         return source, "<dict>"
-    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source
-                                            and (os.path.exists(source) or source.endswith((".yaml", ".yml", ".json")))):
+    looks_like_path = isinstance(source, str) and "\n" not in source and (
+        os.path.exists(source) or source.endswith((".yaml", ".yml", ".json")))
+    if isinstance(source, os.PathLike) or looks_like_path:
         p = Path(source)
         if not p.is_file():
             raise SpecError(str(p), "file not found")
@@ -264,7 +265,7 @@ _PATTERN_WORDS = {
 }
 
 
-def _plain_problem(doc: Any, integer_fields: frozenset) -> Optional[tuple[str, str]]:
+def _plain_problem(doc: Any, integer_fields: frozenset) -> tuple[str, str] | None:
     """What a JSON schema cannot see in YAML: keys that are not text, NaN and infinities,
     2.0 where an integer belongs, and nesting deep enough to exhaust the stack later."""
     stack = [(doc, [], 0, None)]
@@ -327,11 +328,12 @@ def _schema_problem(err) -> tuple[str, str]:
     return path, err.message  # pragma: no cover - schema has no other keywords
 
 
-def load_spec(source: Union[str, os.PathLike, dict]) -> ClusterSpec:
+def load_spec(source: str | os.PathLike | dict) -> ClusterSpec:
     """Load and check a spec from a file path, YAML text or a dict."""
     doc, name = _read(source)
     if not isinstance(doc, dict):
-        raise SpecError("(root)", f"must be a mapping with physicalCluster and virtualClusters, got {type(doc).__name__}")
+        raise SpecError("(root)",
+                        f"must be a mapping with physicalCluster and virtualClusters, got {type(doc).__name__}")
     validate, integer_fields = _validator()
     problem = _plain_problem(doc, integer_fields)
     if problem:
@@ -415,7 +417,8 @@ class _Builder:
                                 f"chain {tname} has no node level (mark one of its cell types isNodeLevel: true)")
             if len(nodes) > 1:
                 raise SpecError(f"physicalCluster.cellTypes.{nodes[1]}.isNodeLevel",
-                                f"chain {tname} has {len(nodes)} node levels ({', '.join(nodes)}); exactly one is allowed")
+                                f"chain {tname} has {len(nodes)} node levels ({', '.join(nodes)}); "
+                                "exactly one is allowed")
             gpl, hpl = [1], [0]
             for t in levels[1:]:
                 h = self.types[t]["childCellNumber"]
@@ -446,8 +449,8 @@ class _Builder:
         self.counters[ctype] = n + 1
         return f"{ctype.lower()}-{n}"
 
-    def _cell(self, chain: Chain, level: int, raw: dict, path: str, node: Optional[str],
-              index: int, leaf_counter: list, pinned_above: Optional[tuple[str, str]] = None) -> CellSpec:
+    def _cell(self, chain: Chain, level: int, raw: dict, path: str, node: str | None,
+              index: int, leaf_counter: list, pinned_above: tuple[str, str] | None = None) -> CellSpec:
         ctype = chain.levels[level - 1]
         given = raw.get("cellAddress")
         if given is not None and level > 1:
@@ -483,7 +486,8 @@ class _Builder:
             if given is not None:
                 if isinstance(given, bool) or not isinstance(given, int) or given < 0:
                     raise SpecError(f"{path}.cellAddress",
-                                    f"a GPU's cellAddress is its index on the node (a non-negative integer), got {given!r}")
+                                    "a GPU's cellAddress is its index on the node (a non-negative integer), "
+                                    f"got {given!r}")
                 gidx = given
             else:
                 gidx = leaf_counter[0]
@@ -596,7 +600,8 @@ def _resolve_type(chains: dict[str, Chain], text: str, path: str) -> tuple[str, 
             tname = text[len(cname) + 1:]
             chain = chains[cname]
             if tname not in chain.levels:
-                raise SpecError(path, f"cell type {tname!r} is not in chain {cname} (levels: {', '.join(chain.levels)})")
+                raise SpecError(path, f"cell type {tname!r} is not in chain {cname} "
+                                      f"(levels: {', '.join(chain.levels)})")
             return cname, chain.levels.index(tname) + 1
     owners = [c for c in chains.values() if text in c.levels]
     if len(owners) == 1:
@@ -631,7 +636,7 @@ def initial_free_counts(chain: Chain) -> list[int]:
 
 
 def first_violation(chain: Chain, free: list[int], reserved: list[int],
-                    allocated: list[int]) -> Optional[tuple[int, int, int]]:
+                    allocated: list[int]) -> tuple[int, int, int] | None:
     """Eq. (2), r_k - a_k <= f_k + F_k, from the top level down: (level, need, supply) of the first break."""
     F = 0
     for k in range(chain.top_level, 0, -1):
@@ -644,7 +649,7 @@ def first_violation(chain: Chain, free: list[int], reserved: list[int],
     return None
 
 
-def invariant_violation(chain: Chain, free: list[int], reserved: list[int], allocated: list[int]) -> Optional[str]:
+def invariant_violation(chain: Chain, free: list[int], reserved: list[int], allocated: list[int]) -> str | None:
     """Check r_k - a_k <= f_k + F_k (eq. (2)) from the top level down; describe the first break."""
     hit = first_violation(chain, free, reserved, allocated)
     if hit is None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Optional
+from typing import Any
 
 from jupyter_server.auth import Authorizer
 from traitlets import Bool, Float, Int, Type, Unicode, default
@@ -71,8 +71,8 @@ class HivedState:
         self.config, self.authorizer, self.version = config, authorizer, version
         self.service: Any = None
         self.access = Access()
-        self.error: Optional[str] = None
-        self.exception: Optional[BaseException] = None   # why the service did not start
+        self.error: str | None = None
+        self.exception: BaseException | None = None   # why the service did not start
         self._reload_lock = threading.Lock()
         # the handlers' calls into the service run here, off the IOLoop thread
         self.pool = ThreadPoolExecutor(max_workers=config.api_threads, thread_name_prefix="hived-api")

@@ -14,7 +14,6 @@ import os
 import shlex
 import sys
 import time
-from typing import Optional
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
@@ -62,7 +61,7 @@ def command_text(line: str, words: list[str]) -> str:
     return rest[2:].strip() if rest.startswith("--") and words and words[0] == "--" else rest
 
 
-def build_payload(args: argparse.Namespace, cell: Optional[str], line: str = "") -> dict:
+def build_payload(args: argparse.Namespace, cell: str | None, line: str = "") -> dict:
     """The POST /jobs body from parsed options; the cell body becomes the script."""
     words = [w for w in args.command if w != "--"] if args.command else []
     if cell is not None and cell.strip():
@@ -84,10 +83,10 @@ def build_payload(args: argparse.Namespace, cell: Optional[str], line: str = "")
 
 @magics_class
 class HivedMagics(Magics):
-    def __init__(self, shell, client: Optional[HivedClient] = None):
+    def __init__(self, shell, client: HivedClient | None = None):
         super().__init__(shell)
         self._client = client
-        self.last_job: Optional[str] = None
+        self.last_job: str | None = None
         self.poll = 0.5  # seconds between status/log reads while following
 
     @property
@@ -122,7 +121,7 @@ class HivedMagics(Magics):
 
     # -- magics -----------------------------------------------------------
     @line_cell_magic
-    def gpu_submit(self, line: str, cell: Optional[str] = None):
+    def gpu_submit(self, line: str, cell: str | None = None):
         """%gpu_submit [--vc V] [--gpus N | --cell-type TYPE] [--pods K] [--affinity hard|soft]
         [--te | --be | --opportunistic] [--grace S] [--name N] [--retries R] [--env K=V]
         [--label K=V] [--detach] command ...  (the flags of `hived submit`)
@@ -148,6 +147,7 @@ class HivedMagics(Magics):
     def follow(self, job: dict) -> dict:
         """Status widget + streamed log until the job ends; Ctrl-C detaches."""
         from IPython.display import display
+
         from .widgets_job import JobStatusWidget
 
         widget = JobStatusWidget()
@@ -242,7 +242,7 @@ class HivedMagics(Magics):
         p.add_argument("--state")
         p.add_argument("--owner", "--user", dest="user", help="only this user's jobs (as `hived jobs --owner`)")
         args = p.parse_args(shlex.split(line))
-        from .widgets_job import fmt_seconds, elapsed, placement_text
+        from .widgets_job import elapsed, fmt_seconds, placement_text
         try:
             jobs = self.client.jobs(vc=args.vc, state=args.state, user=args.user)
         except HivedError as exc:

@@ -7,7 +7,7 @@ not the authorization).
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import ipywidgets as W
 

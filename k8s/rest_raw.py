@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Optional
 from urllib.parse import quote, urlencode
 
 import urllib3
@@ -41,12 +40,12 @@ _JSON = {"Content-Type": "application/json", "Accept": "application/json"}
 class RawApi:
     """POST/DELETE of namespaced pods (and their bindings) with pre-serialized JSON bodies."""
 
-    def __init__(self, api_client: client.ApiClient, timeout: Optional[float] = 30.0, retry_for: float = 30.0):
+    def __init__(self, api_client: client.ApiClient, timeout: float | None = 30.0, retry_for: float = 30.0):
         self.api = api_client
         self.timeout = timeout
         self.retry_for = retry_for
 
-    def _request(self, method: str, path: str, body: Optional[bytes], query: Optional[dict] = None,
+    def _request(self, method: str, path: str, body: bytes | None, query: dict | None = None,
                  done_if: tuple = ()) -> bytes:
         """One call, retried while the failure is transient; ``done_if``: statuses that mean a
         retried write had already been applied."""
@@ -68,7 +67,7 @@ class RawApi:
             time.sleep(delay)
             delay, retried = min(delay * 2, 5.0), True
 
-    def _once(self, method: str, path: str, body: Optional[bytes], query: Optional[dict]) -> bytes:
+    def _once(self, method: str, path: str, body: bytes | None, query: dict | None) -> bytes:
         _, url, headers, _, _ = self.api.param_serialize(method, path, header_params=dict(_JSON),
                                                          auth_settings=_AUTH)
         if query:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Optional
 
 from hived.core.sim import exchange_experiment as E
 from hived.reports.staged_run import run_with_stages, write_outputs
@@ -102,7 +101,7 @@ def build_parser(prog: str = "hived simulate --workload exchange") -> argparse.A
     return ap
 
 
-def main(argv: Optional[list[str]] = None, out=None) -> int:
+def main(argv: list[str] | None = None, out=None) -> int:
     out = out or sys.stdout
     args = build_parser().parse_args(argv)
     try:

@@ -18,7 +18,6 @@ import os
 import re
 import socket
 from dataclasses import dataclass, field
-from typing import Optional
 
 from .discovery_topology import group_levels
 
@@ -31,11 +30,11 @@ class NoGpuError(RuntimeError):
 class GpuInfo:
     index: int                       # NVML index
     model: str
-    uuid: Optional[str] = None
-    pci_bus_id: Optional[str] = None
-    memory_mib: Optional[int] = None
-    numa_node: Optional[int] = None
-    mig_enabled: Optional[bool] = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    memory_mib: int | None = None
+    numa_node: int | None = None
+    mig_enabled: bool | None = None
 
 
 @dataclass
@@ -163,7 +162,7 @@ def read_gpus(nvml=None) -> tuple[list[GpuInfo], dict, dict, list[str], list]:
     return gpus, topo, nvlink, notes, handles
 
 
-def discover(nvml=None, host: Optional[str] = None, vcs: Optional[list[str]] = None) -> Discovery:
+def discover(nvml=None, host: str | None = None, vcs: list[str] | None = None) -> Discovery:
     """Discover this machine's GPUs and build a spec (see the module docstring)."""
     nvml = nvml or _nvml()
     gpus, topo, nvlink, notes, _ = read_gpus(nvml)
@@ -178,7 +177,7 @@ def discover(nvml=None, host: Optional[str] = None, vcs: Optional[list[str]] = N
 
 
 def virtual_node(n: int, host: str = "virtual0", model: str = "VIRTUAL-GPU",
-                 vcs: Optional[list[str]] = None) -> Discovery:
+                 vcs: list[str] | None = None) -> Discovery:
     """A made-up node of ``n`` GPUs: two sockets of n/2 when n is even and >= 4."""
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 1024:
         raise ValueError(f"--gpus: must be an integer from 1 to 1024, got {n!r}")
@@ -189,7 +188,7 @@ def virtual_node(n: int, host: str = "virtual0", model: str = "VIRTUAL-GPU",
 
 
 def _build(host: str, gpus: list[GpuInfo], topo: dict, nvlink: dict, notes: list[str],
-           vcs: Optional[list[str]], level_notes: bool = True) -> Discovery:
+           vcs: list[str] | None, level_notes: bool = True) -> Discovery:
     models: dict[str, list[GpuInfo]] = {}
     for g in gpus:
         models.setdefault(chain_name(g.model), []).append(g)

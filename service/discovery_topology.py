@@ -7,8 +7,6 @@ Whatever cannot be shown is dropped, with a note saying what was assumed.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 # NVML common-ancestor levels (nvmlGpuTopologyLevel_t)
 TOPOLOGY_MULTIPLE = 20   # behind the same (multi-level) PCIe switch
 TOPOLOGY_NODE = 40       # same CPU socket / NUMA node
@@ -33,7 +31,7 @@ def _components(idx: list[int], joined) -> list[list[int]]:
     return sorted((sorted(g) for g in groups.values()), key=lambda g: g[0])
 
 
-def _pair(topo: dict, a: int, b: int) -> Optional[int]:
+def _pair(topo: dict, a: int, b: int) -> int | None:
     return topo.get((a, b), topo.get((b, a)))
 
 

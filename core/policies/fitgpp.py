@@ -30,8 +30,8 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional, Sequence
 
 # A demand or free-resource vector, always in this order: (cpus, memory_gb, gpus).
 Vec = tuple[float, float, float]
@@ -219,7 +219,7 @@ class Room:
         return room_after(self.pods, self.free, self.freed)
 
 
-def preempt_until_fits(pods: Sequence[Vec], ordered: Iterable[Candidate], free: Mapping[str, Vec]) -> Optional[list[str]]:
+def preempt_until_fits(pods: Sequence[Vec], ordered: Iterable[Candidate], free: Mapping[str, Vec]) -> list[str] | None:
     """Take victims in the given order until the TE job fits; None if it never does.
 
     This is how LRTP and RAND work in the paper ("continue the preemption
@@ -257,7 +257,7 @@ def choose(
     *,
     s: float = DEFAULT_S,
     cap: int = DEFAULT_CAP,
-    rng: Optional[random.Random] = None,
+    rng: random.Random | None = None,
     known_unfit: bool = False,
 ) -> Choice:
     """eq. 4, with the paper's random fallback.
@@ -304,7 +304,8 @@ def choose(
     # fallback
     if len(pods) != 1:
         # a gang: random eligible jobs until it fits (the paper's random choice, repeated)
-        victims = preempt_until_fits(pods, _shuffled([candidates[i] for _, _, i in order], rng or random.Random(0)), free)
+        shuffled = _shuffled([candidates[i] for _, _, i in order], rng or random.Random(0))
+        victims = preempt_until_fits(pods, shuffled, free)
         if victims is None:
             return Choice([], f"fitgpp: preempting all {len(order)} eligible BE jobs would still not make room")
         return Choice(victims, "fitgpp fallback: no single BE job fits the TE gang (eq. 2), so random BE jobs "
@@ -320,7 +321,9 @@ def choose(
         tot = [f[0], f[1], f[2]]
         for i in idx:
             u = candidates[i].usage[node]
-            tot[0] += u[0]; tot[1] += u[1]; tot[2] += u[2]
+            tot[0] += u[0]
+            tot[1] += u[1]
+            tot[2] += u[2]
         if fits(pod, (0.0, 0.0, 0.0), tuple(tot)):
             hosts.append(node)
     if not hosts:
@@ -389,7 +392,7 @@ def pod_demands(record, capacity: Mapping[str, Vec]) -> list[Vec]:
 
 
 def candidates_from(records, view, capacity: Mapping[str, Vec], now: float, remaining=None,
-                    cache: Optional[dict] = None) -> list[Candidate]:
+                    cache: dict | None = None) -> list[Candidate]:
     """Build Candidates from running BE JobRecords and the view's per-job usage.
 
     ``cache`` (job id -> (usage object, grace, Candidate)) lets a policy reuse
@@ -430,7 +433,7 @@ def candidates_from(records, view, capacity: Mapping[str, Vec], now: float, rema
     return out
 
 
-def restrict_to_chain(cands: list[Candidate], free: Mapping[str, Vec], view, chain: Optional[str]):
+def restrict_to_chain(cands: list[Candidate], free: Mapping[str, Vec], view, chain: str | None):
     """Only nodes of the TE job's chain can host it: drop the others from eq. 2."""
     if chain is None:
         return cands, free
@@ -463,7 +466,7 @@ class FitGppPolicy:
     """
 
     s: float = DEFAULT_S
-    cap: Optional[int] = None   # None: no cap of its own, the engine passes only jobs under P
+    cap: int | None = None   # None: no cap of its own, the engine passes only jobs under P
     seed: int = 0
     name: str = "fitgpp"
     _rng: random.Random = field(init=False, repr=False)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Optional
 
 import numpy as np
 
@@ -77,7 +76,7 @@ class VectorScorer:
             self.rows.clear()                    # node indices changed: rebuild every row
             self.cols = _Columns()
 
-    def _row(self, jid: str, raw, grace: float, view) -> Optional[int]:
+    def _row(self, jid: str, raw, grace: float, view) -> int | None:
         """The slot of a single-node job, (re)built when its usage object changed; None if multi-node."""
         hit = self.rows.get(jid)
         if raw is None or len(raw) != 1:
@@ -102,8 +101,8 @@ class VectorScorer:
             self.rows.clear()
             self.cols = _Columns()
 
-    def best(self, pod, records, view, s: float, cap: float, chain: Optional[str] = None,
-             rng: Optional[random.Random] = None):
+    def best(self, pod, records, view, s: float, cap: float, chain: str | None = None,
+             rng: random.Random | None = None):
         self._nodes(view)
         self._forget_stale(len(records))
         # the hot loop (5,000 jobs per TE arrival): locals only, one cache probe per job;
@@ -200,7 +199,9 @@ class VectorScorer:
         for k in [first] + [k for k in on if k != first]:
             victims.append(ids[k])
             slot = self._idx[k]
-            avail[0] += col.c[slot]; avail[1] += col.m[slot]; avail[2] += col.g[slot]
+            avail[0] += col.c[slot]
+            avail[1] += col.m[slot]
+            avail[2] += col.g[slot]
             if all(a + EPS >= p for a, p in zip(avail, pod)):
                 break
         name = self.node_names[h]

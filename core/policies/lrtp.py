@@ -8,13 +8,21 @@ chosen (the same cap FitGpp obeys, so the comparison is fair).
 from __future__ import annotations
 
 import math
-
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional, Sequence
 
 from ..jobs import JobState
-from .fitgpp import (DEFAULT_CAP, Candidate, Choice, Vec, candidates_from, node_vectors,
-                     pod_demands, preempt_until_fits, restrict_to_chain)
+from .fitgpp import (
+    DEFAULT_CAP,
+    Candidate,
+    Choice,
+    Vec,
+    candidates_from,
+    node_vectors,
+    pod_demands,
+    preempt_until_fits,
+    restrict_to_chain,
+)
 
 
 def choose(pods: Sequence[Vec], candidates: Sequence[Candidate], free: Mapping[str, Vec], *,
@@ -54,8 +62,8 @@ def remaining_from_record(rec, now: float) -> float:
 class LRTPPolicy:
     """PreemptionPolicy hook for LRTP."""
 
-    cap: Optional[int] = None   # None: no cap of its own, the engine passes only jobs under P
-    remaining: Optional[Callable[[object, float], float]] = None
+    cap: int | None = None   # None: no cap of its own, the engine passes only jobs under P
+    remaining: Callable[[object, float], float] | None = None
     name: str = "lrtp"
 
     def choose(self, job, candidates, view, now: float) -> tuple[list[str], str]:

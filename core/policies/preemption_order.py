@@ -29,8 +29,8 @@ docs/fitgpp.md says the same for users.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from hived.core.jobs import JobClass, JobState
 
@@ -117,13 +117,15 @@ def plan(job, *, opportunistic_victims: Iterable[str] = (), fits_without_policy:
     out = PreemptionPlan()
     opp = sorted(set(opportunistic_victims))
     if opp:
-        out.stages.append(Stage(STAGE_STRICT, opp, f"opportunistic jobs on this VC's cells give way first: {', '.join(opp)}"))
+        out.stages.append(Stage(STAGE_STRICT, opp,
+                                f"opportunistic jobs on this VC's cells give way first: {', '.join(opp)}"))
     if fits_without_policy or policy is None:
         return out
     cands = policy_candidates(job, running, cap)
     if not cands:
         if job.request.job_class is JobClass.TE:
-            out.stages.append(Stage(STAGE_POLICY, [], f"no running BE job of VC {job.request.vc} below the cap P={cap}"))
+            out.stages.append(Stage(STAGE_POLICY, [],
+                                    f"no running BE job of VC {job.request.vc} below the cap P={cap}"))
         return out
     victims, reason = policy.choose(job, cands, view, now)
     out.stages.append(Stage(STAGE_POLICY, list(victims), reason))

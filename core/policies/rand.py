@@ -6,14 +6,22 @@ cap P, from a generator seeded at construction, so a run is reproducible.
 from __future__ import annotations
 
 import math
-
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
-from typing import Mapping, Sequence
 
-from .fitgpp import (DEFAULT_CAP, _shuffled, Candidate, Choice, Vec, candidates_from, node_vectors,
-                     pod_demands, preempt_until_fits, restrict_to_chain)
+from .fitgpp import (
+    DEFAULT_CAP,
+    Candidate,
+    Choice,
+    Vec,
+    _shuffled,
+    candidates_from,
+    node_vectors,
+    pod_demands,
+    preempt_until_fits,
+    restrict_to_chain,
+)
 
 
 def choose(pods: Sequence[Vec], candidates: Sequence[Candidate], free: Mapping[str, Vec], *,
@@ -31,7 +39,7 @@ def choose(pods: Sequence[Vec], candidates: Sequence[Candidate], free: Mapping[s
 class RandPolicy:
     """PreemptionPolicy hook for RAND."""
 
-    cap: Optional[int] = None   # None: no cap of its own, the engine passes only jobs under P
+    cap: int | None = None   # None: no cap of its own, the engine passes only jobs under P
     seed: int = 0
     name: str = "rand"
     _rng: random.Random = field(init=False, repr=False)

@@ -11,10 +11,9 @@ plots nothing: reports/allox.py does.
 """
 from __future__ import annotations
 
-import math
 import statistics
-from dataclasses import asdict, dataclass, field
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 
 from hived.core.allox import workload as W
 from hived.core.allox.baselines import make
@@ -96,7 +95,7 @@ def _row(name: str, r: SimResult, wl: W.Workload, cap: dict) -> Row:
                sum(k == "cpu" for k in r.kind_of.values()) / max(len(r.kind_of), 1))
 
 
-def run(cfg: Config, on_stage: Optional[Callable[[str], None]] = None) -> Result:
+def run(cfg: Config, on_stage: Callable[[str], None] | None = None) -> Result:
     cfg.check()
     wl = W.build(cfg.jobs, load=cfg.load, gpus=cfg.gpus, users=cfg.users, seed=cfg.seed,
                  error=cfg.error, start=cfg.start, path=cfg.trace)
@@ -105,7 +104,7 @@ def run(cfg: Config, on_stage: Optional[Callable[[str], None]] = None) -> Result
     mean_speedup = statistics.fmean(wl.speedups.values())
     rows: dict[str, Row] = {}
 
-    def one(name: str, alpha: Optional[float] = None) -> SimResult:
+    def one(name: str, alpha: float | None = None) -> SimResult:
         if on_stage:
             on_stage(name if alpha is None else f"allox alpha={alpha:g}")
         if name == "srpt":

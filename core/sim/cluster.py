@@ -16,7 +16,6 @@ Cell-type names: GPU, PCIE, SOCKET, NODE; the chain is ``NODE``.
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 LEVEL_TYPES = ["GPU", "PCIE", "SOCKET", "NODE"]
 LEVEL_GPUS = [1, 2, 4, 8]
@@ -30,8 +29,8 @@ def level_for(gpus_per_pod: int) -> int:
     return 4
 
 
-def node_spec(nodes: int, quotas: dict, *, cells: str = "node", demand: Optional[dict] = None,
-              node_cpus: float = 64, node_memory_gb: float = 512, min_cells: Optional[dict] = None) -> dict:
+def node_spec(nodes: int, quotas: dict, *, cells: str = "node", demand: dict | None = None,
+              node_cpus: float = 64, node_memory_gb: float = 512, min_cells: dict | None = None) -> dict:
     """Spec dict with ``nodes`` nodes; ``quotas`` maps VC -> GPUs (multiples of 8 for
     node cells; rounded down to whole cells otherwise). ``demand`` (for multi-level
     cells) maps VC -> {level: GPU-hours}; ``min_cells`` maps VC -> {level: cells} the
@@ -56,7 +55,7 @@ def node_spec(nodes: int, quotas: dict, *, cells: str = "node", demand: Optional
     return {"physicalCluster": {"cellTypes": types, "physicalCells": phys}, "virtualClusters": vcs}
 
 
-def split_cells(gpus: int, demand: dict, min_cells: Optional[dict] = None) -> list:
+def split_cells(gpus: int, demand: dict, min_cells: dict | None = None) -> list:
     """Cells per level in proportion to ``demand`` ({level: weight}), summing to ``gpus``.
 
     ``min_cells`` ({level: cells}) are set aside first (a gang of four 8-GPU pods
@@ -91,7 +90,7 @@ def split_cells(gpus: int, demand: dict, min_cells: Optional[dict] = None) -> li
     return out or [{"cellType": "NODE.GPU", "cellNumber": max(1, gpus)}]
 
 
-def private_spec(vc: str, gpus: int, cells: str = "node", demand: Optional[dict] = None) -> dict:
+def private_spec(vc: str, gpus: int, cells: str = "node", demand: dict | None = None) -> dict:
     """The tenant alone on a cluster the size of its quota (whole nodes, rounded up)."""
     nodes = max(1, math.ceil(gpus / NODE_GPUS))
     return node_spec(nodes, {vc: nodes * NODE_GPUS}, cells="node")

@@ -39,9 +39,9 @@ import heapq
 import math
 import os
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Optional, Sequence
 
 from hived.core.allox.workload import PHILLY, TraceJob, philly_rows
 from hived.core.exchange import ExchangeArbiter
@@ -98,7 +98,7 @@ def _ts(day: str, what: str) -> float:
 class CapacityBook:
     """The experiment's allocator: guaranteed GPUs per VC, moved by ``transfer``."""
 
-    def __init__(self, spec, sim: "_Sim"):
+    def __init__(self, spec, sim: _Sim):
         self.spec, self.sim = spec, sim
         self.cap = {v: sum(n * spec.chains[c].gpus_per_level[lv - 1] for (c, lv), n in s.cells.items())
                     for v, s in spec.vcs.items()}
@@ -162,7 +162,7 @@ class _Sim:
     """One replay; with an arbiter, exchanges happen every window."""
 
     def __init__(self, jobs: list[TraceJob], spec, t0: float, t1: float, window: float,
-                 policy: Optional[str]):
+                 policy: str | None):
         self.jobs, self.t0, self.t1, self.window = jobs, t0, t1, window
         self.book = CapacityBook(spec, self)
         self.arbiter = ExchangeArbiter(self.book, spec, policy) if policy else None
@@ -329,8 +329,13 @@ def hourly_demand(jobs: Sequence[TraceJob], vc: str, t0: float, t1: float) -> li
     return out
 
 
-def run(cfg: Config, on_stage: Optional[Callable[[str], None]] = None,
-        rows: Optional[list[TraceJob]] = None) -> Result:
+def _waits(sim: _Sim, jobs: Sequence[TraceJob], vc: str) -> list[float]:
+    """Seconds each of the VC's jobs waited for its first start, in one run."""
+    return [sim.first_start[i] - j.submit for i, j in enumerate(jobs) if j.vc == vc and i in sim.first_start]
+
+
+def run(cfg: Config, on_stage: Callable[[str], None] | None = None,
+        rows: list[TraceJob] | None = None) -> Result:
     cfg.check()
     t0, t1 = _ts(cfg.start, "start"), _ts(cfg.end, "end")
     default = _default_shares(cfg.vc_nodes)
@@ -367,9 +372,7 @@ def run(cfg: Config, on_stage: Optional[Callable[[str], None]] = None,
             borrowed_h = ex.area_borrowed[vc] / 3600
             e = ledger.entry(vc)
             inc = min(borrowed_h, e.contributed) * 3600 / denom
-            waits = [lambda s: [s.first_start[i] - jobs[i].submit for i, j in enumerate(jobs)
-                                if j.vc == vc and i in s.first_start]]
-            wb, wa = waits[0](base), waits[0](ex)
+            wb, wa = (_waits(s, jobs, vc) for s in (base, ex))
             out.append(VCRow(vc, c, eff, inc, ex.area_borrowed[vc] / denom, inc / eff if eff else 0.0,
                              relative_fluctuation(hourly_demand(jobs, vc, t0, t1), c),
                              e.contributed, e.consumed, e.surplus, ex.preempted[vc],

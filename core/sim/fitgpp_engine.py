@@ -5,8 +5,9 @@ over nodes). This module replays the same ``SynthJob`` list through
 ``hived.core.engine.Engine`` instead: one VC owning the paper's 84 nodes,
 the quota allocator (core/quota.py: per-node best fit, the placement the
 paper's FIFO uses; or HiveD's buddy allocator with ``allocator="hived"``),
-the engine's FIFO queue policy with TE jobs first for the preemptive policies, and the registered preemption policies (FitGpp, LRTP,
-RAND; "none" for FIFO). The simulated launcher (core/sim/launcher.py) ends
+the engine's FIFO queue policy with TE jobs first for the preemptive
+policies, and the registered preemption policies (FitGpp, LRTP, RAND;
+"none" for FIFO). The simulated launcher (core/sim/launcher.py) ends
 runs after their remaining time and preempted runs after their grace period.
 
 Same clock discipline as the paper model: every minute, jobs that arrived
@@ -17,7 +18,7 @@ again. Times are seconds on the engine's clock, whole minutes here.
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 from hived.core.allocator import Allocator
 from hived.core.engine import Engine, EngineConfig
@@ -49,7 +50,7 @@ def _policy(name: str, s: float, seed: int):
 
 
 def simulate_engine(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: float = DEFAULT_S,
-                    cap: float = DEFAULT_CAP, seed: int = 0, tick: Optional[Callable[[int], None]] = None,
+                    cap: float = DEFAULT_CAP, seed: int = 0, tick: Callable[[int], None] | None = None,
                     allocator: str = "quota"):
     """Replay ``jobs`` (with arrival minutes) through the Engine; returns a ``PolicyResult``.
 

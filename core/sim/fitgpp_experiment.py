@@ -22,8 +22,8 @@ import heapq
 import math
 import random
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -43,7 +43,7 @@ EPS = 1e-9
 @dataclass
 class PolicyResult:
     policy: str
-    s: Optional[float]
+    s: float | None
     cap: float
     jobs: int
     te_slowdown: list[float]
@@ -116,11 +116,15 @@ class _Cluster:
 
     def take(self, i, d):
         f = self.free[i]
-        f[0] -= d[0]; f[1] -= d[1]; f[2] -= d[2]
+        f[0] -= d[0]
+        f[1] -= d[1]
+        f[2] -= d[2]
 
     def give(self, i, d):
         f = self.free[i]
-        f[0] += d[0]; f[1] += d[1]; f[2] += d[2]
+        f[0] += d[0]
+        f[1] += d[1]
+        f[2] += d[2]
 
     def ok(self, i) -> bool:
         f = self.free[i]
@@ -130,7 +134,7 @@ class _Cluster:
 Chooser = Callable[[tuple, list, dict, int], "fitgpp_mod.Choice"]
 
 
-def _chooser(policy: str, s: float, cap: float, seed: int) -> Optional[Chooser]:
+def _chooser(policy: str, s: float, cap: float, seed: int) -> Chooser | None:
     capi = cap if math.isinf(cap) else int(cap)
     if policy == "fifo":
         return None
@@ -147,8 +151,8 @@ def _chooser(policy: str, s: float, cap: float, seed: int) -> Optional[Chooser]:
 
 def simulate(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: float = fitgpp_mod.DEFAULT_S,
              cap: float = fitgpp_mod.DEFAULT_CAP, seed: int = 0,
-             keep_load: Optional[float] = None, te_on_arrival: bool = True,
-             tick: Optional[Callable[[int], None]] = None) -> PolicyResult | list[int]:
+             keep_load: float | None = None, te_on_arrival: bool = True,
+             tick: Callable[[int], None] | None = None) -> PolicyResult | list[int]:
     """Replay ``jobs`` under ``policy``; with ``keep_load`` (FIFO only) return
     the arrival minutes that keep the load at that level instead.
 
@@ -318,7 +322,8 @@ def simulate(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: fl
             schedule(t)
         else:
             schedule(t)
-            while next_arrival < n and max(load[0] / CAPACITY[0], load[1] / CAPACITY[1], load[2] / CAPACITY[2]) < cap_load:
+            while next_arrival < n and max(load[0] / CAPACITY[0], load[1] / CAPACITY[1],
+                                           load[2] / CAPACITY[2]) < cap_load:
                 j = next_arrival
                 arrivals_out[j] = t
                 for k in range(3):
@@ -358,7 +363,7 @@ def histogram(preempted: Sequence[int]) -> tuple:
 
 
 def calibrate_arrivals(jobs: Sequence[SynthJob], *, nodes: int = NODES, load: float = LOAD,
-                       tick: Optional[Callable[[int], None]] = None) -> list[int]:
+                       tick: Callable[[int], None] | None = None) -> list[int]:
     """Arrival minutes keeping the load at ``load`` when the jobs run under FIFO (paper §4.2)."""
     return simulate(jobs, "fifo", nodes=nodes, keep_load=load, tick=tick)
 
@@ -442,8 +447,8 @@ def config_from(args) -> Config:
                   backend)
 
 
-def run(args, *, on_stage: Optional[Callable[[str], None]] = None,
-        tick: Optional[Callable[[int], None]] = None) -> ExperimentResult:
+def run(args, *, on_stage: Callable[[str], None] | None = None,
+        tick: Callable[[int], None] | None = None) -> ExperimentResult:
     """Run the experiment from a Config or an argparse-like namespace (see ``config_from``).
 
     ``on_stage(label)`` is told before each replay and ``tick(k)`` as jobs

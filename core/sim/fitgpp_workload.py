@@ -19,7 +19,6 @@ times are then fixed and replayed under every policy.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Optional
 
 import numpy as np
 from scipy.stats import truncnorm
@@ -121,7 +120,7 @@ def generate(n: int = JOBS, seed: int = 0, *, load: float = LOAD, nodes: int = N
     return [replace(j, arrival_min=int(a)) for j, a in zip(jobs, arrivals)]
 
 
-def cluster_spec(nodes: int = NODES, vc: str = "vc0", users: Optional[list[str]] = None) -> dict:
+def cluster_spec(nodes: int = NODES, vc: str = "vc0", users: list[str] | None = None) -> dict:
     """A hivedscheduler-style spec dict for the paper's cluster: one chain of
     ``nodes`` node cells (8 GPUs, 32 CPUs, 256 GB each) and one VC owning them all.
 

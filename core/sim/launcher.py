@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Optional
 
 
 class SimLauncher:
@@ -33,7 +32,7 @@ class SimLauncher:
             token = -1  # placed but never launched: gone at once
         heapq.heappush(self._heap, (now + max(0.0, grace_period), next(self._seq), self.PREEMPTED, job_id, token))
 
-    def next_time(self) -> Optional[float]:
+    def next_time(self) -> float | None:
         return self._heap[0][0] if self._heap else None
 
     def due(self, now: float) -> list:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Optional
 
 from ..engine import Engine, EngineConfig
 from ..quota import QuotaAllocator
@@ -50,8 +49,8 @@ class Sizing:
         return self.nodes * NODE_GPUS
 
 
-def size_cluster(trace: Trace, load: float = 0.9, *, nodes: Optional[int] = None,
-                 shares: Optional[dict] = None) -> Sizing:
+def size_cluster(trace: Trace, load: float = 0.9, *, nodes: int | None = None,
+                 shares: dict | None = None) -> Sizing:
     if not trace.jobs:
         raise ValueError("trace: no jobs")
     if nodes is None and not (0 < load <= 10):
@@ -118,7 +117,7 @@ def gang_cells(trace: Trace) -> dict:
     return dict(out)
 
 
-def busy_bounds(trace: Trace, lo: float = 0.05, hi: float = 0.95) -> Optional[tuple]:
+def busy_bounds(trace: Trace, lo: float = 0.05, hi: float = 0.95) -> tuple | None:
     """(first, last) submit time of the central 90% of submissions; None for under 20 jobs."""
     sub = sorted(j.submit for j in trace.jobs)
     n = len(sub)
@@ -145,7 +144,7 @@ def shared_spec(sizing: Sizing, cells: str = "node") -> dict:
     return node_spec(sizing.nodes, sizing.quotas, cells=cells, demand=sizing.demand, min_cells=sizing.min_cells)
 
 
-def build_engine(scheme: str, spec_dict: dict, *, config: Optional[EngineConfig] = None,
+def build_engine(scheme: str, spec_dict: dict, *, config: EngineConfig | None = None,
                  preemption_policy="none", queue_policy="fifo") -> Engine:
     if scheme not in SCHEMES:
         raise ValueError(f"scheme: must be one of {', '.join(SCHEMES)}, got {scheme!r}")
@@ -174,7 +173,8 @@ def sizing_from_spec(spec_dict, trace: Trace) -> Sizing:
     spec = load_spec(spec_dict)
     missing = sorted(set(trace.tenants) - set(spec.vcs))
     if missing:
-        raise ValueError(f"spec: trace tenants {missing[:5]} are not VCs of the spec (VCs: {', '.join(sorted(spec.vcs))})")
+        raise ValueError(f"spec: trace tenants {missing[:5]} are not VCs of the spec "
+                         f"(VCs: {', '.join(sorted(spec.vcs))})")
     nodes = sum(len(c.cells) * (c.gpus_per_level[-1] // c.node_gpus) for c in spec.chains.values())
     gpus = spec.total_gpus
     demand: dict = defaultdict(lambda: defaultdict(float))

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 from ..engine import Engine, EngineConfig
 from ..jobs import Affinity, DecisionKind, JobClass, JobRequest, PodGroup
@@ -39,9 +39,9 @@ class SimResult:
     wall_s: float = 0.0
     quotas: dict = field(default_factory=dict)
     guaranteed: list = field(default_factory=list)  # (t, share of GPUs held by guaranteed jobs): 001 §5.2's load
-    breach_rounds: Optional[int] = None  # rounds with a VC head that fit its VC's free cells and waited
+    breach_rounds: int | None = None  # rounds with a VC head that fit its VC's free cells and waited
 
-    def tenant_delays(self, only: Optional[set] = None) -> dict:
+    def tenant_delays(self, only: set | None = None) -> dict:
         """tenant -> average queueing delay (s) of its jobs that started (of ``only`` if given)."""
         acc: dict = {}
         for r in self.rows:
@@ -98,7 +98,7 @@ def to_request(j: TraceJob, allow_opportunistic: bool = True) -> JobRequest:
                       allow_opportunistic=allow_opportunistic and cls.guaranteed, name=j.job_id)
 
 
-def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: Optional[Callable] = None,
+def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: Callable | None = None,
            allow_opportunistic: bool = True, guarantee: bool = True) -> tuple:
     """Run ``jobs`` (sorted by submit) through ``eng``; returns
     (rows, frag, util, preempted, guaranteed, breach rounds or None).
@@ -191,10 +191,10 @@ def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: O
     return rows, frag, util, preempted, guaranteed, (breach_rounds if check else None)
 
 
-def simulate(trace: Trace, scheme: str, *, cells: str = "node", load: float = 0.9, nodes: Optional[int] = None,
-             sizing: Optional[Sizing] = None, config: Optional[EngineConfig] = None,
-             sample_every: float = 3600.0, progress: Optional[Callable] = None,
-             preemption_policy="none", spec: Optional[dict] = None) -> SimResult:
+def simulate(trace: Trace, scheme: str, *, cells: str = "node", load: float = 0.9, nodes: int | None = None,
+             sizing: Sizing | None = None, config: EngineConfig | None = None,
+             sample_every: float = 3600.0, progress: Callable | None = None,
+             preemption_policy="none", spec: dict | None = None) -> SimResult:
     """Replay ``trace`` under ``scheme`` (private|private-quota|quota|hived|hived-static).
 
     ``sizing`` (from ``size_cluster``) fixes the cluster and quotas so that

@@ -37,11 +37,10 @@ import io
 import math
 import os
 from collections import Counter
-from importlib.resources import files
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable, Optional
-
+from importlib.resources import files
 
 # Package data (see its README for the CC-BY-4.0 attribution); a plain folder
 # for an installed or editable hived, so callers may join paths onto it.
@@ -74,9 +73,9 @@ class TraceJob:
     job_class: str = "te"
     affinity: str = "hard"
     grace_period: float = 0.0
-    cpus: Optional[float] = None        # per pod; None: the node's share for its GPUs
-    memory_gb: Optional[float] = None   # per pod
-    gpus_asked: Optional[float] = None  # a fractional request as written (gpus: rounded up per pod)
+    cpus: float | None = None        # per pod; None: the node's share for its GPUs
+    memory_gb: float | None = None   # per pod
+    gpus_asked: float | None = None  # a fractional request as written (gpus: rounded up per pod)
 
     @property
     def pod_sizes(self) -> list:
@@ -128,10 +127,10 @@ class Trace:
             out[j.tenant] += j.gpu_seconds
         return dict(out)
 
-    def head(self, n: Optional[int]) -> "Trace":
+    def head(self, n: int | None) -> Trace:
         return self if n is None else Trace(self.jobs[:n], self.source)
 
-    def only(self, tenants: Iterable[str]) -> "Trace":
+    def only(self, tenants: Iterable[str]) -> Trace:
         """The jobs of these tenants (each must appear in the trace)."""
         want = list(tenants)
         unknown = sorted(set(want) - set(self.tenants))
@@ -140,7 +139,7 @@ class Trace:
         keep = set(want)
         return Trace([j for j in self.jobs if j.tenant in keep], f"{self.source} tenants {','.join(want)}")
 
-    def window(self, from_day: float = 0.0, days: Optional[float] = None) -> "Trace":
+    def window(self, from_day: float = 0.0, days: float | None = None) -> Trace:
         """Jobs submitted in [from_day, from_day + days) (days of 86,400 s), shifted to start at 0."""
         if from_day < 0 or (days is not None and days <= 0):
             raise ValueError(f"window: from_day must be >= 0 and days > 0, got {from_day}, {days}")
@@ -182,7 +181,7 @@ def _time(value: str, where: str) -> tuple:
         raise TraceError(where, f"submit/timestamp {value!r} is neither seconds nor an ISO date-time") from None
 
 
-def _finish(jobs: list, source: str, limit: Optional[int]) -> Trace:
+def _finish(jobs: list, source: str, limit: int | None) -> Trace:
     jobs.sort(key=lambda j: (j.submit, j.job_id))
     if jobs:
         t0 = jobs[0].submit
@@ -197,7 +196,7 @@ def _finish(jobs: list, source: str, limit: Optional[int]) -> Trace:
     return Trace(jobs, source)
 
 
-def read_philly(path: str, *, limit: Optional[int] = None, min_jobs: int = 10) -> Trace:
+def read_philly(path: str, *, limit: int | None = None, min_jobs: int = 10) -> Trace:
     """Read the Philly jobs CSV (``path`` = the .csv.gz or its folder)."""
     if os.path.isdir(path):
         path = os.path.join(path, "philly_jobs.csv.gz")
@@ -216,7 +215,8 @@ def read_philly(path: str, *, limit: Optional[int] = None, min_jobs: int = 10) -
                 gpus = int(row["num_gpus"])
                 dur = float(row["duration"])
             except (TypeError, ValueError):
-                raise TraceError(where, f"bad num_gpus/duration {row.get('num_gpus')!r}/{row.get('duration')!r}") from None
+                got = f"{row.get('num_gpus')!r}/{row.get('duration')!r}"
+                raise TraceError(where, f"bad num_gpus/duration {got}") from None
             if gpus < 1 or dur < 0 or not math.isfinite(dur):
                 raise TraceError(where, f"num_gpus must be >= 1 and duration >= 0, got {gpus}, {dur}")
             if gpus > MAX_JOB_GPUS or dur > MAX_SECONDS:
@@ -229,7 +229,7 @@ def read_philly(path: str, *, limit: Optional[int] = None, min_jobs: int = 10) -
     return _finish(jobs, path, limit)
 
 
-def read_csv(path: str, *, limit: Optional[int] = None) -> Trace:
+def read_csv(path: str, *, limit: int | None = None) -> Trace:
     """Read a trace in our CSV format (see the module doc)."""
     if not os.path.isfile(path):
         raise TraceError(path, "file not found")
@@ -262,7 +262,7 @@ def _column(row: dict, *names: str) -> str:
     return ""
 
 
-def parse_csv(lines: Iterable[str], source: str = "<csv>", *, limit: Optional[int] = None) -> Trace:
+def parse_csv(lines: Iterable[str], source: str = "<csv>", *, limit: int | None = None) -> Trace:
     reader = csv.DictReader(lines)
     if reader.fieldnames:  # a UTF-8 byte-order mark read as text (files opened without utf-8-sig)
         reader.fieldnames = [reader.fieldnames[0].lstrip("\ufeff")] + list(reader.fieldnames[1:])

@@ -138,7 +138,7 @@ class HubLoginHandler(HivedHandler):
         if self.current_user is not None:
             self.redirect(target)
             return
-        params = {}
+        params: dict[str, str] = {}
         verifier = None
         if self.hub_auth.pkce_enabled:
             verifier, challenge, method = self.hub_auth.generate_pkce_code_challenge()

@@ -14,6 +14,7 @@ import os
 import shlex
 import sys
 import time
+from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
@@ -57,7 +58,8 @@ def command_text(line: str, words: list[str]) -> str:
     skip = len(shlex.split(line)) - len(words)
     for _ in range(skip):
         lexer.get_token()
-    rest = line[lexer.instream.tell():].strip() if skip else line.strip()
+    # a shlex built from a str reads a StringIO, which has tell()
+    rest = line[lexer.instream.tell():].strip() if skip else line.strip()  # type: ignore[attr-defined]
     return rest[2:].strip() if rest.startswith("--") and words and words[0] == "--" else rest
 
 
@@ -96,6 +98,10 @@ class HivedMagics(Magics):
         return self._client
 
     # -- helpers ----------------------------------------------------------
+    def _user_ns(self) -> dict[str, Any]:
+        assert self.shell is not None   # IPython registers magics on a shell
+        return self.shell.user_ns
+
     def _job_id(self, line: str) -> str:
         words = shlex.split(line)
         if words:
@@ -137,7 +143,7 @@ class HivedMagics(Magics):
         except HivedError as exc:
             return self._fail(exc)
         self.last_job = job["id"]
-        self.shell.user_ns["_gpu_job"] = job
+        self._user_ns()["_gpu_job"] = job
         if args.detach:
             print(f"submitted {job['id']} to {job['vc']} ({job['state']})")
             return None
@@ -179,7 +185,7 @@ class HivedMagics(Magics):
                   f"%gpu_logs {job_id}, %gpu_cancel {job_id}")
         except HivedError as exc:
             self._fail(exc)
-        self.shell.user_ns["_gpu_job"] = job
+        self._user_ns()["_gpu_job"] = job
         if in_kernel:
             print(widget.text())
         return job
@@ -200,7 +206,7 @@ class HivedMagics(Magics):
                                 if isinstance(entry, dict) else entry)
             stamp = time.strftime("%H:%M:%S", time.localtime(t)) if isinstance(t, (int, float)) else t
             print(f"  {stamp} {state}{': ' + visible(reason) if reason else ''}")
-        self.shell.user_ns["_gpu_job"] = job
+        self._user_ns()["_gpu_job"] = job
 
     @line_magic
     def gpu_logs(self, line: str):
@@ -254,7 +260,7 @@ class HivedMagics(Magics):
             print(f"{j['id']:<14} {state:<10} {visible(j['vc']):<10} {visible(j['user']):<10} "
                   f"{j['job_class']:<4} {fmt_seconds(elapsed(j)):>7} {visible(j.get('name') or '')} "
                   f"{visible(placement_text(j))}".rstrip())
-        self.shell.user_ns["_gpu_jobs"] = jobs
+        self._user_ns()["_gpu_jobs"] = jobs
 
 
 def load_ipython_extension(ipython) -> None:

@@ -34,7 +34,8 @@ def elapsed(job: dict, now: float | None = None) -> float | None:
     start = job.get("started") or job.get("submitted")
     if not isinstance(start, (int, float)):
         return None
-    end = job.get("ended") if isinstance(job.get("ended"), (int, float)) else now
+    ended = job.get("ended")
+    end = ended if isinstance(ended, (int, float)) else now
     return max(0.0, end - start)
 
 

@@ -140,7 +140,7 @@ def _namespace_missing(e: ApiException, ns: str) -> bool:
     if e.status != 404:
         return False
     try:
-        details = json.loads(e.body).get("details") or {}
+        details = json.loads(e.body or "").get("details") or {}
     except Exception:
         return False
     return details.get("kind") == "namespaces" and details.get("name") == ns
@@ -148,7 +148,7 @@ def _namespace_missing(e: ApiException, ns: str) -> bool:
 
 def _api_message(e: ApiException) -> str:
     try:
-        return json.loads(e.body).get("message") or str(e.reason)
+        return json.loads(e.body or "").get("message") or str(e.reason)
     except Exception:
         return str(e.reason)
 
@@ -487,7 +487,7 @@ class KubernetesLauncher:
         pods = [p for p in self.watch.snapshot()
                 if (p["metadata"].get("annotations") or {}).get(pb.A_JOB) == job_id
                 and gang is not None and p["metadata"]["name"] in gang.names]
-        if pods:
+        if pods and gang is not None:
             binding = json.loads(pods[0]["metadata"]["annotations"][pb.A_BINDING])
             self.mark_opportunistic(gang.namespace, [p["metadata"]["name"] for p in pods], binding)
 
@@ -625,7 +625,8 @@ class KubernetesLauncher:
         """The pod belongs to a gang hived still follows (its finished members wait for the gang)."""
         ann = pod["metadata"].get("annotations") or {}
         with self._lock:
-            gang = self._gangs.get(ann.get(pb.A_JOB))
+            job_id = ann.get(pb.A_JOB)
+            gang = self._gangs.get(job_id) if job_id is not None else None
             return gang is not None and not gang.ended and int(ann.get(pb.A_ATTEMPT, -1)) == gang.attempt
 
     def _delete_finished(self, ns: str, name: str) -> bool:
@@ -710,7 +711,7 @@ class KubernetesLauncher:
     def logs(self, job_id: str, rank: int = 0, offset: int = 0) -> tuple[str, int]:
         with self._lock:
             gang = self._gangs.get(job_id)
-            ns, names = (gang.namespace, gang.names) if gang else self._retired.get(job_id, (None, []))
+            ns, names = (gang.namespace, gang.names) if gang else self._retired.get(job_id, ("", []))
         if not 0 <= rank < len(names):
             return "", offset
         try:
@@ -742,6 +743,7 @@ class KubernetesLauncher:
         # this instance's pods are in the watch cache; the list fetches only other instances'
         sel = f"{pb.L_MANAGED}=hived,{pb.L_INSTANCE}!={pb.label_value(self.instance)}"
         own = [a[pb.A_JOB] for p in self.owned_pods() if pb.A_JOB in (a := (p["metadata"].get("annotations") or {}))]
+        resp: Any   # with _preload_content=False: the raw urllib3 response, not a V1PodList
         if self.watch_namespace is None:
             resp = self.core.list_pod_for_all_namespaces(label_selector=sel, _preload_content=False)
         else:

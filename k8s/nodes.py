@@ -186,7 +186,8 @@ class NodeHealth:
     def poll(self) -> list[tuple[str, None, bool, str]]:
         """The generic health-monitor interface: ``[(node, None, healthy, reason)]``, healthy = not lost
         (a cordoned node keeps its gangs; only KubernetesSchedulerService also stops placing there)."""
-        out, last = [], {}
+        out: list[tuple[str, None, bool, str]] = []
+        last: dict[str, bool] = {}
         for name, state, reason in self.poll_states():
             healthy = state != LOST
             if last.get(name, self._reported.get(name)) == healthy:

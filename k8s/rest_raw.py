@@ -37,6 +37,14 @@ _AUTH = ["BearerToken"]
 _JSON = {"Content-Type": "application/json", "Accept": "application/json"}
 
 
+def _body(e: ApiException) -> bytes:
+    """The failed call's body as bytes (``{}`` when it had none)."""
+    body = e.body
+    if isinstance(body, bytes):   # typed str, but a raw call's failure carries the bytes it read
+        return body or b"{}"
+    return (body or "{}").encode()
+
+
 class RawApi:
     """POST/DELETE of namespaced pods (and their bindings) with pre-serialized JSON bodies."""
 
@@ -55,7 +63,7 @@ class RawApi:
                 return self._once(method, path, body, query)
             except ApiException as e:
                 if retried and e.status in done_if:
-                    return e.body or b"{}"
+                    return _body(e)
                 if e.status not in TRANSIENT or time.monotonic() + delay > deadline:
                     raise
                 why = f"{e.status} {e.reason}"
@@ -80,7 +88,7 @@ class RawApi:
             r.release_conn()
         if not 200 <= r.status < 300:
             e = ApiException(status=r.status, reason=r.reason)
-            e.body = data
+            e.body = data   # type: ignore[assignment]  # typed str; the raw API keeps the bytes it read
             e.headers = r.headers
             raise e
         return data
@@ -104,7 +112,7 @@ class RawApi:
                                  json.dumps(service, separators=(",", ":")).encode(), done_if=(409,))
         except ApiException as e:
             if e.status == 409:
-                return e.body or b"{}"
+                return _body(e)
             raise
 
     def delete_service(self, ns: str, name: str) -> bytes:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes.client import models as m
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 # RFC 1123 label (namespaces, container names, secret names) and DNS subdomain.
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -287,7 +287,7 @@ def _typed_list(v: Any, model: type, where: str) -> tuple[dict, ...]:
     return tuple(_typed(item, model, f"{where}[{i}]") for i, item in enumerate(v))
 
 
-def _typed(item: Any, model: type, where: str) -> dict:
+def _typed(item: Any, model: type[BaseModel], where: str) -> dict:
     if not isinstance(item, dict):
         raise TemplateError(where, "must be a mapping")
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,7 +130,7 @@ def _load(raw: Any) -> dict:
     raise BackendConfigError("<config>", f"must be a JSON object, got {type(raw).__name__}")
 
 
-def parse_config(raw: Any, environ: dict | None = None) -> BackendConfig:
+def parse_config(raw: Any, environ: Mapping[str, str] | None = None) -> BackendConfig:
     """Check ``raw`` and return the config; raises BackendConfigError naming the key."""
     environ = os.environ if environ is None else environ
     doc = _load(raw)

@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 
+from hived.core.allox.workload import PHILLY
 from hived.core.sim import allox_experiment as E
 from hived.reports.staged_run import run_with_stages, write_outputs
 
@@ -107,7 +108,7 @@ def build_parser(prog: str = "hived simulate --workload allox") -> argparse.Argu
     g.add_argument("--policies", default=",".join(E.POLICIES), help="comma list (default all)")
     g.add_argument("--timeout-h", dest="timeout_h", type=float, default=4.0, help="AlloX+ starvation timeout, hours")
     g.add_argument("--start", default="2017-10-10", help="first trace day used (default 2017-10-10)")
-    g.add_argument("--trace", default=E.W.PHILLY, help="philly_jobs.csv.gz")
+    g.add_argument("--trace", default=PHILLY, help="philly_jobs.csv.gz")
     g.add_argument("--plots", default="allox-plots", help="folder for the PNG plots (default ./allox-plots)")
     g.add_argument("--no-plots", dest="plots", action="store_const", const=None, help="write no plots")
     g.add_argument("--json", dest="json_out", default=None, help="write the results as JSON here")

@@ -31,7 +31,7 @@ PAPER_T4 = {"lrtp": [0.063, 0.012, 0.0034], "rand": [0.088, 0.0048, 0.00019], "f
 LABEL = {"fifo": "FIFO", "lrtp": "LRTP", "rand": "RAND", "fitgpp": "FitGpp"}
 
 
-def _f(x: float) -> str:
+def _f(x: float | None) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3g}"
 
 
@@ -63,8 +63,8 @@ def format_tables(res: E.ExperimentResult) -> str:
     for p, r in res.results.items():
         if p == "fifo":
             continue
-        paper = PAPER_T3.get(p)
-        out.append(f"{LABEL[p]:<14}{r.preempted_share:>10.2%}  [{paper:.2%}]   preemptions {r.preemptions}, "
+        share = PAPER_T3.get(p)
+        out.append(f"{LABEL[p]:<14}{r.preempted_share:>10.2%}  [{share:.2%}]   preemptions {r.preemptions}, "
                    f"fallbacks {r.fallbacks}")
     if any(math.isinf(r.cap) for r in res.results.values()):
         out += ["", "Table 4: share of jobs preempted N times (P = inf), ours [paper]",

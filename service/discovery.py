@@ -18,6 +18,7 @@ import os
 import re
 import socket
 from dataclasses import dataclass, field
+from typing import Any
 
 from .discovery_topology import group_levels
 
@@ -75,7 +76,8 @@ class _Asker:
     """Calls NVML, turning 'not supported' and friends into None plus one note."""
 
     def __init__(self, nvml, notes: list[str]):
-        self.nvml, self.notes, self._said = nvml, notes, set()
+        self.nvml, self.notes = nvml, notes
+        self._said: set[str] = set()
 
     def __call__(self, what: str, fn: str, *args):
         f = getattr(self.nvml, fn, None)
@@ -94,7 +96,7 @@ class _Asker:
             self.notes.append(f"{what} unavailable ({why})")
 
 
-def read_gpus(nvml=None) -> tuple[list[GpuInfo], dict, dict, list[str], list]:
+def read_gpus(nvml=None) -> tuple[list[GpuInfo], dict, dict, list[str], dict[int, Any]]:
     """NVML facts: GPUs, pair topology, NVLink peers, notes, handles."""
     nvml = nvml or _nvml()
     notes: list[str] = []
@@ -155,9 +157,9 @@ def read_gpus(nvml=None) -> tuple[list[GpuInfo], dict, dict, list[str], list]:
                 break
             if state:
                 remote = ask("NVLink remote PCI info", "nvmlDeviceGetNvLinkRemotePciInfo", handles[i], link)
-                j = by_bus.get(_text(remote.busId).lower()) if remote is not None else None
-                if j is not None and j != i:
-                    peers.add(j)
+                peer = by_bus.get(_text(remote.busId).lower()) if remote is not None else None
+                if peer is not None and peer != i:
+                    peers.add(peer)
         nvlink[i] = sorted(peers)
     return gpus, topo, nvlink, notes, handles
 
@@ -219,7 +221,7 @@ def _build(host: str, gpus: list[GpuInfo], topo: dict, nvlink: dict, notes: list
         # CPUs and RAM of the machine, shared between chains in proportion to GPUs
         cell_types[node_type]["cpus"] = max(1, round(cpus * len(members) / share))
         cell_types[node_type]["memoryGB"] = max(1, round(mem_gb * len(members) / share))
-        top = {"cellType": node_type, "cellAddress": node}
+        top: dict[str, Any] = {"cellType": node_type, "cellAddress": node}
         if _children(tree):
             top["cellChildren"] = _children(tree)
         physical.append(top)

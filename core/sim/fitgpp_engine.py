@@ -50,7 +50,7 @@ def _policy(name: str, s: float, seed: int):
 
 
 def simulate_engine(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: float = DEFAULT_S,
-                    cap: float = DEFAULT_CAP, seed: int = 0, tick: Callable[[int], None] | None = None,
+                    cap: float = DEFAULT_CAP, seed: int = 0, tick: Callable[[int], object] | None = None,
                     allocator: str = "quota"):
     """Replay ``jobs`` (with arrival minutes) through the Engine; returns a ``PolicyResult``.
 

@@ -152,7 +152,7 @@ def _chooser(policy: str, s: float, cap: float, seed: int) -> Chooser | None:
 def simulate(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: float = fitgpp_mod.DEFAULT_S,
              cap: float = fitgpp_mod.DEFAULT_CAP, seed: int = 0,
              keep_load: float | None = None, te_on_arrival: bool = True,
-             tick: Callable[[int], None] | None = None) -> PolicyResult | list[int]:
+             tick: Callable[[int], object] | None = None) -> PolicyResult | list[int]:
     """Replay ``jobs`` under ``policy``; with ``keep_load`` (FIFO only) return
     the arrival minutes that keep the load at that level instead.
 
@@ -363,7 +363,7 @@ def histogram(preempted: Sequence[int]) -> tuple:
 
 
 def calibrate_arrivals(jobs: Sequence[SynthJob], *, nodes: int = NODES, load: float = LOAD,
-                       tick: Callable[[int], None] | None = None) -> list[int]:
+                       tick: Callable[[int], object] | None = None) -> list[int]:
     """Arrival minutes keeping the load at ``load`` when the jobs run under FIFO (paper §4.2)."""
     return simulate(jobs, "fifo", nodes=nodes, keep_load=load, tick=tick)
 
@@ -448,7 +448,7 @@ def config_from(args) -> Config:
 
 
 def run(args, *, on_stage: Callable[[str], None] | None = None,
-        tick: Callable[[int], None] | None = None) -> ExperimentResult:
+        tick: Callable[[int], object] | None = None) -> ExperimentResult:
     """Run the experiment from a Config or an argparse-like namespace (see ``config_from``).
 
     ``on_stage(label)`` is told before each replay and ``tick(k)`` as jobs

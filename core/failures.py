@@ -32,11 +32,11 @@ class FailureClass(str, enum.Enum):
 class Rule:
     name: str
     cls: FailureClass
-    exit_codes: frozenset | None = None   # None = any non-zero code
+    exit_codes: frozenset[int] | None = None   # None = any non-zero code
     pattern: str | None = None            # regex searched in the log tail (case-insensitive)
 
 
-def _codes(*c: int) -> frozenset:
+def _codes(*c: int) -> frozenset[int]:
     return frozenset(c)
 
 

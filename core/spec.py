@@ -21,11 +21,15 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:   # fastjsonschema is imported on first use (see _validator)
+    from fastjsonschema import JsonSchemaValueException
 
 MAX_GPUS = 2_000_000  # guard against a typo building a billion cells
 MAX_LEVELS = 32       # cell types in one chain, GPU included; real hierarchies have fewer than 10
@@ -34,10 +38,11 @@ DEFAULT_CPUS_PER_GPU = 8
 DEFAULT_MEMORY_GB_PER_GPU = 64
 
 _SCHEMA_PATH = Path(__file__).with_name("spec_schema.json")
-_VALIDATOR: tuple | None = None  # (compiled schema, integer field names), built on first use
+# (compiled schema, integer field names), built on first use
+_VALIDATOR: tuple[Callable[[Any], Any], frozenset[str]] | None = None
 
 
-def _validator() -> tuple:
+def _validator() -> tuple[Callable[[Any], Any], frozenset[str]]:
     """The schema compiled to Python by fastjsonschema, once per process.
 
     jsonschema itself is not used here: importing it compiles grammars for
@@ -52,9 +57,9 @@ def _validator() -> tuple:
     return _VALIDATOR
 
 
-def _integer_fields(schema: Any) -> set:
+def _integer_fields(schema: Any) -> set[str]:
     """Property names the schema types as integers (JSON Schema also accepts 2.0 there; we do not)."""
-    out: set = set()
+    out: set[str] = set()
     stack = [schema]
     while stack:
         node = stack.pop()
@@ -160,7 +165,7 @@ class ClusterSpec:
     admins: list[str]
     pinned: dict[str, tuple[str, int]]  # pinnedCellId -> (chain, level)
     source: str = "<spec>"
-    raw: dict = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict)
     accounts: dict[str, str] = field(default_factory=dict)  # hived user -> Unix account (local mode)
     admin_groups: list[str] = field(default_factory=list)  # JupyterHub groups of cluster admins
 
@@ -195,7 +200,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys (PyYAML keeps the last silently)."""
 
 
-def _construct_mapping(loader, node, deep=False):
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
@@ -217,7 +222,7 @@ _UniqueKeyLoader.add_implicit_resolver(
     list("-+0123456789"))
 
 
-def _read(source: str | os.PathLike | dict) -> tuple[Any, str]:
+def _read(source: str | os.PathLike[str] | dict[str, Any]) -> tuple[Any, str]:
     if isinstance(source, dict):
         return source, "<dict>"
     looks_like_path = isinstance(source, str) and "\n" not in source and (
@@ -246,7 +251,7 @@ def _read(source: str | os.PathLike | dict) -> tuple[Any, str]:
         raise SpecError("(yaml)", f"nested too deeply (a spec nests at most {MAX_NESTING} levels)") from None
 
 
-def _fmt_path(parts) -> str:
+def _fmt_path(parts: Iterable[str | int]) -> str:
     out = ""
     for p in parts:
         if isinstance(p, int):
@@ -265,10 +270,10 @@ _PATTERN_WORDS = {
 }
 
 
-def _plain_problem(doc: Any, integer_fields: frozenset) -> tuple[str, str] | None:
+def _plain_problem(doc: Any, integer_fields: frozenset[str]) -> tuple[str, str] | None:
     """What a JSON schema cannot see in YAML: keys that are not text, NaN and infinities,
     2.0 where an integer belongs, and nesting deep enough to exhaust the stack later."""
-    stack = [(doc, [], 0, None)]
+    stack: list[tuple[Any, list[str | int], int, str | None]] = [(doc, [], 0, None)]
     while stack:
         node, path, depth, key = stack.pop()
         if depth > MAX_NESTING:
@@ -289,9 +294,10 @@ def _plain_problem(doc: Any, integer_fields: frozenset) -> tuple[str, str] | Non
     return None
 
 
-def _schema_problem(err) -> tuple[str, str]:
+def _schema_problem(err: JsonSchemaValueException) -> tuple[str, str]:
     """A fastjsonschema refusal as (YAML path, problem)."""
-    name = err.name[len("data"):] if err.name.startswith("data") else err.name
+    full = err.name or "data"   # fastjsonschema names the failing field "data.a.b"
+    name = full[len("data"):] if full.startswith("data") else full
     path = name.lstrip(".") or "(root)"
     rule, inst, definition = err.rule, err.value, err.definition or {}
     if rule == "required":
@@ -308,7 +314,7 @@ def _schema_problem(err) -> tuple[str, str]:
         bad = next(k for k in inst if not rx.search(k) or len(k) > longest)
         if len(bad) > longest:
             return path, f"name {bad[:20]!r}... is longer than {longest} characters"
-        return path, f"{bad!r} {_PATTERN_WORDS.get(names.get('pattern'), 'is not a valid name')}"
+        return path, f"{bad!r} {_PATTERN_WORDS.get(names.get('pattern', ''), 'is not a valid name')}"
     if rule == "type":
         want = definition["type"]
         words = " or ".join(_TYPE_WORDS[w] for w in (want if isinstance(want, list) else [want]))
@@ -324,11 +330,11 @@ def _schema_problem(err) -> tuple[str, str]:
     if rule == "maxLength":
         return path, f"must be at most {definition['maxLength']} characters long, got {len(inst)}"
     if rule == "pattern":
-        return path, f"{inst!r} {_PATTERN_WORDS.get(definition.get('pattern'), 'does not have the expected form')}"
+        return path, f"{inst!r} {_PATTERN_WORDS.get(definition.get('pattern', ''), 'does not have the expected form')}"
     return path, err.message  # pragma: no cover - schema has no other keywords
 
 
-def load_spec(source: str | os.PathLike | dict) -> ClusterSpec:
+def load_spec(source: str | os.PathLike[str] | dict[str, Any]) -> ClusterSpec:
     """Load and check a spec from a file path, YAML text or a dict."""
     doc, name = _read(source)
     if not isinstance(doc, dict):
@@ -350,10 +356,10 @@ def load_spec(source: str | os.PathLike | dict) -> ClusterSpec:
 # ---------------------------------------------------------------- semantic checks
 
 class _Builder:
-    def __init__(self, doc: dict, name: str):
+    def __init__(self, doc: dict[str, Any], name: str):
         self.doc = doc
         self.name = name
-        self.types: dict = doc["physicalCluster"]["cellTypes"]
+        self.types: dict[str, Any] = doc["physicalCluster"]["cellTypes"]
         self.used_ids: dict[str, str] = {}       # node-and-above address -> path
         self.pinned: dict[str, tuple[str, int, str]] = {}
         self.counters: dict[str, int] = {}
@@ -449,8 +455,8 @@ class _Builder:
         self.counters[ctype] = n + 1
         return f"{ctype.lower()}-{n}"
 
-    def _cell(self, chain: Chain, level: int, raw: dict, path: str, node: str | None,
-              index: int, leaf_counter: list, pinned_above: tuple[str, str] | None = None) -> CellSpec:
+    def _cell(self, chain: Chain, level: int, raw: dict[str, Any], path: str, node: str | None,
+              index: int, leaf_counter: list[Any], pinned_above: tuple[str, str] | None = None) -> CellSpec:
         ctype = chain.levels[level - 1]
         given = raw.get("cellAddress")
         if given is not None and level > 1:

@@ -21,9 +21,10 @@ SRPT is ``simulator.simulate_srpt``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from .model import SimJob
-from .simulator import SimState
+from .simulator import Dispatcher, SimState
 
 
 def _idle_by_kind(state: SimState, allowed: set[int] | None = None) -> dict[str, list[int]]:
@@ -123,6 +124,7 @@ class OnlineDRF:
                 return
             user = waiting[0]
             job = self._next_job(state, user)
+            assert job is not None   # a waiting user has a queued job
             if self.speedup is None:
                 kinds = [job.favorite] if idle.get(job.favorite) else []
             else:
@@ -160,11 +162,11 @@ class SJFPlus:
             done.add(jid)
 
 
-def make(name: str, **kw):
+def make(name: str, **kw: float) -> Dispatcher:
     """A dispatcher by name: es, es-fcfs, drff, drfs, drfa, jsq+, sjf+, allox, allox+."""
     from .scheduler import AlloX, AlloXPlus
 
-    table = {
+    table: dict[str, Callable[[], Dispatcher]] = {
         "es": lambda: EqualShare("sjf"), "es-fcfs": lambda: EqualShare("fcfs"),
         "drff": lambda: OnlineDRF("fcfs"), "drfs": lambda: OnlineDRF("sjf"),
         "drfa": lambda: OnlineDRF("sjf", speedup=kw.get("speedup", 4.0)),

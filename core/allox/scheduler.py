@@ -22,12 +22,12 @@ import math
 import numpy as np
 
 from .fairness import lowest_progress_users
-from .matching import solve
+from .matching import Schedule, solve
 from .model import SimJob
 from .simulator import SimState
 
 
-def allox_match(state: SimState, jobs: list[SimJob]):
+def allox_match(state: SimState, jobs: list[SimJob]) -> Schedule:
     """Lines 4-7 of Algorithm 2: the matching over all machines for ``jobs``."""
     kinds = [m.kind for m in state.machines]
     P = np.array([[j.time_on(k) for k in kinds] for j in jobs], dtype=float)
@@ -75,7 +75,7 @@ class AlloX:
             while True:
                 jobs = self.candidates(state, ranked[:take])
                 sched = allox_match(state, jobs)
-                hit = next(((i, sched.first_job(i)) for i in idle if sched.first_job(i) is not None), None)
+                hit = next(((i, row) for i in idle if (row := sched.first_job(i)) is not None), None)
                 if hit is not None:
                     state.start(jobs[hit[1]], hit[0])
                     break

@@ -140,7 +140,10 @@ def simulate(jobs: Sequence[SimJob], machines: Sequence[Machine], dispatcher: Di
     arrivals = sorted(jobs, key=lambda j: (j.arrival, j.id))
     ai = 0
     ends: list[tuple[float, int]] = []
-    completion, finish, kind_of, busy = {}, {}, {}, {}
+    completion: dict[str, float] = {}
+    finish: dict[str, float] = {}
+    kind_of: dict[str, str] = {}
+    busy: dict[str, float] = {}
     std_area, last_t = 0.0, 0.0
     while ai < len(arrivals) or st.queue or st.running:
         t_next = arrivals[ai].arrival if ai < len(arrivals) else math.inf
@@ -194,7 +197,10 @@ def simulate_srpt(jobs: Sequence[SimJob], machines: Sequence[Machine], *,
     ai, now = 0, 0.0
     left: dict[str, float] = {}            # job id -> fraction of work left
     live: dict[str, SimJob] = {}
-    completion, finish, kind_of, busy = {}, {}, {}, {}
+    completion: dict[str, float] = {}
+    finish: dict[str, float] = {}
+    kind_of: dict[str, str] = {}
+    busy: dict[str, float] = {}
     std_area = 0.0
     while ai < len(arrivals) or live:
         while ai < len(arrivals) and arrivals[ai].arrival <= now:

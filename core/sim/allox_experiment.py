@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from hived.core.allox import workload as W
 from hived.core.allox.baselines import make
@@ -80,14 +81,14 @@ class Result:
         """Relative cut of the average completion time of ``policy`` against ``base``."""
         return 1 - self.rows[policy].avg_completion_min / self.rows[base].avg_completion_min
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["config"]["alphas"] = list(self.config.alphas)
         d["config"]["policies"] = list(self.config.policies)
         return d
 
 
-def _row(name: str, r: SimResult, wl: W.Workload, cap: dict) -> Row:
+def _row(name: str, r: SimResult, wl: W.Workload, cap: dict[str, int]) -> Row:
     util = r.utilization(cap)
     longest = sorted(wl.jobs, key=lambda j: -wl.truth[j.id]["gpu"])[:max(1, len(wl.jobs) // 100)]
     return Row(name, r.avg_completion / 60, statistics.fmean(r.completion[j.id] for j in longest) / 60,

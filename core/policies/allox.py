@@ -32,12 +32,19 @@ preemption keeps working; the scan stops at the first job that does not fit
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..allox.fairness import lowest_progress_users
 from ..allox.matching import solve
 from ..estimator import Estimator, HistorySource
 from ..jobs import JobClass
+
+if TYPE_CHECKING:   # the engine imports the policies; they only read its records and view
+    from ..engine_records import JobRecord
+    from ..engine_view import ClusterView
+    from ..estimator import Estimate
 
 
 class AlloXPolicy:
@@ -63,25 +70,26 @@ class AlloXPolicy:
         self.estimator = Estimator(history)
         self._user: dict[str, str] = {}        # job id -> user, for jobs seen queued
         self._vc_of: dict[str, str] = {}       # job id -> its VC (each VC prunes only its own)
-        self._users: dict[str, set] = {}       # vc -> users seen
+        self._users: dict[str, set[str]] = {}  # vc -> users seen
 
     # --- estimates ---------------------------------------------------------
-    def estimate(self, rec, now: float | None = None) -> float:
+    def estimate(self, rec: JobRecord, now: float | None = None) -> float:
         """The job's whole run time: history/hint (or the oracle duration), refined by
         the progress it reported (``Engine.report_progress`` sets ``rec.progress``)."""
         est = self.estimator.for_record(rec, now, oracle=self.use_duration, default=self.default_estimate)
-        return est.value
+        return self.default_estimate if est is None else est.value   # None only without a default
 
-    def remaining(self, rec, now: float | None = None) -> float:
+    def remaining(self, rec: JobRecord, now: float | None = None) -> float:
         """What is left of it: a job preempted with its progress kept needs less."""
-        return self.estimator.remaining_for(rec, now, oracle=self.use_duration, default=self.default_estimate)
+        left = self.estimator.remaining_for(rec, now, oracle=self.use_duration, default=self.default_estimate)
+        return self.default_estimate if left is None else left   # None only without a default
 
-    def on_progress(self, rec, now: float):
+    def on_progress(self, rec: JobRecord, now: float) -> Estimate | None:
         """Engine hook on every progress report: refresh the job's estimate."""
         return self.estimator.for_record(rec, now, oracle=self.use_duration, default=self.default_estimate)
 
     # --- fairness ----------------------------------------------------------
-    def progress(self, view) -> dict[str, float]:
+    def progress(self, view: ClusterView) -> dict[str, float]:
         total = sum(n.gpus_total for n in view.nodes.values()) or 1
         prog: dict[str, float] = {}
         for jid, per_node in view.usage.items():
@@ -91,12 +99,12 @@ class AlloXPolicy:
         return prog
 
     # --- the order ---------------------------------------------------------
-    def _matched(self, group: list, view, now: float) -> list:
+    def _matched(self, group: list[JobRecord], view: ClusterView, now: float) -> list[JobRecord]:
         if len(group) <= 1:
             return list(group)
         if len(group) > self.max_jobs:
             return self._plus(group, now)
-        head, tail = group, []
+        head, tail = group, list[JobRecord]()
         free = sum(max(0, n.gpus_free) for n in view.nodes.values())
         m = max(1, min(free, len(head)))
         est = [self.remaining(r, now) for r in head]
@@ -104,7 +112,7 @@ class AlloXPolicy:
         P = np.repeat(size[:, None], m, axis=1)
         D = np.repeat(np.array([[max(0.0, now - r.submitted)] for r in head]), m, axis=1)
         sched = solve(P, D)
-        start = {}
+        start: dict[int, float] = {}
         for order in sched.order:
             t = 0.0
             for row in order:
@@ -113,7 +121,7 @@ class AlloXPolicy:
         ranked = sorted(range(len(head)), key=lambda i: (start[i], est[i], head[i].submitted, i))
         return [head[i] for i in ranked] + tail
 
-    def _plus(self, group: list, now: float) -> list:
+    def _plus(self, group: list[JobRecord], now: float) -> list[JobRecord]:
         """AlloX+ (§4.4) for queues longer than ``max_jobs``: jobs that waited past
         ``timeout`` first (oldest first), then shortest GPU time left first;
         O(n log n) where the matching would be cubic."""
@@ -123,7 +131,7 @@ class AlloXPolicy:
         size = {r.job_id: self.remaining(r, now) * max(1, r.gpus) for r in rest}
         return late + sorted(rest, key=lambda r: (size[r.job_id], r.submitted, r.job_id))
 
-    def order(self, vc: str, queued: list, view, now: float) -> list:
+    def order(self, vc: str, queued: list[JobRecord], view: ClusterView, now: float) -> list[JobRecord]:
         for r in queued:
             self._user[r.job_id] = r.request.user
             self._vc_of[r.job_id] = vc
@@ -132,7 +140,7 @@ class AlloXPolicy:
         for jid in [j for j, v in self._vc_of.items() if v == vc and j not in live]:
             del self._user[jid], self._vc_of[jid]     # finished or cancelled: forget them
             self.estimator.forget(jid)
-        out = []
+        out: list[JobRecord] = []
         for lane in ([r for r in queued if r.request.job_class is JobClass.TE],
                      [r for r in queued if r.request.job_class is not JobClass.TE]):
             if not lane:

@@ -111,7 +111,8 @@ def sample_jobs(n: int = JOBS, seed: int = 0, te_share: float = TE_SHARE, gp_sca
 
 
 def generate(n: int = JOBS, seed: int = 0, *, load: float = LOAD, nodes: int = NODES,
-             te_share: float = TE_SHARE, gp_scale: float = 1.0, tick: Callable[[int], object] | None = None) -> list[SynthJob]:
+             te_share: float = TE_SHARE, gp_scale: float = 1.0,
+             tick: Callable[[int], object] | None = None) -> list[SynthJob]:
     """The full workload: sampled jobs with arrival times calibrated at ``load`` under FIFO."""
     if load <= 0:
         raise ValueError(f"workload: load must be > 0, got {load}")

@@ -41,6 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from importlib.resources import files
+from typing import TextIO
 
 # Package data (see its README for the CC-BY-4.0 attribution); a plain folder
 # for an installed or editable hived, so callers may join paths onto it.
@@ -78,7 +79,7 @@ class TraceJob:
     gpus_asked: float | None = None  # a fractional request as written (gpus: rounded up per pod)
 
     @property
-    def pod_sizes(self) -> list:
+    def pod_sizes(self) -> list[int]:
         """GPUs of each pod, summing to ``gpus`` exactly (never fewer GPUs than asked).
 
         Equal pods when ``pods`` divides ``gpus``; otherwise pods of
@@ -108,11 +109,11 @@ class TraceJob:
 
 @dataclass
 class Trace:
-    jobs: list
+    jobs: list[TraceJob]
     source: str = ""
 
     @property
-    def tenants(self) -> list:
+    def tenants(self) -> list[str]:
         return sorted({j.tenant for j in self.jobs})
 
     @property
@@ -121,11 +122,11 @@ class Trace:
             return 0.0
         return max(j.submit for j in self.jobs) - min(j.submit for j in self.jobs)
 
-    def gpu_seconds(self) -> dict:
-        out: Counter = Counter()
+    def gpu_seconds(self) -> dict[str, float]:
+        out: dict[str, float] = {}
         for j in self.jobs:
-            out[j.tenant] += j.gpu_seconds
-        return dict(out)
+            out[j.tenant] = out.get(j.tenant, 0) + j.gpu_seconds
+        return out
 
     def head(self, n: int | None) -> Trace:
         return self if n is None else Trace(self.jobs[:n], self.source)
@@ -157,14 +158,14 @@ def default_pods(gpus: int) -> int:
     return gpus // 8 if gpus % 8 == 0 else math.ceil(gpus / 4)
 
 
-def _open_text(path: str):
+def _open_text(path: str) -> TextIO:
     # utf-8-sig: a byte-order mark (spreadsheet exports) is not part of the first column's name
     if path.endswith(".gz"):
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig")
     return open(path, encoding="utf-8-sig", newline="")
 
 
-def _time(value: str, where: str) -> tuple:
+def _time(value: str, where: str) -> tuple[float, str]:
     """(seconds, "seconds" | "ISO") of a submit time."""
     v = (value or "").strip()
     try:
@@ -181,7 +182,7 @@ def _time(value: str, where: str) -> tuple:
         raise TraceError(where, f"submit/timestamp {value!r} is neither seconds nor an ISO date-time") from None
 
 
-def _finish(jobs: list, source: str, limit: int | None) -> Trace:
+def _finish(jobs: list[TraceJob], source: str, limit: int | None) -> Trace:
     jobs.sort(key=lambda j: (j.submit, j.job_id))
     if jobs:
         t0 = jobs[0].submit
@@ -237,7 +238,8 @@ def read_csv(path: str, *, limit: int | None = None) -> Trace:
         return parse_csv(f, path, limit=limit)
 
 
-def _number(row: dict, col: str, where: str, *, default=None, lo: float = 0.0, hi: float = math.inf):
+def _number(row: dict[str, str | None], col: str, where: str, *, default: float | None = None, lo: float = 0.0,
+            hi: float = math.inf) -> float:
     txt = (row.get(col) or "").strip()
     if not txt:
         if default is None:
@@ -254,7 +256,7 @@ def _number(row: dict, col: str, where: str, *, default=None, lo: float = 0.0, h
     return v
 
 
-def _column(row: dict, *names: str) -> str:
+def _column(row: dict[str, str | None], *names: str) -> str:
     for n in names:
         v = row.get(n)
         if v is not None and v.strip():
@@ -333,7 +335,10 @@ def write_csv(trace: Trace, path: str) -> None:
         w = csv.writer(f)
         w.writerow(["job_id", "tenant", "submit", "duration", "gpus", "pods", "job_class", "affinity", "grace_period",
                     "cpus", "memory_gb"])
-        opt = lambda v: "" if v is None else v  # noqa: E731
+
+        def opt(v: float | None) -> float | str:
+            return "" if v is None else v
+
         for j in trace.jobs:
             w.writerow([j.job_id, j.tenant, f"{j.submit:.3f}", f"{j.duration:.3f}",
                         j.gpus if j.gpus_asked is None else j.gpus_asked, j.pods,

@@ -104,7 +104,8 @@ class AlloXPolicy:
             return list(group)
         if len(group) > self.max_jobs:
             return self._plus(group, now)
-        head, tail = group, list[JobRecord]()
+        head = group
+        tail: list[JobRecord] = []
         free = sum(max(0, n.gpus_free) for n in view.nodes.values())
         m = max(1, min(free, len(head)))
         est = [self.remaining(r, now) for r in head]

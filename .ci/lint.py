@@ -55,8 +55,10 @@ def run_ruff(pending: list[str]) -> bool:
     if pending:
         cmd += ["--extend-exclude", ",".join(pending)]
     started = time.monotonic()
+    listed = subprocess.run([*cmd, "--show-files"], cwd=REPO, capture_output=True, text=True).stdout
+    files = sum(1 for line in listed.splitlines() if line.strip().endswith(".py"))
     ok = subprocess.run(cmd, cwd=REPO).returncode == 0
-    print(f"ruff: checked the tree ({time.monotonic() - started:.1f} s)", flush=True)
+    print(f"ruff: checked {files} Python files ({time.monotonic() - started:.1f} s)", flush=True)
     return ok
 
 

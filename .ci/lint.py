@@ -20,9 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10: pytest brings tomli
+else:  # Python 3.10: pytest brings tomli
     import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[1]

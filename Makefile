@@ -10,11 +10,12 @@ PROXY  := $(NODE)/node_modules/.bin/configurable-http-proxy
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: install system-deps demo test bench clean help
+.PHONY: install system-deps demo lint test bench clean help
 
 help:
 	@echo "make demo    - install, then run the main job end to end (SQLite, local launcher, demo spec)"
-	@echo "make test    - install (venv, packages, chromium, JupyterHub's proxy) and run the whole test suite"
+	@echo "make lint    - ruff over the tree, mypy over the hived packages (strict on hived.core)"
+	@echo "make test    - install (venv, packages, chromium, JupyterHub's proxy), lint, then run the whole test suite"
 	@echo "make soak    - the engine's randomized checker with a long budget (HIVED_SOAK_EXAMPLES)"
 	@echo "make bench   - run the benchmarks in quick mode"
 	@echo "make clean   - remove the venv and build outputs"
@@ -45,7 +46,10 @@ system-deps:
 demo: install
 	$(PY) examples/demo/run_demo.py
 
-test: system-deps install $(PROXY)
+lint: install
+	$(PY) .ci/lint.py
+
+test: system-deps install $(PROXY) lint
 	PATH="$(CURDIR)/$(VENV)/bin:$(CURDIR)/$(NODE)/node_modules/.bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
 
 bench: install $(PROXY)

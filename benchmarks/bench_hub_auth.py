@@ -62,6 +62,7 @@ def submit_times(session: requests.Session, url: str, token: str, n: int) -> lis
 def start(tmp: Path, cache: int) -> tuple[Hub, str]:
     # "solo" is a member of vca by name (a token file), alice by her Hub group
     import yaml
+
     from tests.hub.conftest import SPEC
     doc = yaml.safe_load(SPEC.read_text())
     doc["virtualClusters"]["vca"]["users"] = ["solo"]

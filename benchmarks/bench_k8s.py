@@ -61,12 +61,12 @@ from kubernetes import client
 
 from hived.core.engine import Engine
 from hived.core.jobs import DecisionKind, JobClass, JobRequest, PodGroup
-from hived.k8s.launcher import KubernetesLauncher, _send
 from hived.k8s import pod_builder as pb
-from hived.testing.minikas import Cluster
+from hived.k8s.launcher import KubernetesLauncher, _send
 from hived.k8s.rest_raw import RawApi
 from hived.k8s.template import JobTemplate
 from hived.k8s.watch import wait_for
+from hived.testing.minikas import Cluster
 
 GPUS_PER_NODE = 8
 TARGET_OVERHEAD = 0.20
@@ -168,7 +168,7 @@ def hived_run(api, core, ns: str, n: int, nodes: int, bind: bool) -> tuple[float
     parts = {"engine_s": 0.0, "launch_s": 0.0}
     try:
         t0 = time.perf_counter()
-        for i in range(n):
+        for _ in range(n):
             eng.submit(JobRequest(user="alice", vc="vc", command=["python", "train.py"], job_class=JobClass.BE,
                                   groups=[PodGroup(1, 1)]), 0.0)
         decisions = eng.step(0.0)
@@ -276,14 +276,14 @@ def failover_bench(cluster, core, rounds: int, tmp) -> dict:
     out = {}
     for how in ("handed back", "leader died"):
         times = []
-        for r in range(rounds):
+        for _ in range(rounds):
             ns = f"failover-{uuid.uuid4().hex[:4]}-vc"
             core.create_namespace({"metadata": {"name": ns}})
             a = _service(cluster, str(spec_path), tmp / f"fa-{ns}", ns,
                          leader={"namespace": ns, "name": "hived", "identity": "a", **lease}).start()
             b = None
             try:
-                assert wait_for(lambda: a.leading, 30)
+                assert wait_for(lambda: a.leading, 30)  # noqa: B023 - waited on in this iteration
                 b = _service(cluster, str(spec_path), tmp / f"fb-{ns}", ns,
                              leader={"namespace": ns, "name": "hived", "identity": "b", **lease}).start()
                 time.sleep(1.5)
@@ -294,7 +294,7 @@ def failover_bench(cluster, core, rounds: int, tmp) -> dict:
                 else:
                     a.elector.stop(release=False)   # nothing renews, nothing is handed back
                     a.stop()
-                assert wait_for(lambda: b.leading and b.ticks > 0, 30, 0.005), "the standby never took over"
+                assert wait_for(lambda: b.leading and b.ticks > 0, 30, 0.005), "the standby never took over"  # noqa: B023,E501 - waited on in this iteration
                 times.append(time.perf_counter() - t0)
             finally:
                 for s in (a, b):

@@ -27,8 +27,8 @@ import sys
 import tempfile
 import time
 
-from hived.testing.launcher_noop import NoopLauncher
 from hived.service.scheduler import SchedulerService
+from hived.testing.launcher_noop import NoopLauncher
 
 
 def spec(nodes: int) -> dict:

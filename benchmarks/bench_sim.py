@@ -15,8 +15,8 @@ import time
 
 from hived.core.sim.schemes import size_cluster
 from hived.core.sim.simulate import simulate
-from hived.core.sim.traces import PHILLY_DIR as PHILLY, read_philly
-
+from hived.core.sim.traces import PHILLY_DIR as PHILLY
+from hived.core.sim.traces import read_philly
 
 
 def main(argv=None) -> int:
@@ -50,7 +50,8 @@ def main(argv=None) -> int:
         walls[s] = statistics.median(times)
         cpu = statistics.median(cpus)
         print(f"{s:6s}: {walls[s]:.1f} s wall ({len(trace.jobs) / walls[s]:,.0f} jobs/s), {cpu:.1f} s CPU "
-              f"({len(trace.jobs) / cpu:,.0f} jobs/CPU-s) (avg queueing delay {r.summary()['avg_queue_delay_s'] / 60:.1f} min)")
+              f"({len(trace.jobs) / cpu:,.0f} jobs/CPU-s) "
+              f"(avg queueing delay {r.summary()['avg_queue_delay_s'] / 60:.1f} min)")
     if "hived" in walls:
         w = walls["hived"]
         ok = w <= 60 and len(trace.jobs) / w >= 2000

@@ -41,8 +41,8 @@ _TRACE = None
 def _trace():
     global _TRACE
     if _TRACE is None:
+        from hived.cli.cmd_simulate import PHILLY_DEFAULT  # what `--trace philly` reads
         from hived.core.sim.traces import read_philly
-        from hived.cli.cmd_simulate import PHILLY_DEFAULT    # what `--trace philly` reads
         _TRACE = read_philly(PHILLY_DEFAULT)
     return _TRACE
 

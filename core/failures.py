@@ -16,7 +16,6 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from typing import Optional
 
 
 class FailureClass(str, enum.Enum):
@@ -34,11 +33,11 @@ class FailureClass(str, enum.Enum):
 class Rule:
     name: str
     cls: FailureClass
-    exit_codes: Optional[frozenset] = None   # None = any non-zero code
-    pattern: Optional[str] = None            # regex searched in the log tail (case-insensitive)
+    exit_codes: frozenset[int] | None = None   # None = any non-zero code
+    pattern: str | None = None            # regex searched in the log tail (case-insensitive)
 
 
-def _codes(*c: int) -> frozenset:
+def _codes(*c: int) -> frozenset[int]:
     return frozenset(c)
 
 
@@ -46,12 +45,19 @@ def _codes(*c: int) -> frozenset:
 # a signature is closer to the root cause (the Philly study, ATC '19, §4.2.1: "signatures closer to
 # the root cause" first, implicit ones such as a bare traceback last).
 RULES: tuple[Rule, ...] = (
-    Rule("gpu-oom", FailureClass.OOM, pattern=r"CUDA out of memory|CUBLAS_STATUS_ALLOC_FAILED|OutOfMemoryError|RESOURCE_EXHAUSTED"),
-    Rule("cpu-oom", FailureClass.OOM, pattern=r"\bMemoryError\b|std::bad_alloc|oom-kill|Out of memory: Killed process|Cannot allocate memory"),
-    Rule("mpi-nccl", FailureClass.INFRA, pattern=r"NCCL (error|WARN)|MPI_ABORT|ORTE|mpirun noticed|Gloo.*(timeout|closed)"),
-    Rule("network", FailureClass.INFRA, pattern=r"Connection (reset|refused|timed out)|Network is unreachable|Broken pipe|Transport endpoint"),
-    Rule("storage", FailureClass.INFRA, pattern=r"Input/output error|Stale file handle|HDFS|No space left on device|Read-only file system"),
-    Rule("gpu-driver", FailureClass.INFRA, pattern=r"\bXid\b|ECC error|CUDA driver version is insufficient|cudaErrorInitializationError|CUDA error: (unknown error|initialization error)|GPU is lost|NVML"),
+    Rule("gpu-oom", FailureClass.OOM,
+         pattern=r"CUDA out of memory|CUBLAS_STATUS_ALLOC_FAILED|OutOfMemoryError|RESOURCE_EXHAUSTED"),
+    Rule("cpu-oom", FailureClass.OOM,
+         pattern=r"\bMemoryError\b|std::bad_alloc|oom-kill|Out of memory: Killed process|Cannot allocate memory"),
+    Rule("mpi-nccl", FailureClass.INFRA,
+         pattern=r"NCCL (error|WARN)|MPI_ABORT|ORTE|mpirun noticed|Gloo.*(timeout|closed)"),
+    Rule("network", FailureClass.INFRA,
+         pattern=r"Connection (reset|refused|timed out)|Network is unreachable|Broken pipe|Transport endpoint"),
+    Rule("storage", FailureClass.INFRA,
+         pattern=r"Input/output error|Stale file handle|HDFS|No space left on device|Read-only file system"),
+    Rule("gpu-driver", FailureClass.INFRA,
+         pattern=r"\bXid\b|ECC error|CUDA driver version is insufficient|cudaErrorInitializationError"
+                 r"|CUDA error: (unknown error|initialization error)|GPU is lost|NVML"),
     # a gang whose pods never all started (image pull, a node that never runs them): the
     # launcher tears it down and says so; nothing of the user's code ran
     Rule("pods-never-started", FailureClass.INFRA, pattern=r"\bPendingTimeout\b"),
@@ -60,7 +66,9 @@ RULES: tuple[Rule, ...] = (
     Rule("import", FailureClass.USER, pattern=r"\b(ImportError|ModuleNotFoundError)\b"),
     Rule("inputs", FailureClass.USER, pattern=r"\b(FileNotFoundError|IsADirectoryError|No such file or directory)\b"),
     Rule("permission", FailureClass.USER, pattern=r"\bPermissionError\b|Permission denied"),
-    Rule("semantic", FailureClass.USER, pattern=r"\b(NameError|TypeError|ValueError|KeyError|AttributeError|IndexError|AssertionError|ZeroDivisionError|RuntimeError: (shape|size) mismatch)\b"),
+    Rule("semantic", FailureClass.USER,
+         pattern=r"\b(NameError|TypeError|ValueError|KeyError|AttributeError|IndexError|AssertionError"
+                 r"|ZeroDivisionError|RuntimeError: (shape|size) mismatch)\b"),
     Rule("invalid-memory", FailureClass.USER, pattern=r"Segmentation fault|illegal memory access|core dumped"),
     Rule("diverged", FailureClass.USER, pattern=r"\b(NaN|nan) loss|loss is nan|Model diverged"),
     Rule("sigterm", FailureClass.PREEMPTED, exit_codes=_codes(143, -15), pattern=None),
@@ -138,8 +146,8 @@ class RetryDecision:
     reason: str
 
 
-def retry_decision(cls: FailureClass, failures_so_far: int, max_retries: Optional[int] = None,
-                   cap: Optional[int] = None) -> RetryDecision:
+def retry_decision(cls: FailureClass, failures_so_far: int, max_retries: int | None = None,
+                   cap: int | None = None) -> RetryDecision:
     """Retry after the ``failures_so_far``-th counted failure (1 = the first)?
 
     ``max_retries`` (the request's own) replaces the class's count, for

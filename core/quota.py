@@ -18,32 +18,59 @@ depends on every tenant's jobs, not only the VC's own.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .grant import Grant
 from .jobs import PodPlacement
+
+if TYPE_CHECKING:   # the spec module is slow to import; the allocator only reads a built spec
+    from .spec import CellSpec, Chain, ClusterSpec
+
+# (node index, GPU positions on it) for each pod of a grant
+Claims = list[tuple[int, tuple[int, ...]]]
 
 
 class QuotaGrant(Grant):
     """GPUs held under the quota scheme, named ``node/gpu``."""
 
+    def __post_init__(self) -> None:
+        self._claims: Claims = []   # not a dataclass field: views and the store never see it
+
     @property
-    def cells(self) -> list:
+    def cells(self) -> list[str]:
         return [f"{p.node}/{g}" for p in self.pods for g in p.gpus]
 
 
-def spec_nodes(chain) -> list:
-    """[(node address, [GPU index in tree order])] of a spec chain, in spec order."""
-    out: list = []
+class StoredGrant(Protocol):
+    """What ``QuotaAllocator.restore`` reads of a stored grant."""
 
-    def leaves(cell, acc):
+    @property
+    def owner(self) -> str: ...
+    @property
+    def vc(self) -> str: ...
+    @property
+    def chain(self) -> str: ...
+    @property
+    def opportunistic(self) -> bool: ...
+    @property
+    def pods(self) -> Sequence[PodPlacement]: ...
+
+
+def spec_nodes(chain: Chain) -> list[tuple[str, list[int]]]:
+    """[(node address, [GPU index in tree order])] of a spec chain, in spec order."""
+    out: list[tuple[str, list[int]]] = []
+
+    def leaves(cell: CellSpec, acc: list[int]) -> list[int]:
         if cell.level == 1:
+            assert cell.gpu_index is not None, f"{cell.path}: a GPU cell without its index"
             acc.append(cell.gpu_index)
         for ch in cell.children:
             leaves(ch, acc)
         return acc
 
-    def walk(cell):
+    def walk(cell: CellSpec) -> None:
         if cell.level == chain.node_level:
             out.append((cell.address, leaves(cell, [])))
             return
@@ -65,21 +92,22 @@ class _Pool:
     whole PCIe switch).
     """
 
-    def __init__(self, nodes: list, gpus: int, gpu_ids: list, block_sizes: list):
-        self.names = [n for n, _ in nodes] if nodes and isinstance(nodes[0], tuple) else list(nodes)
+    def __init__(self, nodes: Sequence[str], gpus: int, gpu_ids: list[list[int]], block_sizes: list[int]):
+        self.names = list(nodes)
         self.index = {n: i for i, n in enumerate(self.names)}
         self.g = gpus
         self.gpu_ids = gpu_ids                # per node: GPU index at each position
         self.pos_of = [{gid: k for k, gid in enumerate(ids)} for ids in gpu_ids]
         self.blocks = block_sizes             # GPUs per cell at each level up to the node, ascending
         n = len(self.names)
-        self.holder: list[list] = [[None] * gpus for _ in range(n)]
-        self.claim: list[list] = [[None] * gpus for _ in range(n)]  # guaranteed owner that claimed the GPU
-        self.bad: list[set] = [set() for _ in range(n)]
+        self.holder: list[list[str | None]] = [[None] * gpus for _ in range(n)]
+        # guaranteed owner that claimed the GPU
+        self.claim: list[list[str | None]] = [[None] * gpus for _ in range(n)]
+        self.bad: list[set[int]] = [set() for _ in range(n)]
         self.free = [gpus] * n        # healthy GPUs held by nobody
         self.avail = [gpus] * n       # healthy GPUs with no guaranteed claim (free or opportunistic)
-        self.by_free = [set() for _ in range(gpus + 1)]
-        self.by_avail = [set() for _ in range(gpus + 1)]
+        self.by_free: list[set[int]] = [set() for _ in range(gpus + 1)]
+        self.by_avail: list[set[int]] = [set() for _ in range(gpus + 1)]
         for i in range(n):
             self.by_free[gpus].add(i)
             self.by_avail[gpus].add(i)
@@ -107,7 +135,7 @@ class _Pool:
                 free += 1
         self._set(i, free, avail)
 
-    def block_pick(self, i: int, need: int, use_avail: bool, taken: set) -> Optional[list]:
+    def block_pick(self, i: int, need: int, use_avail: bool, taken: Collection[int]) -> list[int] | None:
         """Positions for a pod of ``need`` GPUs on node ``i`` inside one aligned block,
         the block chosen best-fit level by level (fewest usable GPUs around it);
         free GPUs before opportunistic ones. None if no block holds it."""
@@ -115,7 +143,7 @@ class _Pool:
         usable = [k not in bad and claim[k] is None and k not in taken and (use_avail or hold[k] is None)
                   for k in range(self.g)]
         size = next((b for b in self.blocks if b >= need), self.g)
-        best = None
+        best: tuple[list[int], int] | None = None
         for start in range(0, self.g, size):
             cnt = sum(usable[start:start + size])
             if cnt < need:
@@ -134,7 +162,8 @@ class _Pool:
         cand.sort(key=lambda k: (hold[k] is not None, hold[k] or "", k))
         return cand[:need]
 
-    def best_fit(self, need: int, use_avail: bool, taken: dict, ok) -> Optional[tuple]:
+    def best_fit(self, need: int, use_avail: bool, taken: dict[int, set[int]],
+                 ok: Callable[[str, int], bool] | None) -> tuple[int, list[int]] | None:
         """(node, positions): the node with the fewest free (or available) GPUs
         that still holds the pod in one block."""
         buckets = self.by_avail if use_avail else self.by_free
@@ -151,7 +180,7 @@ class _Pool:
 class QuotaAllocator:
     isolated_vcs = False
 
-    def __init__(self, spec):
+    def __init__(self, spec: ClusterSpec):
         self.spec = spec
         self.pools: dict[str, _Pool] = {}
         for name, chain in spec.chains.items():
@@ -170,32 +199,33 @@ class QuotaAllocator:
             self.quota[vc] = q
         self.used = {vc: {c: 0 for c in spec.chains} for vc in spec.vcs}
         self._grants: dict[str, QuotaGrant] = {}
-        self._waiting: dict = {}    # opportunistic victim -> guaranteed owners waiting for its GPUs
+        self._waiting: dict[str, set[str]] = {}    # opportunistic victim -> guaranteed owners waiting for its GPUs
 
     # -- reading
-    def grant_of(self, owner: str) -> Optional[QuotaGrant]:
+    def grant_of(self, owner: str) -> QuotaGrant | None:
         return self._grants.get(owner)
 
-    def grants(self) -> dict:
+    def grants(self) -> dict[str, QuotaGrant]:
         return dict(self._grants)
 
-    def free_gpus(self, chain: Optional[str] = None) -> int:
-        pools = [self.pools[chain]] if chain else self.pools.values()
+    def free_gpus(self, chain: str | None = None) -> int:
+        pools = [self.pools[chain]] if chain else list(self.pools.values())
         return sum(p.total_free for p in pools)
 
     def total_gpus(self, chain: str) -> int:
         p = self.pools[chain]
         return p.g * len(p.names)
 
-    def node_free(self, chain: str) -> dict:
+    def node_free(self, chain: str) -> dict[str, int]:
         p = self.pools[chain]
         return {n: p.free[i] for i, n in enumerate(p.names)}
 
-    def vc_view(self, vc: str) -> dict:
+    def vc_view(self, vc: str) -> dict[str, dict[str, int]]:
         return {c: {"total": self.quota[vc][c], "used": self.used[vc][c],
                     "free": self.quota[vc][c] - self.used[vc][c]} for c in self.spec.chains}
 
-    def why_never(self, vc, pod_gpus, chain=None, within_level=None) -> Optional[str]:
+    def why_never(self, vc: str, pod_gpus: Sequence[int], chain: str | None = None,
+                  within_level: int | None = None) -> str | None:
         total = sum(pod_gpus)
         chains = [chain] if chain else list(self.spec.chains)
         reasons = []
@@ -212,9 +242,9 @@ class QuotaAllocator:
         return "; ".join(reasons)
 
     # -- placing
-    def place(self, owner: str, vc: str, pod_gpus: list, *, opportunistic: bool = False, priority: int = 0,
-              chain: Optional[str] = None, within_level: Optional[int] = None,
-              node_ok: Optional[Callable[[str, int], bool]] = None) -> Optional[QuotaGrant]:
+    def place(self, owner: str, vc: str, pod_gpus: Sequence[int], *, opportunistic: bool = False, priority: int = 0,
+              chain: str | None = None, within_level: int | None = None,
+              node_ok: Callable[[str, int], bool] | None = None) -> QuotaGrant | None:
         if owner in self._grants:
             raise ValueError(f"owner {owner!r} already holds a grant")
         if vc not in self.quota:
@@ -225,7 +255,8 @@ class QuotaAllocator:
                 return g
         return None
 
-    def _place_in(self, c, owner, vc, pod_gpus, opportunistic, priority, within_level, node_ok):
+    def _place_in(self, c: str, owner: str, vc: str, pod_gpus: list[int], opportunistic: bool, priority: int,
+                  within_level: int | None, node_ok: Callable[[str, int], bool] | None) -> QuotaGrant | None:
         p = self.pools[c]
         total = sum(pod_gpus)
         if not pod_gpus or max(pod_gpus) > p.g:
@@ -238,13 +269,13 @@ class QuotaAllocator:
             return None
         order = sorted(range(len(pod_gpus)), key=lambda r: -pod_gpus[r])  # big pods first
         for use_avail in ((False,) if opportunistic else (False, True)):
-            taken: dict = {}
-            picks = {}
+            taken: dict[int, set[int]] = {}
+            picks: dict[int, tuple[int, list[int]]] | None = {}
             for r in order:
                 if one_node and taken:
                     i = next(iter(taken))
                     pos = p.block_pick(i, pod_gpus[r], use_avail, taken[i])
-                    hit = None if pos is None else (i, pos)
+                    hit: tuple[int, list[int]] | None = None if pos is None else (i, pos)
                 elif one_node:
                     hit = self._one_node_first(p, pod_gpus, use_avail, node_ok, r)
                 else:
@@ -254,13 +285,15 @@ class QuotaAllocator:
                     break
                 i, pos = hit
                 taken.setdefault(i, set()).update(pos)
+                assert picks is not None   # set to None only on the way out of the loop
                 picks[r] = (i, pos)
             if picks:
                 return self._commit(c, owner, vc, pod_gpus, picks, opportunistic, priority)
         return None
 
     @staticmethod
-    def _one_node_first(p, pod_gpus, use_avail, node_ok, r):
+    def _one_node_first(p: _Pool, pod_gpus: list[int], use_avail: bool,
+                        node_ok: Callable[[str, int], bool] | None, r: int) -> tuple[int, list[int]] | None:
         """First pod of a gang that must share one node: best-fit a node holding the whole gang."""
         total = sum(pod_gpus)
         buckets = p.by_avail if use_avail else p.by_free
@@ -273,17 +306,21 @@ class QuotaAllocator:
                     return i, pos
         return None
 
-    def _commit(self, c, owner, vc, pod_gpus, picks, opportunistic, priority) -> QuotaGrant:
+    def _commit(self, c: str, owner: str, vc: str, pod_gpus: list[int], picks: dict[int, tuple[int, list[int]]],
+                opportunistic: bool, priority: int) -> QuotaGrant:
         p = self.pools[c]
-        pods, victims, claims = [], set(), []
+        pods: list[PodPlacement] = []
+        victims: set[str] = set()
+        claims: Claims = []
         for r in range(len(pod_gpus)):
             i, pos = picks[r]
             hold, claim = p.holder[i], p.claim[i]
             for k in pos:
-                if hold[k] is None:
+                held_by = hold[k]
+                if held_by is None:
                     hold[k] = owner
                 else:
-                    victims.add(hold[k])
+                    victims.add(held_by)
                 if not opportunistic:
                     claim[k] = owner
             claims.append((i, tuple(sorted(pos))))
@@ -324,7 +361,7 @@ class QuotaAllocator:
         for i in {i for i, _ in gr._claims}:
             p.recount(i)
 
-    def restore(self, grant_like) -> None:
+    def restore(self, grant_like: StoredGrant | dict[str, Any]) -> None:
         """Re-take a stored grant: an object with owner/vc/chain/opportunistic/pods or its
         dict form (the one ``Allocator.restore`` takes; pods as dicts with node and gpus)."""
         if isinstance(grant_like, dict):
@@ -335,22 +372,23 @@ class QuotaAllocator:
         if grant_like.owner in self._grants:
             raise ValueError(f"restore {grant_like.owner}: already holds a grant")
         p = self.pools[c]
-        claims = []
+        claims: Claims = []
         for pod in grant_like.pods:
             if pod.node not in p.index:
                 raise ValueError(f"restore {grant_like.owner}: unknown node {pod.node!r} in chain {c}")
             i = p.index[pod.node]
-            pos = []
+            pos: list[int] = []
             for gid in pod.gpus:
                 k = p.pos_of[i].get(gid)
                 if k is None:
                     raise ValueError(f"restore {grant_like.owner}: node {pod.node} has no GPU {gid}")
                 if p.holder[i][k] is not None:
-                    raise ValueError(f"restore {grant_like.owner}: GPU {pod.node}/{gid} already held by {p.holder[i][k]}")
+                    raise ValueError(f"restore {grant_like.owner}: GPU {pod.node}/{gid} "
+                                     f"already held by {p.holder[i][k]}")
                 pos.append(k)
             claims.append((i, tuple(pos)))
-        for i, pos in claims:
-            for k in pos:
+        for i, taken in claims:
+            for k in taken:
                 p.holder[i][k] = grant_like.owner
                 if not grant_like.opportunistic:
                     p.claim[i][k] = grant_like.owner
@@ -363,21 +401,22 @@ class QuotaAllocator:
         for i in {i for i, _ in claims}:
             p.recount(i)
 
-    def set_health(self, node: str, gpu: Optional[int], healthy: bool) -> list:
-        for c, p in self.pools.items():
+    def set_health(self, node: str, gpu: int | None, healthy: bool) -> list[str]:
+        for p in self.pools.values():
             if node in p.index:
                 i = p.index[node]
                 if gpu is not None and gpu not in p.pos_of[i]:
                     raise KeyError(f"node {node!r} has no GPU {gpu}")
                 positions = range(p.g) if gpu is None else [p.pos_of[i][gpu]]
-                hit = set()
+                hit: set[str] = set()
                 for k in positions:
                     if healthy:
                         p.bad[i].discard(k)
                     else:
                         p.bad[i].add(k)
-                        if p.holder[i][k] is not None:
-                            hit.add(p.holder[i][k])
+                        holder = p.holder[i][k]
+                        if holder is not None:
+                            hit.add(holder)
                 p.recount(i)
                 return sorted(hit)
         raise KeyError(f"unknown node {node!r}")
@@ -397,20 +436,17 @@ class QuotaAllocator:
                     assert cl is None or h is not None, f"quota: GPU {p.names[i]}/{k} claimed but held by nobody"
 
 
-def _grant_from_dict(d: dict):
+def _grant_from_dict(d: dict[str, Any]) -> StoredGrant:
     """The dict form of a stored grant as an attribute object (pods as PodPlacement)."""
-    from types import SimpleNamespace
-
-    from .jobs import PodPlacement
     missing = [k for k in ("owner", "vc", "chain", "pods") if k not in d]
     if missing:
         raise ValueError(f"restore: the binding lacks {', '.join(missing)}")
-    pods = []
+    pods: list[PodPlacement] = []
     for r, pod in enumerate(d["pods"]):
         if isinstance(pod, dict):
             pod = PodPlacement(rank=int(pod.get("rank", r)), node=pod["node"], gpus=tuple(pod["gpus"]),
                                cells=tuple(pod.get("cells", ())))
         pods.append(pod)
-    return SimpleNamespace(owner=d["owner"], vc=d["vc"], chain=d["chain"],
-                           opportunistic=bool(d.get("opportunistic", False)),
-                           priority=int(d.get("priority", 0) or 0), pods=pods)
+    return Grant(owner=d["owner"], vc=d["vc"], chain=d["chain"],
+                 opportunistic=bool(d.get("opportunistic", False)),
+                 priority=int(d.get("priority", 0) or 0), pods=pods)

@@ -21,11 +21,15 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:   # fastjsonschema is imported on first use (see _validator)
+    from fastjsonschema import JsonSchemaValueException
 
 MAX_GPUS = 2_000_000  # guard against a typo building a billion cells
 MAX_LEVELS = 32       # cell types in one chain, GPU included; real hierarchies have fewer than 10
@@ -34,10 +38,11 @@ DEFAULT_CPUS_PER_GPU = 8
 DEFAULT_MEMORY_GB_PER_GPU = 64
 
 _SCHEMA_PATH = Path(__file__).with_name("spec_schema.json")
-_VALIDATOR: Optional[tuple] = None  # (compiled schema, integer field names), built on first use
+# (compiled schema, integer field names), built on first use
+_VALIDATOR: tuple[Callable[[Any], Any], frozenset[str]] | None = None
 
 
-def _validator() -> tuple:
+def _validator() -> tuple[Callable[[Any], Any], frozenset[str]]:
     """The schema compiled to Python by fastjsonschema, once per process.
 
     jsonschema itself is not used here: importing it compiles grammars for
@@ -52,9 +57,9 @@ def _validator() -> tuple:
     return _VALIDATOR
 
 
-def _integer_fields(schema: Any) -> set:
+def _integer_fields(schema: Any) -> set[str]:
     """Property names the schema types as integers (JSON Schema also accepts 2.0 there; we do not)."""
-    out: set = set()
+    out: set[str] = set()
     stack = [schema]
     while stack:
         node = stack.pop()
@@ -92,9 +97,9 @@ class CellSpec:
     level: int                 # 1-based; 1 = GPU
     address: str               # local address (index when left out)
     path: str                  # YAML path, for error messages
-    pinned_id: Optional[str] = None
-    children: list["CellSpec"] = field(default_factory=list)
-    gpu_index: Optional[int] = None  # leaves: index of the GPU within its node
+    pinned_id: str | None = None
+    children: list[CellSpec] = field(default_factory=list)
+    gpu_index: int | None = None  # leaves: index of the GPU within its node
 
 
 @dataclass
@@ -130,7 +135,7 @@ class Chain:
             raise KeyError(f"cell type {cell_type!r} is not in chain {self.name!r} (levels: {', '.join(self.levels)})")
         return self.levels.index(name) + 1
 
-    def level_for_gpus(self, gpus: int) -> Optional[int]:
+    def level_for_gpus(self, gpus: int) -> int | None:
         """Smallest level whose cells hold ``gpus`` GPUs (None: more than a top cell)."""
         for i, n in enumerate(self.gpus_per_level):
             if n >= gpus:
@@ -149,8 +154,8 @@ class VCSpec:
     admin_groups: list[str] = field(default_factory=list)  # JupyterHub groups whose members are admins
     weight: float = 0.0          # default: the VC's GPU count
     weight_given: bool = False
-    max_preemptions: Optional[int] = None  # times one job may be preempted; None: the service default
-    account: Optional[str] = None          # Unix account its jobs run as in local mode (a name, uid or uid:gid)
+    max_preemptions: int | None = None  # times one job may be preempted; None: the service default
+    account: str | None = None          # Unix account its jobs run as in local mode (a name, uid or uid:gid)
 
 
 @dataclass
@@ -160,11 +165,11 @@ class ClusterSpec:
     admins: list[str]
     pinned: dict[str, tuple[str, int]]  # pinnedCellId -> (chain, level)
     source: str = "<spec>"
-    raw: dict = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict)
     accounts: dict[str, str] = field(default_factory=dict)  # hived user -> Unix account (local mode)
     admin_groups: list[str] = field(default_factory=list)  # JupyterHub groups of cluster admins
 
-    def unix_account(self, user: str, vc: str) -> Optional[str]:
+    def unix_account(self, user: str, vc: str) -> str | None:
         """The Unix account a job of ``user`` in ``vc`` runs as: the user's mapping, else the VC's, else None."""
         if user in self.accounts:
             return self.accounts[user]
@@ -195,7 +200,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys (PyYAML keeps the last silently)."""
 
 
-def _construct_mapping(loader, node, deep=False):
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
@@ -217,11 +222,12 @@ _UniqueKeyLoader.add_implicit_resolver(
     list("-+0123456789"))
 
 
-def _read(source: Union[str, os.PathLike, dict]) -> tuple[Any, str]:
+def _read(source: str | os.PathLike[str] | dict[str, Any]) -> tuple[Any, str]:
     if isinstance(source, dict):
         return source, "<dict>"
-    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source
-                                            and (os.path.exists(source) or source.endswith((".yaml", ".yml", ".json")))):
+    looks_like_path = isinstance(source, str) and "\n" not in source and (
+        os.path.exists(source) or source.endswith((".yaml", ".yml", ".json")))
+    if isinstance(source, os.PathLike) or looks_like_path:
         p = Path(source)
         if not p.is_file():
             raise SpecError(str(p), "file not found")
@@ -245,7 +251,7 @@ def _read(source: Union[str, os.PathLike, dict]) -> tuple[Any, str]:
         raise SpecError("(yaml)", f"nested too deeply (a spec nests at most {MAX_NESTING} levels)") from None
 
 
-def _fmt_path(parts) -> str:
+def _fmt_path(parts: Iterable[str | int]) -> str:
     out = ""
     for p in parts:
         if isinstance(p, int):
@@ -264,10 +270,10 @@ _PATTERN_WORDS = {
 }
 
 
-def _plain_problem(doc: Any, integer_fields: frozenset) -> Optional[tuple[str, str]]:
+def _plain_problem(doc: Any, integer_fields: frozenset[str]) -> tuple[str, str] | None:
     """What a JSON schema cannot see in YAML: keys that are not text, NaN and infinities,
     2.0 where an integer belongs, and nesting deep enough to exhaust the stack later."""
-    stack = [(doc, [], 0, None)]
+    stack: list[tuple[Any, list[str | int], int, str | None]] = [(doc, [], 0, None)]
     while stack:
         node, path, depth, key = stack.pop()
         if depth > MAX_NESTING:
@@ -288,9 +294,10 @@ def _plain_problem(doc: Any, integer_fields: frozenset) -> Optional[tuple[str, s
     return None
 
 
-def _schema_problem(err) -> tuple[str, str]:
+def _schema_problem(err: JsonSchemaValueException) -> tuple[str, str]:
     """A fastjsonschema refusal as (YAML path, problem)."""
-    name = err.name[len("data"):] if err.name.startswith("data") else err.name
+    full = err.name or "data"   # fastjsonschema names the failing field "data.a.b"
+    name = full[len("data"):] if full.startswith("data") else full
     path = name.lstrip(".") or "(root)"
     rule, inst, definition = err.rule, err.value, err.definition or {}
     if rule == "required":
@@ -307,7 +314,7 @@ def _schema_problem(err) -> tuple[str, str]:
         bad = next(k for k in inst if not rx.search(k) or len(k) > longest)
         if len(bad) > longest:
             return path, f"name {bad[:20]!r}... is longer than {longest} characters"
-        return path, f"{bad!r} {_PATTERN_WORDS.get(names.get('pattern'), 'is not a valid name')}"
+        return path, f"{bad!r} {_PATTERN_WORDS.get(names.get('pattern', ''), 'is not a valid name')}"
     if rule == "type":
         want = definition["type"]
         words = " or ".join(_TYPE_WORDS[w] for w in (want if isinstance(want, list) else [want]))
@@ -323,15 +330,16 @@ def _schema_problem(err) -> tuple[str, str]:
     if rule == "maxLength":
         return path, f"must be at most {definition['maxLength']} characters long, got {len(inst)}"
     if rule == "pattern":
-        return path, f"{inst!r} {_PATTERN_WORDS.get(definition.get('pattern'), 'does not have the expected form')}"
+        return path, f"{inst!r} {_PATTERN_WORDS.get(definition.get('pattern', ''), 'does not have the expected form')}"
     return path, err.message  # pragma: no cover - schema has no other keywords
 
 
-def load_spec(source: Union[str, os.PathLike, dict]) -> ClusterSpec:
+def load_spec(source: str | os.PathLike[str] | dict[str, Any]) -> ClusterSpec:
     """Load and check a spec from a file path, YAML text or a dict."""
     doc, name = _read(source)
     if not isinstance(doc, dict):
-        raise SpecError("(root)", f"must be a mapping with physicalCluster and virtualClusters, got {type(doc).__name__}")
+        raise SpecError("(root)",
+                        f"must be a mapping with physicalCluster and virtualClusters, got {type(doc).__name__}")
     validate, integer_fields = _validator()
     problem = _plain_problem(doc, integer_fields)
     if problem:
@@ -348,10 +356,10 @@ def load_spec(source: Union[str, os.PathLike, dict]) -> ClusterSpec:
 # ---------------------------------------------------------------- semantic checks
 
 class _Builder:
-    def __init__(self, doc: dict, name: str):
+    def __init__(self, doc: dict[str, Any], name: str):
         self.doc = doc
         self.name = name
-        self.types: dict = doc["physicalCluster"]["cellTypes"]
+        self.types: dict[str, Any] = doc["physicalCluster"]["cellTypes"]
         self.used_ids: dict[str, str] = {}       # node-and-above address -> path
         self.pinned: dict[str, tuple[str, int, str]] = {}
         self.counters: dict[str, int] = {}
@@ -415,7 +423,8 @@ class _Builder:
                                 f"chain {tname} has no node level (mark one of its cell types isNodeLevel: true)")
             if len(nodes) > 1:
                 raise SpecError(f"physicalCluster.cellTypes.{nodes[1]}.isNodeLevel",
-                                f"chain {tname} has {len(nodes)} node levels ({', '.join(nodes)}); exactly one is allowed")
+                                f"chain {tname} has {len(nodes)} node levels ({', '.join(nodes)}); "
+                                "exactly one is allowed")
             gpl, hpl = [1], [0]
             for t in levels[1:]:
                 h = self.types[t]["childCellNumber"]
@@ -446,8 +455,8 @@ class _Builder:
         self.counters[ctype] = n + 1
         return f"{ctype.lower()}-{n}"
 
-    def _cell(self, chain: Chain, level: int, raw: dict, path: str, node: Optional[str],
-              index: int, leaf_counter: list, pinned_above: Optional[tuple[str, str]] = None) -> CellSpec:
+    def _cell(self, chain: Chain, level: int, raw: dict[str, Any], path: str, node: str | None,
+              index: int, leaf_counter: list[Any], pinned_above: tuple[str, str] | None = None) -> CellSpec:
         ctype = chain.levels[level - 1]
         given = raw.get("cellAddress")
         if given is not None and level > 1:
@@ -483,7 +492,8 @@ class _Builder:
             if given is not None:
                 if isinstance(given, bool) or not isinstance(given, int) or given < 0:
                     raise SpecError(f"{path}.cellAddress",
-                                    f"a GPU's cellAddress is its index on the node (a non-negative integer), got {given!r}")
+                                    "a GPU's cellAddress is its index on the node (a non-negative integer), "
+                                    f"got {given!r}")
                 gidx = given
             else:
                 gidx = leaf_counter[0]
@@ -596,7 +606,8 @@ def _resolve_type(chains: dict[str, Chain], text: str, path: str) -> tuple[str, 
             tname = text[len(cname) + 1:]
             chain = chains[cname]
             if tname not in chain.levels:
-                raise SpecError(path, f"cell type {tname!r} is not in chain {cname} (levels: {', '.join(chain.levels)})")
+                raise SpecError(path, f"cell type {tname!r} is not in chain {cname} "
+                                      f"(levels: {', '.join(chain.levels)})")
             return cname, chain.levels.index(tname) + 1
     owners = [c for c in chains.values() if text in c.levels]
     if len(owners) == 1:
@@ -631,7 +642,7 @@ def initial_free_counts(chain: Chain) -> list[int]:
 
 
 def first_violation(chain: Chain, free: list[int], reserved: list[int],
-                    allocated: list[int]) -> Optional[tuple[int, int, int]]:
+                    allocated: list[int]) -> tuple[int, int, int] | None:
     """Eq. (2), r_k - a_k <= f_k + F_k, from the top level down: (level, need, supply) of the first break."""
     F = 0
     for k in range(chain.top_level, 0, -1):
@@ -644,7 +655,7 @@ def first_violation(chain: Chain, free: list[int], reserved: list[int],
     return None
 
 
-def invariant_violation(chain: Chain, free: list[int], reserved: list[int], allocated: list[int]) -> Optional[str]:
+def invariant_violation(chain: Chain, free: list[int], reserved: list[int], allocated: list[int]) -> str | None:
     """Check r_k - a_k <= f_k + F_k (eq. (2)) from the top level down; describe the first break."""
     hit = first_violation(chain, free, reserved, allocated)
     if hit is None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 from jupyter_server.auth import Authorizer
 from traitlets import Bool, Float, Int, Type, Unicode, default
@@ -87,7 +87,9 @@ class HivedState:
             return
         load_spec(cfg.spec_path)   # a bad spec stops here, before the data directory is made
         os.makedirs(cfg.data_dir, exist_ok=True)
-        svc = cfg.service_class(cfg.spec_path, cfg.data_dir, launcher=_launcher(cfg.launcher),
+        # the trait holds a class (klass=object only widens what it accepts)
+        make_service = cast("type[Any]", cfg.service_class)
+        svc = make_service(cfg.spec_path, cfg.data_dir, launcher=_launcher(cfg.launcher),
                               tick_seconds=cfg.tick_seconds)
         svc.start()
         self.service = svc

@@ -22,8 +22,6 @@ in its environment) uses :class:`HubIdentityProvider`:
 """
 from __future__ import annotations
 
-from typing import Optional
-
 from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from tornado import web
 from tornado.httputil import url_concat
@@ -72,14 +70,14 @@ class HubIdentityProvider(HivedIdentityProvider):
     def is_server_account(self, user) -> bool:
         return bool(getattr(user, "server_account", False))
 
-    async def get_user(self, handler) -> Optional[HivedUser]:
+    async def get_user(self, handler) -> HivedUser | None:
         if getattr(handler, "_jupyter_current_user", None):
             return handler._jupyter_current_user
         if not hasattr(handler, "_hived_hub_user"):
             handler._hived_hub_user = await self._identify(handler)
         return handler._hived_hub_user
 
-    async def _identify(self, handler) -> Optional[HivedUser]:
+    async def _identify(self, handler) -> HivedUser | None:
         given = self.get_token(handler)
         if given:
             local = self._user_for(given)  # server token / tokens file: no Hub request
@@ -140,7 +138,7 @@ class HubLoginHandler(HivedHandler):
         if self.current_user is not None:
             self.redirect(target)
             return
-        params = {}
+        params: dict[str, str] = {}
         verifier = None
         if self.hub_auth.pkce_enabled:
             verifier, challenge, method = self.hub_auth.generate_pkce_code_challenge()

@@ -14,7 +14,7 @@ import os
 import shlex
 import sys
 import time
-from typing import Optional
+from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
@@ -58,11 +58,12 @@ def command_text(line: str, words: list[str]) -> str:
     skip = len(shlex.split(line)) - len(words)
     for _ in range(skip):
         lexer.get_token()
-    rest = line[lexer.instream.tell():].strip() if skip else line.strip()
+    # a shlex built from a str reads a StringIO, which has tell()
+    rest = line[lexer.instream.tell():].strip() if skip else line.strip()  # type: ignore[attr-defined]
     return rest[2:].strip() if rest.startswith("--") and words and words[0] == "--" else rest
 
 
-def build_payload(args: argparse.Namespace, cell: Optional[str], line: str = "") -> dict:
+def build_payload(args: argparse.Namespace, cell: str | None, line: str = "") -> dict:
     """The POST /jobs body from parsed options; the cell body becomes the script."""
     words = [w for w in args.command if w != "--"] if args.command else []
     if cell is not None and cell.strip():
@@ -84,10 +85,10 @@ def build_payload(args: argparse.Namespace, cell: Optional[str], line: str = "")
 
 @magics_class
 class HivedMagics(Magics):
-    def __init__(self, shell, client: Optional[HivedClient] = None):
+    def __init__(self, shell, client: HivedClient | None = None):
         super().__init__(shell)
         self._client = client
-        self.last_job: Optional[str] = None
+        self.last_job: str | None = None
         self.poll = 0.5  # seconds between status/log reads while following
 
     @property
@@ -97,6 +98,10 @@ class HivedMagics(Magics):
         return self._client
 
     # -- helpers ----------------------------------------------------------
+    def _user_ns(self) -> dict[str, Any]:
+        assert self.shell is not None   # IPython registers magics on a shell
+        return self.shell.user_ns
+
     def _job_id(self, line: str) -> str:
         words = shlex.split(line)
         if words:
@@ -122,7 +127,7 @@ class HivedMagics(Magics):
 
     # -- magics -----------------------------------------------------------
     @line_cell_magic
-    def gpu_submit(self, line: str, cell: Optional[str] = None):
+    def gpu_submit(self, line: str, cell: str | None = None):
         """%gpu_submit [--vc V] [--gpus N | --cell-type TYPE] [--pods K] [--affinity hard|soft]
         [--te | --be | --opportunistic] [--grace S] [--name N] [--retries R] [--env K=V]
         [--label K=V] [--detach] command ...  (the flags of `hived submit`)
@@ -138,7 +143,7 @@ class HivedMagics(Magics):
         except HivedError as exc:
             return self._fail(exc)
         self.last_job = job["id"]
-        self.shell.user_ns["_gpu_job"] = job
+        self._user_ns()["_gpu_job"] = job
         if args.detach:
             print(f"submitted {job['id']} to {job['vc']} ({job['state']})")
             return None
@@ -148,6 +153,7 @@ class HivedMagics(Magics):
     def follow(self, job: dict) -> dict:
         """Status widget + streamed log until the job ends; Ctrl-C detaches."""
         from IPython.display import display
+
         from .widgets_job import JobStatusWidget
 
         widget = JobStatusWidget()
@@ -179,7 +185,7 @@ class HivedMagics(Magics):
                   f"%gpu_logs {job_id}, %gpu_cancel {job_id}")
         except HivedError as exc:
             self._fail(exc)
-        self.shell.user_ns["_gpu_job"] = job
+        self._user_ns()["_gpu_job"] = job
         if in_kernel:
             print(widget.text())
         return job
@@ -200,7 +206,7 @@ class HivedMagics(Magics):
                                 if isinstance(entry, dict) else entry)
             stamp = time.strftime("%H:%M:%S", time.localtime(t)) if isinstance(t, (int, float)) else t
             print(f"  {stamp} {state}{': ' + visible(reason) if reason else ''}")
-        self.shell.user_ns["_gpu_job"] = job
+        self._user_ns()["_gpu_job"] = job
 
     @line_magic
     def gpu_logs(self, line: str):
@@ -242,7 +248,7 @@ class HivedMagics(Magics):
         p.add_argument("--state")
         p.add_argument("--owner", "--user", dest="user", help="only this user's jobs (as `hived jobs --owner`)")
         args = p.parse_args(shlex.split(line))
-        from .widgets_job import fmt_seconds, elapsed, placement_text
+        from .widgets_job import elapsed, fmt_seconds, placement_text
         try:
             jobs = self.client.jobs(vc=args.vc, state=args.state, user=args.user)
         except HivedError as exc:
@@ -254,7 +260,7 @@ class HivedMagics(Magics):
             print(f"{j['id']:<14} {state:<10} {visible(j['vc']):<10} {visible(j['user']):<10} "
                   f"{j['job_class']:<4} {fmt_seconds(elapsed(j)):>7} {visible(j.get('name') or '')} "
                   f"{visible(placement_text(j))}".rstrip())
-        self.shell.user_ns["_gpu_jobs"] = jobs
+        self._user_ns()["_gpu_jobs"] = jobs
 
 
 def load_ipython_extension(ipython) -> None:

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Optional
 
 import ipywidgets as W
 
 from hived.service.client import TERMINAL_STATES, HivedClient, HivedError
+
 from .widgets_admin import AdminActions
 from .widgets_render import esc, jobs_html, legend_html, picture_html, vc_colours, vc_table_html
 
 
 class _Dashboard(W.VBox):
-    def __init__(self, client: Optional[HivedClient] = None, refresh_seconds: float = 5.0,
+    def __init__(self, client: HivedClient | None = None, refresh_seconds: float = 5.0,
                  autorefresh: bool = True):
         self.header, self.message = W.HTML(), W.HTML()
         self.legend, self.picture, self.table, self.jobs_view = W.HTML(), W.HTML(), W.HTML(), W.HTML()
@@ -27,11 +27,11 @@ class _Dashboard(W.VBox):
         self.client = client if client is not None else HivedClient()
         self.refresh_seconds = float(refresh_seconds)
         self.refreshes = 0
-        self.last_error: Optional[str] = None
-        self.admin: Optional[AdminActions] = None
+        self.last_error: str | None = None
+        self.admin: AdminActions | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         self.refresh()
         if autorefresh:
             self.start()
@@ -114,7 +114,7 @@ class ClusterDashboard(_Dashboard):
 class VCDashboard(_Dashboard):
     """One VC for its members: its cells and their use, its queue, where its jobs run."""
 
-    def __init__(self, vc: str, client: Optional[HivedClient] = None, refresh_seconds: float = 5.0,
+    def __init__(self, vc: str, client: HivedClient | None = None, refresh_seconds: float = 5.0,
                  autorefresh: bool = True, recent: int = 10):
         self.vc, self.recent = vc, recent
         super().__init__(client, refresh_seconds, autorefresh)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import html
 import time
-from typing import Optional
 
 import ipywidgets as W
 
@@ -29,17 +28,18 @@ def placement_text(job: dict) -> str:
     return f"on {where}{kind}"
 
 
-def elapsed(job: dict, now: Optional[float] = None) -> Optional[float]:
+def elapsed(job: dict, now: float | None = None) -> float | None:
     """Seconds in the current phase: queued since submit, running since start, total once ended."""
     now = time.time() if now is None else now
     start = job.get("started") or job.get("submitted")
     if not isinstance(start, (int, float)):
         return None
-    end = job.get("ended") if isinstance(job.get("ended"), (int, float)) else now
+    ended = job.get("ended")
+    end = ended if isinstance(ended, (int, float)) else now
     return max(0.0, end - start)
 
 
-def fmt_seconds(s: Optional[float]) -> str:
+def fmt_seconds(s: float | None) -> str:
     if s is None:
         return ""
     s = int(s)

@@ -7,7 +7,7 @@ what a person sees, not an internal structure.
 from __future__ import annotations
 
 import html
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 # one hue per VC (by sorted name); the shade says the priority
 PALETTE = ["#268bd2", "#859900", "#d33682", "#b58900", "#6c71c4", "#2aa198", "#cb4b16", "#7f8c8d"]
@@ -22,7 +22,7 @@ def vc_colours(names: Iterable[str]) -> dict[str, str]:
     return {vc: PALETTE[i % len(PALETTE)] for i, vc in enumerate(sorted(set(names)))}
 
 
-def priority_of(gpu: dict) -> Optional[str]:
+def priority_of(gpu: dict) -> str | None:
     """te / be / opportunistic for a held GPU, None when free."""
     if not gpu.get("vc") and not gpu.get("holder"):
         return None
@@ -31,7 +31,7 @@ def priority_of(gpu: dict) -> Optional[str]:
     return gpu.get("job_class") or "te"
 
 
-def gpu_style(colour: str, priority: Optional[str], healthy: bool) -> str:
+def gpu_style(colour: str, priority: str | None, healthy: bool) -> str:
     if priority is None:
         fill = "background:#eee8d5"
     elif priority == "opportunistic":   # hatched: low priority, preempted first
@@ -45,7 +45,7 @@ def gpu_style(colour: str, priority: Optional[str], healthy: bool) -> str:
             f"justify-content:center;margin:1px;border-radius:3px;font:11px monospace;color:#002b36")
 
 
-def picture_html(cluster: dict, colours: dict[str, str], highlight: Optional[str] = None) -> str:
+def picture_html(cluster: dict, colours: dict[str, str], highlight: str | None = None) -> str:
     """The physical cluster: one row per node, one square per GPU."""
     rows = []
     for chain_name, chain in sorted((cluster.get("chains") or {}).items()):

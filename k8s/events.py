@@ -18,7 +18,6 @@ import logging
 import queue
 import threading
 from datetime import datetime, timezone
-from typing import Optional
 
 log = logging.getLogger("hived.k8s.events")
 
@@ -38,8 +37,8 @@ class EventRecorder:
         self.enabled = enabled
         self.dropped = 0
         self.sent = 0
-        self._q: "queue.Queue" = queue.Queue(max_queued)
-        self._thread: Optional[threading.Thread] = None
+        self._q: queue.Queue = queue.Queue(max_queued)
+        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def pod(self, ns: str, name: str, reason: str, message: str, warning: bool = False) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
 
 from .watch import pod_key, pod_state
 
@@ -34,7 +34,7 @@ class FinishedPods:
         self.collected = 0
         self._ended_at: dict[tuple[str, str], float] = {}
         self._last = float("-inf")
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
 
     def due(self, pods: Iterable[dict], tracked: Callable[[dict], bool], now: float) -> list[tuple[str, str]]:
         """The (namespace, name) of ended, untracked pods seen ended for ``ttl`` seconds."""

@@ -42,8 +42,9 @@ import queue
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
@@ -57,8 +58,7 @@ from .nodes import NodeHealth
 from .policy import DEFAULT_PREFIX, AdminPolicy
 from .rest_raw import TRANSIENT, RawApi
 from .template import JobTemplate, TemplateError, check_for_vc
-from .watch import (DELETED, EXIT_DELETED, FAILED, PENDING, RUNNING, SUCCEEDED, PodState, pod_key, pod_state,
-                    pod_watch)
+from .watch import DELETED, EXIT_DELETED, FAILED, PENDING, RUNNING, SUCCEEDED, PodState, pod_key, pod_state, pod_watch
 
 log = logging.getLogger("hived.k8s.launcher")
 
@@ -77,18 +77,18 @@ class JobEvent:
 
     job_id: str
     kind: str                         # "started" | "exited"
-    exit_code: Optional[int] = None
+    exit_code: int | None = None
     log_tail: str = ""
     state: str = ""                   # running | succeeded | failed | oom_killed | evicted | node_lost | deleted
     reason: str = ""
-    rank: Optional[int] = None        # the pod that decided it
+    rank: int | None = None        # the pod that decided it
     attempt: int = 0
 
 
 class LaunchError(RuntimeError):
     """The API server refused a pod of the gang; the pods already created were removed."""
 
-    def __init__(self, job_id: str, status: Optional[int], message: str):
+    def __init__(self, job_id: str, status: int | None, message: str):
         super().__init__(f"job {job_id}: the API server refused the gang ({status}): {message}")
         self.job_id = job_id
         self.status = status
@@ -107,12 +107,12 @@ class _Gang:
     terminating: bool = False
     launching: bool = False
     skipped: bool = False          # terminated before its pods were created (pipeline mode)
-    failing: Optional[tuple] = None    # (rank, PodState) of the member that ended the gang badly
+    failing: tuple | None = None    # (rank, PodState) of the member that ended the gang badly
     release_at: float = 0.0        # monotonic time after which a failing gang is over regardless
     pending_since: float = 0.0     # monotonic time its pods were created (or adopted), for the Pending timeout
 
 
-def make_api_client(kubeconfig: Optional[str] = None, context: Optional[str] = None) -> client.ApiClient:
+def make_api_client(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
     """In-cluster config when running in a pod, else the kubeconfig (``$KUBECONFIG`` / ~/.kube/config)."""
     cfg = client.Configuration()
     if kubeconfig is None:
@@ -140,7 +140,7 @@ def _namespace_missing(e: ApiException, ns: str) -> bool:
     if e.status != 404:
         return False
     try:
-        details = json.loads(e.body).get("details") or {}
+        details = json.loads(e.body or "").get("details") or {}
     except Exception:
         return False
     return details.get("kind") == "namespaces" and details.get("name") == ns
@@ -148,7 +148,7 @@ def _namespace_missing(e: ApiException, ns: str) -> bool:
 
 def _api_message(e: ApiException) -> str:
     try:
-        return json.loads(e.body).get("message") or str(e.reason)
+        return json.loads(e.body or "").get("message") or str(e.reason)
     except Exception:
         return str(e.reason)
 
@@ -157,12 +157,12 @@ class KubernetesLauncher:
     """Launch gangs as pods. ``template`` is the default job template (dict or JobTemplate);
     a job may add overrides as ``request.k8s_template`` (validated the same way)."""
 
-    def __init__(self, kubeconfig: Optional[str] = None, *, api_client: Optional[client.ApiClient] = None,
+    def __init__(self, kubeconfig: str | None = None, *, api_client: client.ApiClient | None = None,
                  template: Any = None, namespace_prefix: str = DEFAULT_PREFIX, instance: str = "hived",
-                 bind: str = "node_name", spec_version: str = "", context: Optional[str] = None,
-                 nodes: Optional[Iterable[str]] = None, emit_events: bool = True,
-                 priority_of: Optional[Callable[[JobRequest, Placement], Optional[int]]] = None,
-                 watch_timeout: int = 5, watch_namespace: Optional[str] = None, pipeline: bool = False,
+                 bind: str = "node_name", spec_version: str = "", context: str | None = None,
+                 nodes: Iterable[str] | None = None, emit_events: bool = True,
+                 priority_of: Callable[[JobRequest, Placement], int | None] | None = None,
+                 watch_timeout: int = 5, watch_namespace: str | None = None, pipeline: bool = False,
                  teardown_margin: float = 30.0, default_grace: float = DEFAULT_GRACE,
                  api_retry_for: float = 30.0, pending_timeout: float = 600.0,
                  finished_pod_ttl: float = 3600.0, gc_every: float = 30.0, policy: Any = None):
@@ -184,8 +184,8 @@ class KubernetesLauncher:
         if not pending_timeout > 0:
             raise ValueError(f"pending_timeout: must be > 0 seconds, got {pending_timeout!r}")
         self.pending_timeout = float(pending_timeout)
-        self._queue: "queue.Queue" = queue.Queue()
-        self._sender: Optional[threading.Thread] = None
+        self._queue: queue.Queue = queue.Queue()
+        self._sender: threading.Thread | None = None
         self.template = JobTemplate.from_dict(template) if template is not None else None
         # policy.AdminPolicy: what each VC's templates may ask for (None: the default policy, on
         # the fields a job sets itself; template.check_for_vc)
@@ -208,21 +208,21 @@ class KubernetesLauncher:
         self._gangs: dict[str, _Gang] = {}
         self._events: list[JobEvent] = []
         self._failing: set = set()       # gangs waiting for their other members to be gone
-        self._retired: "OrderedDict[str, tuple[str, list]]" = OrderedDict()   # job -> (namespace, pod names)
+        self._retired: OrderedDict[str, tuple[str, list]] = OrderedDict()   # job -> (namespace, pod names)
         self._lock = threading.RLock()
         self._started = False
         # pods whose deletion failed even after retries (API server down): (ns, name) -> (grace, job id);
         # retried from poll() until done, so no half gang and no cancelled gang outlives an outage
         self._undeleted: dict[tuple[str, str], tuple[float, str]] = {}
-        self._reaper: Optional[threading.Thread] = None
+        self._reaper: threading.Thread | None = None
         self._draining: dict[str, tuple[str, set, float]] = {}   # job -> (ns, pod names, give-up time)
         self._services: dict[str, tuple[str, str]] = {}   # job -> its gang's headless Service (ns, name)
         self._by_job: dict[str, list[dict]] = {}
-        self._by_job_key: Optional[tuple] = None
+        self._by_job_key: tuple | None = None
         self.gc = FinishedPods(finished_pod_ttl, self._delete_finished, every=gc_every)
 
     # -- lifecycle -------------------------------------------------------
-    def start(self) -> "KubernetesLauncher":
+    def start(self) -> KubernetesLauncher:
         if not self._started:
             self._started = True
             self.watch.start()
@@ -303,7 +303,7 @@ class KubernetesLauncher:
         else:
             self._create_gang(gang, build())
 
-    def _create_gang(self, gang: "_Gang", pods: list[dict]) -> None:
+    def _create_gang(self, gang: _Gang, pods: list[dict]) -> None:
         try:
             self._create_all(gang.job_id, gang.namespace, pods)
         except LaunchError:
@@ -335,7 +335,7 @@ class KubernetesLauncher:
             finally:
                 self._queue.task_done()
 
-    def _create_queued(self, gang: "_Gang", build: Callable[[], list[dict]]) -> None:
+    def _create_queued(self, gang: _Gang, build: Callable[[], list[dict]]) -> None:
         with self._lock:
             if gang.terminating:
                 # Preempted or cancelled before its turn: nothing was created, so it is over now.
@@ -362,7 +362,7 @@ class KubernetesLauncher:
                 self._gangs.pop(gang.job_id, None)
             self._refused(gang, LaunchError(gang.job_id, None, f"{e.__class__.__name__}: {e}"))
 
-    def _refused(self, gang: "_Gang", e: LaunchError) -> None:
+    def _refused(self, gang: _Gang, e: LaunchError) -> None:
         """What ``launch`` raises in sync mode, as the job's exited event (pipeline mode)."""
         self.events.job(gang.namespace, gang.job_id, "LaunchRefused", str(e), warning=True)
         with self._lock:
@@ -375,7 +375,7 @@ class KubernetesLauncher:
         with q.all_tasks_done:      # Queue.join() with a timeout
             return q.all_tasks_done.wait_for(lambda: not q.unfinished_tasks, timeout)
 
-    def _gang_service(self, job_id: str, ns: str, pods: list[dict]) -> Optional[dict]:
+    def _gang_service(self, job_id: str, ns: str, pods: list[dict]) -> dict | None:
         """The headless Service that gives a multi-pod gang's members their
         DNS names (``pod_builder.service_manifest``); None for one pod."""
         build = getattr(pb, "service_manifest", None)
@@ -487,7 +487,7 @@ class KubernetesLauncher:
         pods = [p for p in self.watch.snapshot()
                 if (p["metadata"].get("annotations") or {}).get(pb.A_JOB) == job_id
                 and gang is not None and p["metadata"]["name"] in gang.names]
-        if pods:
+        if pods and gang is not None:
             binding = json.loads(pods[0]["metadata"]["annotations"][pb.A_BINDING])
             self.mark_opportunistic(gang.namespace, [p["metadata"]["name"] for p in pods], binding)
 
@@ -507,7 +507,7 @@ class KubernetesLauncher:
         self._delete_pods(ns, names, 0, "rollback", job_id=job_id)
 
     def _delete_pods(self, ns: str, names: list[str], grace_period: float, what: str,
-                     on_deleted: Optional[Callable[[str, int], None]] = None, job_id: str = "") -> bool:
+                     on_deleted: Callable[[str, int], None] | None = None, job_id: str = "") -> bool:
         """Delete ``names`` with the grace period (whole seconds); one already gone is fine. A pod that
         cannot be deleted now (API server unreachable past the retries) is retried from ``poll``.
         True when every deletion was accepted."""
@@ -573,7 +573,7 @@ class KubernetesLauncher:
         else:
             self._delete_gang_pods(gang, grace_period)
 
-    def _delete_gang_pods(self, gang: "_Gang", grace_period: float) -> None:
+    def _delete_gang_pods(self, gang: _Gang, grace_period: float) -> None:
         with self._lock:
             if gang.skipped:
                 return
@@ -625,7 +625,8 @@ class KubernetesLauncher:
         """The pod belongs to a gang hived still follows (its finished members wait for the gang)."""
         ann = pod["metadata"].get("annotations") or {}
         with self._lock:
-            gang = self._gangs.get(ann.get(pb.A_JOB))
+            job_id = ann.get(pb.A_JOB)
+            gang = self._gangs.get(job_id) if job_id is not None else None
             return gang is not None and not gang.ended and int(ann.get(pb.A_ATTEMPT, -1)) == gang.attempt
 
     def _delete_finished(self, ns: str, name: str) -> bool:
@@ -710,7 +711,7 @@ class KubernetesLauncher:
     def logs(self, job_id: str, rank: int = 0, offset: int = 0) -> tuple[str, int]:
         with self._lock:
             gang = self._gangs.get(job_id)
-            ns, names = (gang.namespace, gang.names) if gang else self._retired.get(job_id, (None, []))
+            ns, names = (gang.namespace, gang.names) if gang else self._retired.get(job_id, ("", []))
         if not 0 <= rank < len(names):
             return "", offset
         try:
@@ -742,6 +743,7 @@ class KubernetesLauncher:
         # this instance's pods are in the watch cache; the list fetches only other instances'
         sel = f"{pb.L_MANAGED}=hived,{pb.L_INSTANCE}!={pb.label_value(self.instance)}"
         own = [a[pb.A_JOB] for p in self.owned_pods() if pb.A_JOB in (a := (p["metadata"].get("annotations") or {}))]
+        resp: Any   # with _preload_content=False: the raw urllib3 response, not a V1PodList
         if self.watch_namespace is None:
             resp = self.core.list_pod_for_all_namespaces(label_selector=sel, _preload_content=False)
         else:
@@ -820,7 +822,7 @@ class KubernetesLauncher:
             gang.ended = True
             self._emit(gang, "exited", PodState(SUCCEEDED, "Completed", 0), None, "")
 
-    def _emit(self, gang: _Gang, kind: str, s: PodState, rank: Optional[int], note: str) -> None:
+    def _emit(self, gang: _Gang, kind: str, s: PodState, rank: int | None, note: str) -> None:
         tail = ""
         if kind == "exited" and s.state != SUCCEEDED:
             where = f"pod {gang.names[rank]} (rank {rank})" if rank is not None else "gang"

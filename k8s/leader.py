@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -76,7 +76,7 @@ class Elector:
     """Campaign for the Lease ``namespace/name`` as ``identity``."""
 
     def __init__(self, api_client: client.ApiClient, namespace: str, name: str = "hived-scheduler", *,
-                 identity: Optional[str] = None, on_lead: Callable[[], None], on_lose: Callable[[], None],
+                 identity: str | None = None, on_lead: Callable[[], None], on_lose: Callable[[], None],
                  lease_duration: int = 15, renew_deadline: int = 10, retry_period: int = 2):
         self.identity = identity or default_identity()
         self.namespace, self.name = namespace, name
@@ -88,9 +88,9 @@ class Elector:
         self.leading = threading.Event()
         self.lost = False
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
 
-    def start(self) -> "Elector":
+    def start(self) -> Elector:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="hived-leader-election", daemon=True)
             self._thread.start()
@@ -117,7 +117,7 @@ class Elector:
                       self.identity, self.namespace, self.name)
             self.on_lose()
 
-    def holder(self) -> Optional[str]:
+    def holder(self) -> str | None:
         """Who holds the Lease now, as the API server says (None: nobody, or unreadable)."""
         try:
             lease = self.lock.api_instance.read_namespaced_lease(self.name, self.namespace)

@@ -16,7 +16,8 @@ A node's state, for hived, is one of:
 
 ``NodeHealth`` watches Node objects and reports *changes* of that state for
 the nodes the spec knows, and of each node's allocatable CPU and memory
-(``poll_capacity()``: what the kubelet admits, which placement must respect). ``poll_states()`` gives ``[(node, state, reason)]``
+(``poll_capacity()``: what the kubelet admits, which placement must
+respect). ``poll_states()`` gives ``[(node, state, reason)]``
 (what KubernetesSchedulerService applies: cordoned -> no new placements,
 lost -> move); ``poll()`` is the generic health-monitor form
 ``[(node, None, healthy, reason)]`` with healthy = not lost, so a plain
@@ -26,14 +27,14 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
 
 from .watch import ListWatch
 
 OK, CORDONED, LOST = "ok", "cordoned", "lost"
 
 
-def node_healthy(node: Optional[dict]) -> bool:
+def node_healthy(node: dict | None) -> bool:
     """Whether new pods may go to ``node``: Ready and not cordoned."""
     if not node:
         return False
@@ -45,7 +46,7 @@ def node_healthy(node: Optional[dict]) -> bool:
     return False
 
 
-def node_reason(node: Optional[dict]) -> str:
+def node_reason(node: dict | None) -> str:
     """Why a node is unhealthy (for logs and the cluster view); "" when healthy."""
     if not node:
         return "no Node object"
@@ -57,7 +58,7 @@ def node_reason(node: Optional[dict]) -> str:
     return "no Ready condition"
 
 
-def node_allocatable(node: Optional[dict]) -> Optional[tuple[float, float]]:
+def node_allocatable(node: dict | None) -> tuple[float, float] | None:
     """(CPUs, memory in GB) the node's kubelet admits pods for; None when it does not say."""
     from kubernetes.utils.quantity import parse_quantity
     alloc = ((node or {}).get("status") or {}).get("allocatable") or {}
@@ -69,7 +70,7 @@ def node_allocatable(node: Optional[dict]) -> Optional[tuple[float, float]]:
     return cpus, mem
 
 
-def node_ready(node: Optional[dict]) -> bool:
+def node_ready(node: dict | None) -> bool:
     """The kubelet reports Ready (a cordon does not change that)."""
     for c in ((node or {}).get("status") or {}).get("conditions") or []:
         if c.get("type") == "Ready":
@@ -84,7 +85,7 @@ class NodeHealth:
     ``clock`` (monotonic seconds) is what the toleration is measured on.
     """
 
-    def __init__(self, core_v1, nodes: Iterable[str], *, on_change: Optional[Callable[[str, bool], None]] = None,
+    def __init__(self, core_v1, nodes: Iterable[str], *, on_change: Callable[[str, bool], None] | None = None,
                  timeout_seconds: int = 5, notready_toleration: float = 60.0,
                  clock: Callable[[], float] = time.monotonic):
         if notready_toleration < 0:
@@ -95,7 +96,7 @@ class NodeHealth:
         self.clock = clock
         self.state: dict[str, str] = {}         # node -> what was last reported
         self.reasons: dict[str, str] = {}
-        self._seen: dict[str, Optional[dict]] = {}
+        self._seen: dict[str, dict | None] = {}
         self._notready_since: dict[str, float] = {}
         self._pending: dict[str, None] = {}     # nodes to re-evaluate (ordered)
         self._reported: dict[str, bool] = {}    # poll(): healthy as last reported
@@ -110,7 +111,7 @@ class NodeHealth:
         with self._lock:
             return {n: s != LOST for n, s in self.state.items()}
 
-    def _set(self, name: str, node: Optional[dict]) -> None:
+    def _set(self, name: str, node: dict | None) -> None:
         if name not in self.nodes:
             return
         cap = node_allocatable(node)
@@ -129,7 +130,7 @@ class NodeHealth:
         name = (node.get("metadata") or {}).get("name", "")
         self._set(name, None if kind == "DELETED" else node)
 
-    def start(self) -> "NodeHealth":
+    def start(self) -> NodeHealth:
         self.watch.start()
         seen = {(n.get("metadata") or {}).get("name") for n in self.watch.snapshot()}
         for name in sorted(self.nodes - seen):
@@ -139,7 +140,7 @@ class NodeHealth:
     def stop(self) -> None:
         self.watch.stop()
 
-    def _evaluate(self, name: str, now: float) -> Optional[tuple[str, str, str]]:
+    def _evaluate(self, name: str, now: float) -> tuple[str, str, str] | None:
         """(node, state, reason) when the node's state changed (lock held)."""
         node = self._seen.get(name)
         since = self._notready_since.get(name)
@@ -185,7 +186,8 @@ class NodeHealth:
     def poll(self) -> list[tuple[str, None, bool, str]]:
         """The generic health-monitor interface: ``[(node, None, healthy, reason)]``, healthy = not lost
         (a cordoned node keeps its gangs; only KubernetesSchedulerService also stops placing there)."""
-        out, last = [], {}
+        out: list[tuple[str, None, bool, str]] = []
+        last: dict[str, bool] = {}
         for name, state, reason in self.poll_states():
             healthy = state != LOST
             if last.get(name, self._reported.get(name)) == healthy:
@@ -204,7 +206,7 @@ class NodeHealth:
             return {n: self.reasons.get(n, "") for n, s in self.state.items() if s != OK}
 
 
-def _not_ready_reason(node: Optional[dict]) -> str:
+def _not_ready_reason(node: dict | None) -> str:
     if not node:
         return "no Node object"
     for c in (node.get("status") or {}).get("conditions") or []:

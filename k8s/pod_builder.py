@@ -43,7 +43,7 @@ import functools
 import hashlib
 import json
 import re
-from typing import Any, Optional
+from typing import Any
 
 from hived.core.jobs import JobRequest, Placement
 
@@ -156,7 +156,7 @@ def container_security_context(template: JobTemplate) -> dict:
     return sc
 
 
-def resources_of(template: JobTemplate, cpus: Optional[float], memory_gb: Optional[float]) -> dict:
+def resources_of(template: JobTemplate, cpus: float | None, memory_gb: float | None) -> dict:
     """Requests and limits: the job's CPU and memory (requests = limits: the share hived accounted
     for, no more) over the template's, which only adds other resources or fills what the job leaves."""
     resources = {k: dict(v) for k, v in template.resources.items()}
@@ -168,7 +168,7 @@ def resources_of(template: JobTemplate, cpus: Optional[float], memory_gb: Option
     return {k: v for k, v in resources.items() if v}
 
 
-def gang_binding(placement: Placement, priority: Optional[int] = None) -> dict:
+def gang_binding(placement: Placement, priority: int | None = None) -> dict:
     """The whole gang's binding as stored in every pod (and read back by recovery)."""
     out = {"chain": placement.chain, "opportunistic": placement.opportunistic,
            "pods": [{"rank": p.rank, "node": p.node, "gpus": list(p.gpus), "cells": list(p.cells)}
@@ -221,8 +221,8 @@ def _fmt_quantity(x: float) -> str:
 
 def build_pods(job_id: str, request: JobRequest, placement: Placement, attempt: int,
                template: JobTemplate, *, namespace: str, instance: str = "hived",
-               bind: str = "node_name", spec_version: str = "", priority: Optional[int] = None,
-               scheduler_name: str = SCHEDULER_NAME, demands: Optional[list] = None,
+               bind: str = "node_name", spec_version: str = "", priority: int | None = None,
+               scheduler_name: str = SCHEDULER_NAME, demands: list | None = None,
                master_port: int = MASTER_PORT, cluster_domain: str = "") -> list[dict]:
     """One manifest (a plain dict, camelCase as the API takes it) per pod of the gang.
 

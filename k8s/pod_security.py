@@ -18,7 +18,8 @@ template's settings on top, which is what the pod will carry.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 LEVELS = ("privileged", "baseline", "restricted")
 

@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any
 
 import jsonschema
 import yaml
@@ -186,7 +187,7 @@ def load_policy(source: Any = None) -> AdminPolicy:
     return pol
 
 
-def check_template(template: JobTemplate, vc_policy: VCPolicy, only: Optional[set] = None) -> None:
+def check_template(template: JobTemplate, vc_policy: VCPolicy, only: set | None = None) -> None:
     """Refuse (PolicyError) the first thing in ``template`` that VC ``vc_policy`` does not allow;
     ``only``: template fields (``volumes``, ``security_context`` ...) to check, the rest trusted."""
     for where, problem in refusals(template, vc_policy):
@@ -217,7 +218,7 @@ def refusals(template: JobTemplate, vp: VCPolicy) -> Iterator[tuple[str, str]]:
                                      f"not {template.namespace!r}")
 
 
-def namespace_manifest(vc: str, policy: Optional[AdminPolicy] = None) -> dict:
+def namespace_manifest(vc: str, policy: AdminPolicy | None = None) -> dict:
     """The Namespace of VC ``vc``'s jobs, labelled for Pod Security Admission at the VC's level
     (enforced, and also warned and audited so ``kubectl`` shows why a pod is refused)."""
     vp = (policy or AdminPolicy()).for_vc(vc)
@@ -228,7 +229,7 @@ def namespace_manifest(vc: str, policy: Optional[AdminPolicy] = None) -> dict:
             "metadata": {"name": vp.namespace, "labels": labels, "annotations": {pb.L_VC: vc}}}
 
 
-def rolebinding_manifest(vc: str, policy: Optional[AdminPolicy] = None) -> dict:
+def rolebinding_manifest(vc: str, policy: AdminPolicy | None = None) -> dict:
     """What lets hived (and only it) manage pods in VC ``vc``'s namespace: the ClusterRole
     ``hived-jobs`` bound there to the scheduler's service account."""
     pol = policy or AdminPolicy()
@@ -240,7 +241,7 @@ def rolebinding_manifest(vc: str, policy: Optional[AdminPolicy] = None) -> dict:
                           "namespace": pol.scheduler_namespace}]}
 
 
-def vc_manifests(vcs: Iterable[str], policy: Optional[AdminPolicy] = None) -> list[dict]:
+def vc_manifests(vcs: Iterable[str], policy: AdminPolicy | None = None) -> list[dict]:
     """Namespace and RoleBinding for every VC: what an admin applies when VCs are added."""
     pol = policy or AdminPolicy()
     pol.namespaces(vcs)
@@ -258,10 +259,11 @@ def _full_image(image: str) -> str:
     return f"docker.io/{image}" if sep else f"docker.io/library/{image}"
 
 
-def main(argv: Optional[list] = None) -> int:
+def main(argv: list | None = None) -> int:
     """``python -m hived.k8s.policy SPEC [POLICY]``: the VC namespaces and RoleBindings as YAML."""
     import argparse
     import sys
+
     from hived.core.spec import SpecError, load_spec
     p = argparse.ArgumentParser(prog="python -m hived.k8s.policy",
                                 description="Print the Namespace and RoleBinding of every VC in SPEC "

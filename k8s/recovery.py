@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 from hived.core.engine_records import JobRecord, placement_from_dict, request_from_dict
 from hived.core.jobs import HOLDING as HOLDING_STATES
@@ -163,7 +163,7 @@ def gangs_in_cluster(pods: list[dict]) -> tuple[dict[str, ClusterGang], list[str
     return gangs, sorted(old)
 
 
-def _same_placement(a: Optional[dict], b: dict) -> bool:
+def _same_placement(a: dict | None, b: dict) -> bool:
     if a is None:
         return False
     key = lambda p: (p["chain"], bool(p.get("opportunistic")),  # noqa: E731
@@ -182,7 +182,7 @@ def reconcile(store, launcher, new_engine: Callable[[], object], now: float) -> 
     journal = {d["job_id"]: (d, q) for d, q in rows}
     gangs, rep.old_attempts = gangs_in_cluster(launcher.owned_pods(fresh=True))
     rep.gangs = len(gangs)
-    writes: dict[str, tuple[dict, Optional[float], list]] = {}   # job -> (record, qkey, new history)
+    writes: dict[str, tuple[dict, float | None, list]] = {}   # job -> (record, qkey, new history)
     added: set = set()
 
     def note(kind: list, jid: str, text: str) -> None:
@@ -282,7 +282,7 @@ def reconcile(store, launcher, new_engine: Callable[[], object], now: float) -> 
     return rep
 
 
-def _brief(p: Optional[dict]) -> str:
+def _brief(p: dict | None) -> str:
     if not p:
         return "none"
     pods = ",".join(f"{q['node']}:{'+'.join(map(str, q['gpus']))}" for q in p["pods"])
@@ -350,7 +350,7 @@ def _queue_write(writes, journal, jid, d, hist) -> None:
         writes[jid] = (d, journal[jid][1] if jid in journal else None, [hist])
 
 
-def _try_restore(eng, d: dict) -> Optional[str]:
+def _try_restore(eng, d: dict) -> str | None:
     """None when ``d`` restores into ``eng`` (which then holds it), else why not."""
     try:
         eng.restore(JobRecord.from_dict(d))

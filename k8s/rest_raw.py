@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Optional
 from urllib.parse import quote, urlencode
 
 import urllib3
@@ -38,15 +37,23 @@ _AUTH = ["BearerToken"]
 _JSON = {"Content-Type": "application/json", "Accept": "application/json"}
 
 
+def _body(e: ApiException) -> bytes:
+    """The failed call's body as bytes (``{}`` when it had none)."""
+    body = e.body
+    if isinstance(body, bytes):   # typed str, but a raw call's failure carries the bytes it read
+        return body or b"{}"
+    return (body or "{}").encode()
+
+
 class RawApi:
     """POST/DELETE of namespaced pods (and their bindings) with pre-serialized JSON bodies."""
 
-    def __init__(self, api_client: client.ApiClient, timeout: Optional[float] = 30.0, retry_for: float = 30.0):
+    def __init__(self, api_client: client.ApiClient, timeout: float | None = 30.0, retry_for: float = 30.0):
         self.api = api_client
         self.timeout = timeout
         self.retry_for = retry_for
 
-    def _request(self, method: str, path: str, body: Optional[bytes], query: Optional[dict] = None,
+    def _request(self, method: str, path: str, body: bytes | None, query: dict | None = None,
                  done_if: tuple = ()) -> bytes:
         """One call, retried while the failure is transient; ``done_if``: statuses that mean a
         retried write had already been applied."""
@@ -56,7 +63,7 @@ class RawApi:
                 return self._once(method, path, body, query)
             except ApiException as e:
                 if retried and e.status in done_if:
-                    return e.body or b"{}"
+                    return _body(e)
                 if e.status not in TRANSIENT or time.monotonic() + delay > deadline:
                     raise
                 why = f"{e.status} {e.reason}"
@@ -68,7 +75,7 @@ class RawApi:
             time.sleep(delay)
             delay, retried = min(delay * 2, 5.0), True
 
-    def _once(self, method: str, path: str, body: Optional[bytes], query: Optional[dict]) -> bytes:
+    def _once(self, method: str, path: str, body: bytes | None, query: dict | None) -> bytes:
         _, url, headers, _, _ = self.api.param_serialize(method, path, header_params=dict(_JSON),
                                                          auth_settings=_AUTH)
         if query:
@@ -81,7 +88,7 @@ class RawApi:
             r.release_conn()
         if not 200 <= r.status < 300:
             e = ApiException(status=r.status, reason=r.reason)
-            e.body = data
+            e.body = data   # type: ignore[assignment]  # typed str; the raw API keeps the bytes it read
             e.headers = r.headers
             raise e
         return data
@@ -105,7 +112,7 @@ class RawApi:
                                  json.dumps(service, separators=(",", ":")).encode(), done_if=(409,))
         except ApiException as e:
             if e.status == 409:
-                return e.body or b"{}"
+                return _body(e)
             raise
 
     def delete_service(self, ns: str, name: str) -> bytes:

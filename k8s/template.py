@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from kubernetes.client import models as m
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 # RFC 1123 label (namespaces, container names, secret names) and DNS subdomain.
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -76,13 +76,13 @@ class JobTemplate:
     resources: dict = field(default_factory=dict)      # {"requests": {...}, "limits": {...}}
     volumes: tuple[dict, ...] = ()                     # core/v1 Volume, camelCase
     volume_mounts: tuple[dict, ...] = ()               # core/v1 VolumeMount
-    service_account: Optional[str] = None
+    service_account: str | None = None
     image_pull_secrets: tuple[str, ...] = ()
     node_selector: dict = field(default_factory=dict)
     tolerations: tuple[dict, ...] = ()
-    namespace: Optional[str] = None
-    image_pull_policy: Optional[str] = None
-    working_dir: Optional[str] = None
+    namespace: str | None = None
+    image_pull_policy: str | None = None
+    working_dir: str | None = None
     labels: dict = field(default_factory=dict)         # extra pod labels
     annotations: dict = field(default_factory=dict)    # extra pod annotations
     restart_policy: str = "Never"                      # a gang member is not restarted in place
@@ -94,7 +94,7 @@ class JobTemplate:
     ports: tuple[dict, ...] = ()                       # core/v1 ContainerPort
 
     @classmethod
-    def from_dict(cls, d: Any, where: str = "template") -> "JobTemplate":
+    def from_dict(cls, d: Any, where: str = "template") -> JobTemplate:
         """Validate ``d`` (snake_case keys) and build the template; raises TemplateError."""
         if isinstance(d, JobTemplate):
             return d
@@ -179,7 +179,7 @@ class JobTemplate:
             kw["ports"] = _typed_list(d["ports"], m.V1ContainerPort, f"{where}.ports")
         return cls(**kw)
 
-    def merged(self, overrides: Optional[dict]) -> "JobTemplate":
+    def merged(self, overrides: dict | None) -> JobTemplate:
         """This template with a job's ``overrides`` on top, validated as a whole."""
         if not overrides:
             return self
@@ -203,7 +203,7 @@ class JobTemplate:
         return out
 
 
-def check_for_vc(template: JobTemplate, vc: str, policy, own: Optional[dict] = None) -> JobTemplate:
+def check_for_vc(template: JobTemplate, vc: str, policy, own: dict | None = None) -> JobTemplate:
     """``template`` (the default with the job's ``own`` fields on top) if the admin's ``policy``
     (policy.AdminPolicy) lets VC ``vc`` run it; else PolicyError (a TemplateError) naming the
     field and the rule. Without a policy of the admin's, the default one (restricted, no
@@ -287,7 +287,7 @@ def _typed_list(v: Any, model: type, where: str) -> tuple[dict, ...]:
     return tuple(_typed(item, model, f"{where}[{i}]") for i, item in enumerate(v))
 
 
-def _typed(item: Any, model: type, where: str) -> dict:
+def _typed(item: Any, model: type[BaseModel], where: str) -> dict:
     if not isinstance(item, dict):
         raise TemplateError(where, "must be a mapping")
     try:

@@ -19,8 +19,8 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 from kubernetes.client.rest import ApiException
 
@@ -46,7 +46,7 @@ _DISRUPTION_EVICT = {"EvictionByEvictionAPI", "PreemptionByScheduler"}
 class PodState:
     state: str                    # one of the constants above
     reason: str = ""
-    exit_code: Optional[int] = None
+    exit_code: int | None = None
     message: str = ""
 
     @property
@@ -54,7 +54,7 @@ class PodState:
         return self.state in TERMINAL
 
 
-def _terminated(status: dict) -> Optional[dict]:
+def _terminated(status: dict) -> dict | None:
     """The first terminated container state (current, else last), if any."""
     for cs in status.get("containerStatuses") or []:
         st = (cs.get("state") or {}).get("terminated")
@@ -128,12 +128,12 @@ class ListWatch:
         self.timeout_seconds = timeout_seconds
         self.backoff = backoff
         self.pods: dict[tuple[str, str], dict] = {}
-        self.resource_version: Optional[str] = None
+        self.resource_version: str | None = None
         self.relists = 0            # how many times the watch had to list again (410 etc.)
         self.listed_at = float("-inf")   # monotonic time of the last full list
         self.synced = threading.Event()
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         self._resp = None
         self._lock = threading.Lock()
 
@@ -248,7 +248,7 @@ class ListWatch:
                 self._stop.wait(delay)
                 delay = min(delay * 2, 5.0)
 
-    def start(self) -> "ListWatch":
+    def start(self) -> ListWatch:
         if self._thread is not None and self._thread.is_alive():
             return self     # already running (the launcher and the service may both start it)
         self._stop.clear()
@@ -274,7 +274,7 @@ class ListWatch:
             return list(self.pods.values())
 
 
-def pod_watch(core_v1, label_selector: str, handler: Handler, *, namespace: Optional[str] = None,
+def pod_watch(core_v1, label_selector: str, handler: Handler, *, namespace: str | None = None,
               **kw) -> ListWatch:
     """A ListWatch over the pods matching ``label_selector`` in ``namespace`` (None = all)."""
     if namespace:

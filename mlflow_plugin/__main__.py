@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hived.service.client import HivedError
 from hived.mlflow_plugin.submitted_run import HivedSubmittedRun, print_sink
+from hived.service.client import HivedError
 
 
 def main(argv=None) -> int:

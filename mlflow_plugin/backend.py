@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import logging
 import os
+import statistics
 import subprocess
 import sys
-import statistics
-from typing import Optional
 
+from mlflow.entities import RunTag
 from mlflow.exceptions import ExecutionException, MlflowException
 from mlflow.projects.backend.abstract_backend import AbstractBackend
 from mlflow.projects.utils import (
@@ -30,20 +30,19 @@ from mlflow.projects.utils import (
     load_project,
 )
 from mlflow.tracking import MlflowClient
-from mlflow.entities import RunTag
 from mlflow.utils.mlflow_tags import MLFLOW_PROJECT_BACKEND, MLFLOW_RUN_NAME
 
-from hived.service.client import HivedClient, HivedError, HivedUnreachable
 from hived.mlflow_plugin.config import BackendConfig, HivedBackendError, parse_config
 from hived.mlflow_plugin.history import KIND_TAG, SIGNATURE_TAG, MlflowHistory, project_signature
 from hived.mlflow_plugin.resume import attempts_in, checkpoint_dir_for, wrap_command
 from hived.mlflow_plugin.submitted_run import TAG, HivedSubmittedRun, print_sink
+from hived.service.client import HivedClient, HivedError, HivedUnreachable
 
 # under "mlflow." so that `mlflow run` shows our lines the way it shows the local backend's
 _logger = logging.getLogger("mlflow.projects.hived")
 
 
-def mlflow_cli_params() -> Optional[dict]:
+def mlflow_cli_params() -> dict | None:
     """The options of the enclosing ``mlflow run`` command; None under mlflow.projects.run()."""
     try:
         import click
@@ -77,7 +76,7 @@ def connect(cfg: BackendConfig) -> HivedClient:
     return client
 
 
-def history_estimate(tracking_uri: Optional[str], experiment_id: str, sig: str) -> Optional[float]:
+def history_estimate(tracking_uri: str | None, experiment_id: str, sig: str) -> float | None:
     """Median run time of earlier finished runs of this project + entry point, as the job's hint."""
     try:
         past = list(MlflowHistory(tracking_uri, experiment_ids=[experiment_id], max_runs=50)
@@ -88,7 +87,7 @@ def history_estimate(tracking_uri: Optional[str], experiment_id: str, sig: str) 
     return max(round(statistics.median(past), 3), 0.001) if past else None
 
 
-def absolute_tracking_uri(uri: Optional[str]) -> Optional[str]:
+def absolute_tracking_uri(uri: str | None) -> str | None:
     """A relative ``sqlite:///mlflow.db`` made absolute: the job runs in another directory,
     where the relative path would name another (empty) store and "Run not found"."""
     prefix = "sqlite:///"
@@ -99,7 +98,7 @@ def absolute_tracking_uri(uri: Optional[str]) -> Optional[str]:
 
 
 def follow_in_background(submitted: HivedSubmittedRun, cfg: BackendConfig,
-                         tracking_uri: Optional[str]) -> None:
+                         tracking_uri: str | None) -> None:
     """Keep a detached run in step with its job while nobody waits on it: a preempted run
     whose code ended it on SIGTERM goes back to RUNNING, and the run gets its terminal
     status when the job ends. A process of its own session (it outlives `mlflow run`);
@@ -167,7 +166,7 @@ class HivedProjectBackend(AbstractBackend):
 
     def _submit(self, cfg: BackendConfig, client: HivedClient, project_name: str,
                 entry_point: str, command: str, work_dir: str, run_id: str,
-                experiment_id: str, tracking_uri: Optional[str],
+                experiment_id: str, tracking_uri: str | None,
                 created: bool = True) -> HivedSubmittedRun:
         mlflow = MlflowClient(tracking_uri)
         ckpt = checkpoint_dir_for(run_id, cfg.checkpoint_dir)

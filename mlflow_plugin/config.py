@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from mlflow.exceptions import ExecutionException
 
-from hived.service.submit_flags import request_body
 from hived.mlflow_plugin.schema_check import first_error
+from hived.service.submit_flags import request_body
 
 # keys MLflow itself puts into backend_config (mlflow.projects.utils.PROJECT_*)
 MLFLOW_KEYS = ("ENV_MANAGER", "SYNCHRONOUS", "DOCKER_ARGS", "STORAGE_DIR",
@@ -76,21 +77,21 @@ class BackendConfigError(HivedBackendError):
 @dataclass(frozen=True)
 class BackendConfig:
     vc: str
-    gpus: Optional[int] = 1
-    cell: Optional[str] = None
+    gpus: int | None = 1
+    cell: str | None = None
     pods: int = 1
-    affinity: Optional[str] = None
-    chain: Optional[str] = None
-    max_retries: Optional[int] = None
-    grace_period: Optional[float] = None
+    affinity: str | None = None
+    chain: str | None = None
+    max_retries: int | None = None
+    grace_period: float | None = None
     priority: str = "be"
-    service_url: Optional[str] = None
-    token: Optional[str] = None
-    workdir: Optional[str] = None
+    service_url: str | None = None
+    token: str | None = None
+    workdir: str | None = None
     detach: bool = False
     follow: bool = True
-    name: Optional[str] = None
-    checkpoint_dir: Optional[str] = None
+    name: str | None = None
+    checkpoint_dir: str | None = None
     env: dict = field(default_factory=dict)
     poll: float = 2.0
     # MLflow's own keys, kept for the backend (env manager, synchronous, storage dir)
@@ -129,7 +130,7 @@ def _load(raw: Any) -> dict:
     raise BackendConfigError("<config>", f"must be a JSON object, got {type(raw).__name__}")
 
 
-def parse_config(raw: Any, environ: Optional[dict] = None) -> BackendConfig:
+def parse_config(raw: Any, environ: Mapping[str, str] | None = None) -> BackendConfig:
     """Check ``raw`` and return the config; raises BackendConfigError naming the key."""
     environ = os.environ if environ is None else environ
     doc = _load(raw)

@@ -9,7 +9,7 @@ for runs that only have MLflow's own source tags.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from mlflow.tracking import MlflowClient
 
@@ -25,7 +25,7 @@ def project_signature(project: str, entry_point: str) -> str:
     return _signature(project, entry_point, relevant=())
 
 
-def run_seconds(run) -> Optional[float]:
+def run_seconds(run) -> float | None:
     """Seconds a finished run ran: the hived tag when present, else end - start."""
     tag = run.data.tags.get(RUN_SECONDS_TAG)
     if tag is not None:
@@ -40,7 +40,7 @@ def run_seconds(run) -> Optional[float]:
     return None
 
 
-def running_seconds(history: list) -> Optional[float]:
+def running_seconds(history: list) -> float | None:
     """Sum of the intervals a job spent running, from its REST history entries.
 
     Entries are ``[time, state, reason]`` lists or ``{"time","state"}`` dicts;
@@ -69,8 +69,8 @@ def running_seconds(history: list) -> Optional[float]:
 class MlflowHistory:
     """``HistorySource`` reading finished runs from a tracking store."""
 
-    def __init__(self, tracking_uri: Optional[str] = None,
-                 experiment_ids: Optional[Sequence[str]] = None, max_runs: int = 200):
+    def __init__(self, tracking_uri: str | None = None,
+                 experiment_ids: Sequence[str] | None = None, max_runs: int = 200):
         self.client = MlflowClient(tracking_uri)
         self.experiment_ids = list(experiment_ids) if experiment_ids else None
         self.max_runs = max_runs

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Optional
 
 MARKER = ".hived_attempts"
 
@@ -21,7 +20,7 @@ def default_checkpoint_root() -> str:
     return os.path.join(os.path.expanduser(base), "mlflow-checkpoints")
 
 
-def checkpoint_dir_for(run_id: str, configured: Optional[str] = None) -> str:
+def checkpoint_dir_for(run_id: str, configured: str | None = None) -> str:
     """``configured``/<run id>, or ~/.hived/mlflow-checkpoints/<run id>; absolute."""
     root = os.path.expanduser(configured) if configured else default_checkpoint_root()
     return os.path.abspath(os.path.join(root, run_id))

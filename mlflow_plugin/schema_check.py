@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Optional
+from typing import Any
 
 _TYPE_WORDS = {"string": "a string", "integer": "an integer", "number": "a number",
                "boolean": "true or false", "object": "a JSON object"}
@@ -33,7 +33,7 @@ def _is_type(value: Any, t: str) -> bool:
     return isinstance(value, {"string": str, "boolean": bool, "object": dict}[t])
 
 
-def check_value(schema: dict, value: Any) -> Optional[str]:
+def check_value(schema: dict, value: Any) -> str | None:
     """The problem with one value, in words; None when it is fine."""
     t = schema.get("type")
     if t is not None and not _is_type(value, t):
@@ -56,7 +56,7 @@ def check_value(schema: dict, value: Any) -> Optional[str]:
     return None
 
 
-def first_error(schema: dict, doc: dict) -> Optional[tuple[str, str]]:
+def first_error(schema: dict, doc: dict) -> tuple[str, str] | None:
     props = schema["properties"]
     unknown = sorted(k for k in doc if k not in props)
     if unknown and schema.get("additionalProperties") is False:

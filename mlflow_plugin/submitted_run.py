@@ -14,16 +14,16 @@ import datetime as _dt
 import logging
 import sys
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from mlflow.entities import RunStatus, RunTag
 from mlflow.projects.submitted_run import SubmittedRun
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
+from hived.mlflow_plugin.history import RUN_SECONDS_TAG, running_seconds
 from hived.service.client import TERMINAL_STATES, HivedClient, HivedError, HivedUnreachable
 from hived.service.terminal_text import visible
-from hived.mlflow_plugin.history import RUN_SECONDS_TAG, running_seconds
 
 # under "mlflow." so that `mlflow run` shows our lines the way it shows the local backend's
 _logger = logging.getLogger("mlflow.projects.hived")
@@ -75,9 +75,9 @@ def placement_tags(job: dict) -> dict:
 
 class HivedSubmittedRun(SubmittedRun):
     def __init__(self, run_id: str, job_id: str, client: HivedClient, *,
-                 tracking_uri: Optional[str] = None, poll: float = 2.0,
+                 tracking_uri: str | None = None, poll: float = 2.0,
                  unreachable_grace: float = 60.0,
-                 log_sink: Optional[Callable[[str], None]] = None):
+                 log_sink: Callable[[str], None] | None = None):
         super().__init__()
         self._run_id = run_id
         self.job_id = job_id
@@ -91,13 +91,13 @@ class HivedSubmittedRun(SubmittedRun):
         self._preemptions = 0
         self._finalized = False
         self._tags_seen_running = False     # saw the job running (so its node tags are its own)
-        self._status: Optional[str] = None   # the run status this follower last wrote
-        self._waiting: Optional[tuple] = None  # (position, reason) last said while queued
+        self._status: str | None = None   # the run status this follower last wrote
+        self._waiting: tuple | None = None  # (position, reason) last said while queued
         self.job: dict = {}
 
     @classmethod
-    def from_run(cls, run_id: str, tracking_uri: Optional[str] = None,
-                 token: Optional[str] = None, **kw) -> "HivedSubmittedRun":
+    def from_run(cls, run_id: str, tracking_uri: str | None = None,
+                 token: str | None = None, **kw) -> HivedSubmittedRun:
         """Follow a run started earlier (e.g. detached): job id and service come from its tags."""
         tags = MlflowClient(tracking_uri).get_run(run_id).data.tags
         if TAG + "job_id" not in tags:
@@ -232,7 +232,7 @@ class HivedSubmittedRun(SubmittedRun):
             self.log_sink(text)
         self._log_offset = int(answer.get("offset", self._log_offset))
 
-    def _poll_once(self, since_ok: list) -> Optional[dict]:
+    def _poll_once(self, since_ok: list) -> dict | None:
         """refresh(), riding out a service restart for ``unreachable_grace`` seconds."""
         try:
             job = self.refresh()
@@ -244,7 +244,7 @@ class HivedSubmittedRun(SubmittedRun):
             return None
 
     # -- SubmittedRun -----------------------------------------------------
-    def wait(self, timeout: Optional[float] = None) -> bool:
+    def wait(self, timeout: float | None = None) -> bool:
         """Block until the job ends; True if it succeeded. Sets the run's terminal status."""
         deadline = None if timeout is None else time.monotonic() + timeout
         since_ok = [time.monotonic()]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Optional
 
+from hived.core.allox.workload import PHILLY
 from hived.core.sim import allox_experiment as E
 from hived.reports.staged_run import run_with_stages, write_outputs
 
@@ -103,11 +103,12 @@ def build_parser(prog: str = "hived simulate --workload allox") -> argparse.Argu
     g.add_argument("--seed", type=int, default=0, help="speedups, users and estimate errors (default 0)")
     g.add_argument("--error", type=float, default=0.1, help="relative estimate error sd (default 0.1)")
     g.add_argument("--alpha", type=float, default=0.1, help="AlloX fairness knob for the comparison (default 0.1)")
-    g.add_argument("--alphas", default=",".join(f"{a:g}" for a in E.ALPHAS), help="alpha sweep, comma list ('' for none)")
+    g.add_argument("--alphas", default=",".join(f"{a:g}" for a in E.ALPHAS),
+                   help="alpha sweep, comma list ('' for none)")
     g.add_argument("--policies", default=",".join(E.POLICIES), help="comma list (default all)")
     g.add_argument("--timeout-h", dest="timeout_h", type=float, default=4.0, help="AlloX+ starvation timeout, hours")
     g.add_argument("--start", default="2017-10-10", help="first trace day used (default 2017-10-10)")
-    g.add_argument("--trace", default=E.W.PHILLY, help="philly_jobs.csv.gz")
+    g.add_argument("--trace", default=PHILLY, help="philly_jobs.csv.gz")
     g.add_argument("--plots", default="allox-plots", help="folder for the PNG plots (default ./allox-plots)")
     g.add_argument("--no-plots", dest="plots", action="store_const", const=None, help="write no plots")
     g.add_argument("--json", dest="json_out", default=None, help="write the results as JSON here")
@@ -115,7 +116,7 @@ def build_parser(prog: str = "hived simulate --workload allox") -> argparse.Argu
     return ap
 
 
-def main(argv: Optional[list[str]] = None, out=None) -> int:
+def main(argv: list[str] | None = None, out=None) -> int:
     out = out or sys.stdout
     args = build_parser().parse_args(argv)
     try:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Optional
 
+from hived.core.allox.workload import PHILLY
 from hived.core.sim import exchange_experiment as E
 from hived.reports.staged_run import run_with_stages, write_outputs
 
@@ -93,7 +93,7 @@ def build_parser(prog: str = "hived simulate --workload exchange") -> argparse.A
     g.add_argument("--load", type=float, default=0.5, help="mean demand / cluster GPUs (default 0.5)")
     g.add_argument("--policy", default="balanced", help="exchange policy: balanced (default) or first_fit")
     g.add_argument("--assignments", default="default,balanced", help="comma list of default, balanced")
-    g.add_argument("--trace", default=E.PHILLY, help="philly_jobs.csv.gz")
+    g.add_argument("--trace", default=PHILLY, help="philly_jobs.csv.gz")
     g.add_argument("--vc-nodes", dest="vc_nodes", default=E.VC_NODES, help="vc_nodes.csv (default assignment)")
     g.add_argument("--plots", default="exchange-plots", help="folder for the PNG plots (default ./exchange-plots)")
     g.add_argument("--no-plots", dest="plots", action="store_const", const=None, help="write no plots")
@@ -102,7 +102,7 @@ def build_parser(prog: str = "hived simulate --workload exchange") -> argparse.A
     return ap
 
 
-def main(argv: Optional[list[str]] = None, out=None) -> int:
+def main(argv: list[str] | None = None, out=None) -> int:
     out = out or sys.stdout
     args = build_parser().parse_args(argv)
     try:

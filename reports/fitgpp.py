@@ -14,7 +14,6 @@ import json
 import math
 import os
 import sys
-from typing import Optional
 
 from hived.core.sim import fitgpp_experiment as E
 
@@ -32,11 +31,11 @@ PAPER_T4 = {"lrtp": [0.063, 0.012, 0.0034], "rand": [0.088, 0.0048, 0.00019], "f
 LABEL = {"fifo": "FIFO", "lrtp": "LRTP", "rand": "RAND", "fitgpp": "FitGpp"}
 
 
-def _f(x: float) -> str:
+def _f(x: float | None) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3g}"
 
 
-def format_tables(res: "E.ExperimentResult") -> str:
+def format_tables(res: E.ExperimentResult) -> str:
     """Tables 1-3 as text, ours and (in brackets) the paper's."""
     out = [f"FitGpp reproduction: {res.jobs} jobs, seed {res.seed}, {res.nodes} nodes, load {res.load:g} "
            f"({res.backend})", "",
@@ -59,12 +58,13 @@ def format_tables(res: "E.ExperimentResult") -> str:
             continue
         out.append(f"{LABEL[p]:<14}" + "".join(f"{_f(o) + ' [' + _f(q) + ']':>14}"
                                                for o, q in zip(r.interval_percentiles(), PAPER_T2.get(p, [None] * 4))))
-    out += ["", f"Table 3: share of preempted jobs (P = {_f(next(iter(res.results.values())).cap) if res.results else 1}), ours [paper, P = 1]"]
+    cap = _f(next(iter(res.results.values())).cap) if res.results else 1
+    out += ["", f"Table 3: share of preempted jobs (P = {cap}), ours [paper, P = 1]"]
     for p, r in res.results.items():
         if p == "fifo":
             continue
-        paper = PAPER_T3.get(p)
-        out.append(f"{LABEL[p]:<14}{r.preempted_share:>10.2%}  [{paper:.2%}]   preemptions {r.preemptions}, "
+        share = PAPER_T3.get(p)
+        out.append(f"{LABEL[p]:<14}{r.preempted_share:>10.2%}  [{share:.2%}]   preemptions {r.preemptions}, "
                    f"fallbacks {r.fallbacks}")
     if any(math.isinf(r.cap) for r in res.results.values()):
         out += ["", "Table 4: share of jobs preempted N times (P = inf), ours [paper]",
@@ -84,7 +84,7 @@ def format_tables(res: "E.ExperimentResult") -> str:
     return "\n".join(out)
 
 
-def plot(res: "E.ExperimentResult", out_dir: str) -> list[str]:
+def plot(res: E.ExperimentResult, out_dir: str) -> list[str]:
     """CDFs of TE and BE slowdowns per policy (Fig. 3) and, with a sweep, Fig. 4. Returns the paths."""
     import matplotlib
 
@@ -163,7 +163,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="no progress bar (it is drawn on stderr)")
 
 
-def _run_with_progress(cfg: "E.Config", show: bool) -> "E.ExperimentResult":
+def _run_with_progress(cfg: E.Config, show: bool) -> E.ExperimentResult:
     """The experiment with a tqdm bar over all finished jobs of all replays."""
     if not show:
         return E.run(cfg)
@@ -183,7 +183,7 @@ def cli(args: argparse.Namespace, out=None) -> int:
         return 2
     res = _run_with_progress(cfg, bool(getattr(args, "progress", False)))
     print(format_tables(res), file=out)
-    plots_dir: Optional[str] = getattr(args, "plots", None)
+    plots_dir: str | None = getattr(args, "plots", None)
     if plots_dir:
         for p in plot(res, plots_dir):
             print(f"wrote {p}", file=out)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-from typing import Optional
 
 import matplotlib
 
@@ -121,7 +120,7 @@ def waited_for_others(results: dict) -> dict:
     return out
 
 
-def write_comparison(results: dict, out_dir: str, *, tenants: Optional[list] = None) -> dict:
+def write_comparison(results: dict, out_dir: str, *, tenants: list | None = None) -> dict:
     """``results``: run name -> SimResult. Writes summary.json and the plots; returns the summary."""
     os.makedirs(out_dir, exist_ok=True)
     summary = {name: r.summary() for name, r in results.items()}
@@ -152,7 +151,7 @@ def _tenants_by_jobs(results: dict) -> list:
     return sorted(count, key=lambda t: -count[t])
 
 
-def plot_delay_over_time(results: dict, path: str, tenants: Optional[list] = None) -> None:
+def plot_delay_over_time(results: dict, path: str, tenants: list | None = None) -> None:
     tenants = tenants or _tenants_by_jobs(results)
     cols = 3
     rows_n = (len(tenants) + cols - 1) // cols
@@ -231,8 +230,8 @@ def plot_normalized(results: dict, path: str) -> None:
     ax.axhline(1.0, color="k", lw=0.8, ls="--", label="private = 1")
     ax.set_yscale("log")
     ax.set_ylim(lo, hi)
-    ticks = [x for x in (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000,
-                         10000) if lo <= x <= hi]
+    ticks = [x for x in (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500,
+                         1000, 2000, 5000, 10000) if lo <= x <= hi]
     ax.set_yticks(ticks)
     ax.set_yticklabels([f"{x:g}x" for x in ticks])
     ax.minorticks_off()

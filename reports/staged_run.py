@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def run_with_stages(run: Callable[..., Any], cfg: Any, total: int, progress: bool) -> Any:

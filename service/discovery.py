@@ -18,7 +18,7 @@ import os
 import re
 import socket
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any
 
 from .discovery_topology import group_levels
 
@@ -31,11 +31,11 @@ class NoGpuError(RuntimeError):
 class GpuInfo:
     index: int                       # NVML index
     model: str
-    uuid: Optional[str] = None
-    pci_bus_id: Optional[str] = None
-    memory_mib: Optional[int] = None
-    numa_node: Optional[int] = None
-    mig_enabled: Optional[bool] = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    memory_mib: int | None = None
+    numa_node: int | None = None
+    mig_enabled: bool | None = None
 
 
 @dataclass
@@ -76,7 +76,8 @@ class _Asker:
     """Calls NVML, turning 'not supported' and friends into None plus one note."""
 
     def __init__(self, nvml, notes: list[str]):
-        self.nvml, self.notes, self._said = nvml, notes, set()
+        self.nvml, self.notes = nvml, notes
+        self._said: set[str] = set()
 
     def __call__(self, what: str, fn: str, *args):
         f = getattr(self.nvml, fn, None)
@@ -95,7 +96,7 @@ class _Asker:
             self.notes.append(f"{what} unavailable ({why})")
 
 
-def read_gpus(nvml=None) -> tuple[list[GpuInfo], dict, dict, list[str], list]:
+def read_gpus(nvml=None) -> tuple[list[GpuInfo], dict, dict, list[str], dict[int, Any]]:
     """NVML facts: GPUs, pair topology, NVLink peers, notes, handles."""
     nvml = nvml or _nvml()
     notes: list[str] = []
@@ -156,14 +157,14 @@ def read_gpus(nvml=None) -> tuple[list[GpuInfo], dict, dict, list[str], list]:
                 break
             if state:
                 remote = ask("NVLink remote PCI info", "nvmlDeviceGetNvLinkRemotePciInfo", handles[i], link)
-                j = by_bus.get(_text(remote.busId).lower()) if remote is not None else None
-                if j is not None and j != i:
-                    peers.add(j)
+                peer = by_bus.get(_text(remote.busId).lower()) if remote is not None else None
+                if peer is not None and peer != i:
+                    peers.add(peer)
         nvlink[i] = sorted(peers)
     return gpus, topo, nvlink, notes, handles
 
 
-def discover(nvml=None, host: Optional[str] = None, vcs: Optional[list[str]] = None) -> Discovery:
+def discover(nvml=None, host: str | None = None, vcs: list[str] | None = None) -> Discovery:
     """Discover this machine's GPUs and build a spec (see the module docstring)."""
     nvml = nvml or _nvml()
     gpus, topo, nvlink, notes, _ = read_gpus(nvml)
@@ -178,7 +179,7 @@ def discover(nvml=None, host: Optional[str] = None, vcs: Optional[list[str]] = N
 
 
 def virtual_node(n: int, host: str = "virtual0", model: str = "VIRTUAL-GPU",
-                 vcs: Optional[list[str]] = None) -> Discovery:
+                 vcs: list[str] | None = None) -> Discovery:
     """A made-up node of ``n`` GPUs: two sockets of n/2 when n is even and >= 4."""
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 1024:
         raise ValueError(f"--gpus: must be an integer from 1 to 1024, got {n!r}")
@@ -189,7 +190,7 @@ def virtual_node(n: int, host: str = "virtual0", model: str = "VIRTUAL-GPU",
 
 
 def _build(host: str, gpus: list[GpuInfo], topo: dict, nvlink: dict, notes: list[str],
-           vcs: Optional[list[str]], level_notes: bool = True) -> Discovery:
+           vcs: list[str] | None, level_notes: bool = True) -> Discovery:
     models: dict[str, list[GpuInfo]] = {}
     for g in gpus:
         models.setdefault(chain_name(g.model), []).append(g)
@@ -220,7 +221,7 @@ def _build(host: str, gpus: list[GpuInfo], topo: dict, nvlink: dict, notes: list
         # CPUs and RAM of the machine, shared between chains in proportion to GPUs
         cell_types[node_type]["cpus"] = max(1, round(cpus * len(members) / share))
         cell_types[node_type]["memoryGB"] = max(1, round(mem_gb * len(members) / share))
-        top = {"cellType": node_type, "cellAddress": node}
+        top: dict[str, Any] = {"cellType": node_type, "cellAddress": node}
         if _children(tree):
             top["cellChildren"] = _children(tree)
         physical.append(top)

@@ -7,8 +7,6 @@ Whatever cannot be shown is dropped, with a note saying what was assumed.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 # NVML common-ancestor levels (nvmlGpuTopologyLevel_t)
 TOPOLOGY_MULTIPLE = 20   # behind the same (multi-level) PCIe switch
 TOPOLOGY_NODE = 40       # same CPU socket / NUMA node
@@ -33,7 +31,7 @@ def _components(idx: list[int], joined) -> list[list[int]]:
     return sorted((sorted(g) for g in groups.values()), key=lambda g: g[0])
 
 
-def _pair(topo: dict, a: int, b: int) -> Optional[int]:
+def _pair(topo: dict, a: int, b: int) -> int | None:
     return topo.get((a, b), topo.get((b, a)))
 
 
@@ -56,8 +54,9 @@ def group_levels(idx: list[int], topo: dict, nvlink: dict, numa: dict):
     elif n > 1:
         notes.append("no NVLink peers reported: no NVLink level")
     if known_topo and n > 1:
-        candidates.append(("SWITCH", _components(idx, lambda a, b: _pair(topo, a, b) <= TOPOLOGY_MULTIPLE)))
-        candidates.append(("SOCKET", _components(idx, lambda a, b: _pair(topo, a, b) <= TOPOLOGY_NODE)))
+        level = {(a, b): lv for a in idx for b in idx if (lv := _pair(topo, a, b)) is not None}
+        candidates.append(("SWITCH", _components(idx, lambda a, b: level[a, b] <= TOPOLOGY_MULTIPLE)))
+        candidates.append(("SOCKET", _components(idx, lambda a, b: level[a, b] <= TOPOLOGY_NODE)))
     elif n > 1:
         if topo or not nvlink:
             notes.append("PCIe topology between GPUs unknown: assumed no PCIe-switch level")

@@ -11,8 +11,6 @@ by itself is rarer than one failing again, and an admin decides.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 # XIDs that mean the GPU (not the program) is in trouble (NVIDIA's XID catalogue)
 CRITICAL_XIDS = {
     48: "double-bit ECC error", 63: "ECC page retirement / row remapping pending",
@@ -73,7 +71,7 @@ class HealthMonitor:
             self._off.add(check)
             self.notes.append(note)
 
-    def _ecc(self, h) -> Optional[int]:
+    def _ecc(self, h) -> int | None:
         nv = self.nvml
         if "ecc" in self._off:
             return None

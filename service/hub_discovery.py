@@ -11,7 +11,6 @@ Requests then carry the user's own token, so hived sees that person.
 from __future__ import annotations
 
 import os
-from typing import Optional
 from urllib.parse import urljoin
 
 import requests
@@ -23,7 +22,7 @@ def in_hub_session() -> bool:
     return bool(os.environ.get("JUPYTERHUB_API_URL") and os.environ.get("JUPYTERHUB_API_TOKEN"))
 
 
-def find_hub_service(timeout: float = 5.0) -> Optional[dict]:
+def find_hub_service(timeout: float = 5.0) -> dict | None:
     """``{"url", "token"}`` of the hived service for this Hub session, or None
     outside one. Inside one, a service the Hub does not know is an error."""
     if not in_hub_session():

@@ -20,9 +20,9 @@ import grp
 import json
 import os
 import pwd
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
 
 MODES = ("vc", "server", "refuse")
 DEFAULT_UIDS = (1_900_000_000, 1_900_099_999)
@@ -38,7 +38,7 @@ class Account:
     gid: int
     groups: tuple[int, ...] = ()
     name: str = ""
-    home: Optional[str] = None      # None: the job's own directory serves as HOME
+    home: str | None = None      # None: the job's own directory serves as HOME
 
     def as_runner(self) -> dict:
         return {"uid": self.uid, "gid": self.gid, "groups": list(self.groups)}
@@ -65,13 +65,13 @@ def resolve(text: str) -> Account:
     return Account(pw.pw_uid, pw.pw_gid, tuple(os.getgrouplist(pw.pw_name, pw.pw_gid)), pw.pw_name, pw.pw_dir)
 
 
-def spec_account(spec, user: str, vc: str) -> Optional[str]:
+def spec_account(spec, user: str, vc: str) -> str | None:
     """The spec's mapping for (user, vc), or None (also for specs without mappings)."""
     lookup = getattr(spec, "unix_account", None)
     return lookup(user, vc) if callable(lookup) else None
 
 
-def uid_range(text: Optional[str]) -> tuple[int, int]:
+def uid_range(text: str | None) -> tuple[int, int]:
     if not text:
         return DEFAULT_UIDS
     lo, sep, hi = text.partition("-")
@@ -83,8 +83,8 @@ def uid_range(text: Optional[str]) -> tuple[int, int]:
 class JobAccounts:
     """Decides the account of each job (see the module docstring)."""
 
-    def __init__(self, state_dir: Path, mapping: Optional[Callable[[str, str], Optional[str]]] = None,
-                 mode: Optional[str] = None, uids: Optional[tuple[int, int]] = None):
+    def __init__(self, state_dir: Path, mapping: Callable[[str, str], str | None] | None = None,
+                 mode: str | None = None, uids: tuple[int, int] | None = None):
         self.mapping = mapping
         self.mode = mode or os.environ.get("HIVED_JOB_ACCOUNT") or "vc"
         if self.mode not in MODES:
@@ -93,7 +93,7 @@ class JobAccounts:
         self.file = Path(state_dir) / "accounts.json"
         self.euid = os.geteuid()
 
-    def for_job(self, user: str, vc: str, allocate: bool = True) -> Optional[Account]:
+    def for_job(self, user: str, vc: str, allocate: bool = True) -> Account | None:
         """The account to switch to, or None to run as the server's own account.
 
         ``allocate=False`` (a check at submission, before the VC is known to

@@ -14,12 +14,11 @@ import hashlib
 import os
 import time
 from pathlib import Path
-from typing import Optional
 
 CPU_PERIOD = 100_000
 
 
-def cgroup2_mount() -> Optional[Path]:
+def cgroup2_mount() -> Path | None:
     try:
         with open("/proc/self/mounts") as f:
             mounts = [line.split()[1] for line in f if line.split()[2:3] == ["cgroup2"]]
@@ -30,7 +29,7 @@ def cgroup2_mount() -> Optional[Path]:
     return Path(mounts[0]) if mounts else None
 
 
-def cgroup_base(jobs_root: Path, setting: Optional[str] = None) -> Optional[Path]:
+def cgroup_base(jobs_root: Path, setting: str | None = None) -> Path | None:
     """The folder for this service's pod cgroups, or None (then: process-tree sweep)."""
     setting = (setting or os.environ.get("HIVED_CGROUPS") or "auto").lower()
     if setting not in ("auto", "off"):
@@ -57,9 +56,9 @@ def cgroup_base(jobs_root: Path, setting: Optional[str] = None) -> Optional[Path
     return base
 
 
-def pod_limits(cpus: Optional[float], memory_gb: Optional[float]) -> dict:
+def pod_limits(cpus: float | None, memory_gb: float | None) -> dict:
     """cgroup files for a pod's own ``cpus``/``memory_gb`` (none when unset)."""
-    out = {}
+    out: dict[str, int | str] = {}
     if memory_gb:
         out["memory.max"] = int(memory_gb * (1 << 30))
     if cpus:
@@ -67,7 +66,7 @@ def pod_limits(cpus: Optional[float], memory_gb: Optional[float]) -> dict:
     return out
 
 
-def kill(path: Optional[str]) -> None:
+def kill(path: str | None) -> None:
     """SIGKILL everything in the cgroup (kernel 5.14+); used when the pod's runner is gone."""
     if not path:
         return
@@ -78,7 +77,7 @@ def kill(path: Optional[str]) -> None:
         pass
 
 
-def remove(path: Optional[str], wait: float = 1.0) -> None:
+def remove(path: str | None, wait: float = 1.0) -> None:
     """Remove an emptied cgroup; processes just killed may take a moment to leave it."""
     if not path:
         return

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Optional
 
 log = logging.getLogger("hived.service")
 
@@ -37,7 +36,7 @@ def spec_nodes(spec, alloc) -> dict:
     return out
 
 
-def match_local(spec, alloc, nvml=None, host: Optional[str] = None) -> Optional[LocalGpus]:
+def match_local(spec, alloc, nvml=None, host: str | None = None) -> LocalGpus | None:
     """The spec's nodes that are this machine, or None (no driver, no such node)."""
     if os.environ.get("HIVED_NVML", "1") == "0":
         return None

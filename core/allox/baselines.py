@@ -21,13 +21,13 @@ SRPT is ``simulator.simulate_srpt``.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from collections.abc import Callable
 
 from .model import SimJob
-from .simulator import SimState
+from .simulator import Dispatcher, SimState
 
 
-def _idle_by_kind(state: SimState, allowed: Optional[set[int]] = None) -> dict[str, list[int]]:
+def _idle_by_kind(state: SimState, allowed: set[int] | None = None) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for i in state.idle_machines():
         if allowed is None or i in allowed:
@@ -77,7 +77,7 @@ class EqualShare:
 class OnlineDRF:
     """DRFF (``order="fcfs"``), DRFS (``"sjf"``) and, with ``speedup``, DRFA."""
 
-    def __init__(self, order: str = "fcfs", speedup: Optional[float] = None):
+    def __init__(self, order: str = "fcfs", speedup: float | None = None):
         if order not in ("sjf", "fcfs"):
             raise ValueError(f"order must be 'sjf' or 'fcfs', got {order!r}")
         if speedup is not None and not speedup > 0:
@@ -104,7 +104,7 @@ class OnlineDRF:
             d[key] = d.get(key, 0.0) + self._weight(state, k)
         return {u: max(d.values(), default=0.0) for u, d in per.items()}
 
-    def _next_job(self, state: SimState, user: str) -> Optional[SimJob]:
+    def _next_job(self, state: SimState, user: str) -> SimJob | None:
         jobs = [j for j in state.queue if j.user == user]
         if not jobs:
             return None
@@ -124,6 +124,7 @@ class OnlineDRF:
                 return
             user = waiting[0]
             job = self._next_job(state, user)
+            assert job is not None   # a waiting user has a queued job
             if self.speedup is None:
                 kinds = [job.favorite] if idle.get(job.favorite) else []
             else:
@@ -161,11 +162,11 @@ class SJFPlus:
             done.add(jid)
 
 
-def make(name: str, **kw):
+def make(name: str, **kw: float) -> Dispatcher:
     """A dispatcher by name: es, es-fcfs, drff, drfs, drfa, jsq+, sjf+, allox, allox+."""
     from .scheduler import AlloX, AlloXPlus
 
-    table = {
+    table: dict[str, Callable[[], Dispatcher]] = {
         "es": lambda: EqualShare("sjf"), "es-fcfs": lambda: EqualShare("fcfs"),
         "drff": lambda: OnlineDRF("fcfs"), "drfs": lambda: OnlineDRF("sjf"),
         "drfa": lambda: OnlineDRF("sjf", speedup=kw.get("speedup", 4.0)),

@@ -10,13 +10,13 @@ ceil(alpha * n) users with the lowest progress.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping, Optional
+from collections.abc import Iterable, Mapping
 
 from .model import SimJob
 
 
 def dominant_share(job: SimJob, kind: str, capacity: Mapping[str, float],
-                   memory_total_gb: Optional[float] = None, units: float = 1.0) -> float:
+                   memory_total_gb: float | None = None, units: float = 1.0) -> float:
     """max(units / capacity[kind], memory / M): the job's share of the cluster on ``kind``."""
     cap = capacity.get(kind, 0)
     if cap <= 0:
@@ -29,7 +29,7 @@ def dominant_share(job: SimJob, kind: str, capacity: Mapping[str, float],
 
 
 def value(job: SimJob, kind: str, capacity: Mapping[str, float],
-          memory_total_gb: Optional[float] = None) -> float:
+          memory_total_gb: float | None = None) -> float:
     """The progress a job adds while it runs on ``kind`` (§3.3.2)."""
     fav = job.favorite
     d = dominant_share(job, fav, capacity, memory_total_gb)

@@ -13,8 +13,8 @@ assignment problem directly (n rows, n*m columns).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -32,7 +32,7 @@ class Schedule:
     cost: float                          # sum of Q over the matching (= total completion time, D = 0)
     slots: tuple[tuple[int, int], ...]   # slots[j] = (machine i, k-from-last) of job row j
 
-    def first_job(self, machine: int) -> Optional[int]:
+    def first_job(self, machine: int) -> int | None:
         """Row of the job that machine ``machine`` should start now (Algorithm 2, lines 8-13)."""
         jobs = self.order[machine]
         return jobs[0] if jobs else None
@@ -41,7 +41,11 @@ class Schedule:
         return self.slots[job][0]
 
 
-def _as_matrix(P: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:
+# processing times (jobs x machines), or the D matrix of the same shape
+Matrix = Sequence[Sequence[float]] | np.ndarray
+
+
+def _as_matrix(P: Matrix) -> np.ndarray:
     arr = np.asarray(P, dtype=float)
     if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
         raise ValueError(f"P must be a non-empty jobs x machines matrix, got shape {arr.shape}")
@@ -50,7 +54,7 @@ def _as_matrix(P: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:
     return arr
 
 
-def cost_matrix(P, D=None, positions: Optional[int] = None) -> np.ndarray:
+def cost_matrix(P: Matrix, D: Matrix | None = None, positions: int | None = None) -> np.ndarray:
     """Q = [P 2P ... nP] + [D D ... D], shape (n, m * positions).
 
     ``positions`` (default n) caps how many slots each machine offers; it
@@ -67,17 +71,17 @@ def cost_matrix(P, D=None, positions: Optional[int] = None) -> np.ndarray:
     p = np.where(np.isinf(p), INFEASIBLE, p)
     ks = np.arange(1, k + 1, dtype=float)
     # column m*(k-1)+i  <->  (machine i, k-th from last)
-    q = ks[None, :, None] * p[:, None, :] + d[:, None, :]
+    q: np.ndarray = ks[None, :, None] * p[:, None, :] + d[:, None, :]
     return q.reshape(n, k * m)
 
 
-def solve(P, D=None, positions: Optional[int] = None) -> Schedule:
+def solve(P: Matrix, D: Matrix | None = None, positions: int | None = None) -> Schedule:
     """Min-cost matching of jobs to (machine, position) slots, as a Schedule."""
     q = cost_matrix(P, D, positions)
     n = q.shape[0]
     m = np.asarray(P).shape[1]
     rows, cols = linear_sum_assignment(q)
-    slots = [None] * n
+    slots = [(0, 0)] * n   # every row is matched: cost_matrix checked k * m >= n
     per_machine: list[list[tuple[int, int]]] = [[] for _ in range(m)]
     for j, c in zip(rows.tolist(), cols.tolist()):
         i, k = c % m, c // m + 1
@@ -91,7 +95,7 @@ def solve(P, D=None, positions: Optional[int] = None) -> Schedule:
     return Schedule(order=order, cost=cost, slots=tuple(slots))
 
 
-def total_completion(P, order: Sequence[Sequence[int]], start: Optional[Sequence[float]] = None) -> float:
+def total_completion(P: Matrix, order: Sequence[Sequence[int]], start: Sequence[float] | None = None) -> float:
     """Sum of completion times when machine i runs ``order[i]`` back to back from ``start[i]`` (default 0)."""
     p = _as_matrix(P)
     total = 0.0

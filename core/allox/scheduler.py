@@ -18,17 +18,16 @@ there). O(n log n + m) per round.
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import numpy as np
 
 from .fairness import lowest_progress_users
-from .matching import solve
+from .matching import Schedule, solve
 from .model import SimJob
 from .simulator import SimState
 
 
-def allox_match(state: SimState, jobs: list[SimJob]):
+def allox_match(state: SimState, jobs: list[SimJob]) -> Schedule:
     """Lines 4-7 of Algorithm 2: the matching over all machines for ``jobs``."""
     kinds = [m.kind for m in state.machines]
     P = np.array([[j.time_on(k) for k in kinds] for j in jobs], dtype=float)
@@ -37,7 +36,7 @@ def allox_match(state: SimState, jobs: list[SimJob]):
     return solve(P, omega[None, :] - arrival[:, None])
 
 
-def allox_pick(state: SimState, machine: int, jobs: list[SimJob], now: float) -> Optional[SimJob]:
+def allox_pick(state: SimState, machine: int, jobs: list[SimJob], now: float) -> SimJob | None:
     """Lines 4-13 of Algorithm 2 for one set of jobs: the job matched first on ``machine``."""
     if not jobs:
         return None
@@ -76,7 +75,7 @@ class AlloX:
             while True:
                 jobs = self.candidates(state, ranked[:take])
                 sched = allox_match(state, jobs)
-                hit = next(((i, sched.first_job(i)) for i in idle if sched.first_job(i) is not None), None)
+                hit = next(((i, row) for i in idle if (row := sched.first_job(i)) is not None), None)
                 if hit is not None:
                     state.start(jobs[hit[1]], hit[0])
                     break
@@ -109,7 +108,7 @@ class AlloXPlus:
 
 def plan_allox_plus(queue: list[SimJob], idle: dict[str, list[int]] | dict[str, int],
                     next_free: dict[str, float], now: float, timeout: float = math.inf,
-                    capacity: Optional[dict[str, int]] = None) -> list[tuple[SimJob, str]]:
+                    capacity: dict[str, int] | None = None) -> list[tuple[SimJob, str]]:
     """The AlloX+ assignment for one round: a list of (job, kind).
 
     ``idle`` gives the idle machines (or their count) per kind; ``next_free``

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Optional, Protocol, Sequence
+from typing import Protocol
 
 from .fairness import progress_std, value
 from .model import Machine, SimJob
@@ -21,7 +22,7 @@ from .model import Machine, SimJob
 class Dispatcher(Protocol):
     name: str
 
-    def dispatch(self, now: float, state: "SimState") -> None: ...
+    def dispatch(self, now: float, state: SimState) -> None: ...
 
 
 @dataclass
@@ -37,7 +38,7 @@ class SimState:
     """What a dispatcher may look at and do at one instant."""
 
     def __init__(self, machines: Sequence[Machine], users: Sequence[str],
-                 truth: Mapping[str, Mapping[str, float]], memory_total_gb: Optional[float] = None):
+                 truth: Mapping[str, Mapping[str, float]], memory_total_gb: float | None = None):
         self.machines = list(machines)
         self.users = list(users)
         self.capacity: dict[str, int] = {}
@@ -129,9 +130,9 @@ def _check(jobs: Sequence[SimJob], machines: Sequence[Machine]) -> None:
 
 
 def simulate(jobs: Sequence[SimJob], machines: Sequence[Machine], dispatcher: Dispatcher, *,
-             truth: Optional[Mapping[str, Mapping[str, float]]] = None,
-             users: Optional[Sequence[str]] = None, memory_total_gb: Optional[float] = None,
-             on_event: Optional[Callable[[float], None]] = None) -> SimResult:
+             truth: Mapping[str, Mapping[str, float]] | None = None,
+             users: Sequence[str] | None = None, memory_total_gb: float | None = None,
+             on_event: Callable[[float], None] | None = None) -> SimResult:
     """Replay ``jobs`` through ``dispatcher``; returns completion times and utilisation."""
     _check(jobs, machines)
     users = list(users) if users is not None else sorted({j.user for j in jobs})
@@ -139,7 +140,10 @@ def simulate(jobs: Sequence[SimJob], machines: Sequence[Machine], dispatcher: Di
     arrivals = sorted(jobs, key=lambda j: (j.arrival, j.id))
     ai = 0
     ends: list[tuple[float, int]] = []
-    completion, finish, kind_of, busy = {}, {}, {}, {}
+    completion: dict[str, float] = {}
+    finish: dict[str, float] = {}
+    kind_of: dict[str, str] = {}
+    busy: dict[str, float] = {}
     std_area, last_t = 0.0, 0.0
     while ai < len(arrivals) or st.queue or st.running:
         t_next = arrivals[ai].arrival if ai < len(arrivals) else math.inf
@@ -173,8 +177,8 @@ def simulate(jobs: Sequence[SimJob], machines: Sequence[Machine], dispatcher: Di
 
 
 def simulate_srpt(jobs: Sequence[SimJob], machines: Sequence[Machine], *,
-                  truth: Optional[Mapping[str, Mapping[str, float]]] = None,
-                  users: Optional[Sequence[str]] = None) -> SimResult:
+                  truth: Mapping[str, Mapping[str, float]] | None = None,
+                  users: Sequence[str] | None = None) -> SimResult:
     """Preemptive SRPT with free migration (the paper's unrealistic lower bound).
 
     At every event jobs are taken shortest remaining time first (on their
@@ -193,7 +197,10 @@ def simulate_srpt(jobs: Sequence[SimJob], machines: Sequence[Machine], *,
     ai, now = 0, 0.0
     left: dict[str, float] = {}            # job id -> fraction of work left
     live: dict[str, SimJob] = {}
-    completion, finish, kind_of, busy = {}, {}, {}, {}
+    completion: dict[str, float] = {}
+    finish: dict[str, float] = {}
+    kind_of: dict[str, str] = {}
+    busy: dict[str, float] = {}
     std_area = 0.0
     while ai < len(arrivals) or live:
         while ai < len(arrivals) and arrivals[ai].arrival <= now:

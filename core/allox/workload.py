@@ -19,9 +19,9 @@ import csv
 import gzip
 import os
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Iterator, Optional
 
 from ..sim.traces import PHILLY_DIR
 from .model import Machine, SimJob
@@ -71,7 +71,7 @@ class Workload:
 
 def build(n_jobs: int = 1000, *, load: float = 1.2, gpus: int = 20, users: int = 10, seed: int = 0,
           error: float = 0.1, start: str = "2017-10-10", path: str = PHILLY,
-          rows: Optional[list[TraceJob]] = None) -> Workload:
+          rows: list[TraceJob] | None = None) -> Workload:
     if n_jobs < 1:
         raise ValueError(f"n_jobs: must be >= 1, got {n_jobs}")
     if not load > 0:

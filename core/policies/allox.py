@@ -18,8 +18,9 @@ hint (``JobRequest.estimate``), the simulator's ``duration`` when
 ``use_duration`` is set (an oracle, for experiments), else
 ``default_estimate``; refined by the progress the job reported
 (``rec.progress``, from ``Engine.report_progress``) over the time it ran,
-and a job preempted with its progress kept is sized by what it has left. The engine's placement is GPU-only (``JobRequest`` has
-no CPU configuration), so the device-kind choice of AlloX is exercised by
+and a job preempted with its progress kept is sized by what it has left.
+The engine's placement is GPU-only (``JobRequest`` has no CPU
+configuration), so the device-kind choice of AlloX is exercised by
 core/allox's simulator, not here.
 
 Queues longer than ``max_jobs`` (default 64) are ordered by AlloX+ (§4.4)
@@ -31,7 +32,7 @@ preemption keeps working; the scan stops at the first job that does not fit
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,6 +41,11 @@ from ..allox.matching import solve
 from ..estimator import Estimator, HistorySource
 from ..jobs import JobClass
 
+if TYPE_CHECKING:   # the engine imports the policies; they only read its records and view
+    from ..engine_records import JobRecord
+    from ..engine_view import ClusterView
+    from ..estimator import Estimate
+
 
 class AlloXPolicy:
     name = "allox"
@@ -47,7 +53,7 @@ class AlloXPolicy:
     te_first = True
     backfill = False
 
-    def __init__(self, alpha: float = 1.0, history: Optional[HistorySource] = None,
+    def __init__(self, alpha: float = 1.0, history: HistorySource | None = None,
                  default_estimate: float = 3600.0, use_duration: bool = False, max_jobs: int = 64,
                  timeout: float = 4 * 3600.0):
         if not 0 < alpha <= 1:
@@ -64,25 +70,26 @@ class AlloXPolicy:
         self.estimator = Estimator(history)
         self._user: dict[str, str] = {}        # job id -> user, for jobs seen queued
         self._vc_of: dict[str, str] = {}       # job id -> its VC (each VC prunes only its own)
-        self._users: dict[str, set] = {}       # vc -> users seen
+        self._users: dict[str, set[str]] = {}  # vc -> users seen
 
     # --- estimates ---------------------------------------------------------
-    def estimate(self, rec, now: Optional[float] = None) -> float:
+    def estimate(self, rec: JobRecord, now: float | None = None) -> float:
         """The job's whole run time: history/hint (or the oracle duration), refined by
         the progress it reported (``Engine.report_progress`` sets ``rec.progress``)."""
         est = self.estimator.for_record(rec, now, oracle=self.use_duration, default=self.default_estimate)
-        return est.value
+        return self.default_estimate if est is None else est.value   # None only without a default
 
-    def remaining(self, rec, now: Optional[float] = None) -> float:
+    def remaining(self, rec: JobRecord, now: float | None = None) -> float:
         """What is left of it: a job preempted with its progress kept needs less."""
-        return self.estimator.remaining_for(rec, now, oracle=self.use_duration, default=self.default_estimate)
+        left = self.estimator.remaining_for(rec, now, oracle=self.use_duration, default=self.default_estimate)
+        return self.default_estimate if left is None else left   # None only without a default
 
-    def on_progress(self, rec, now: float):
+    def on_progress(self, rec: JobRecord, now: float) -> Estimate | None:
         """Engine hook on every progress report: refresh the job's estimate."""
         return self.estimator.for_record(rec, now, oracle=self.use_duration, default=self.default_estimate)
 
     # --- fairness ----------------------------------------------------------
-    def progress(self, view) -> dict[str, float]:
+    def progress(self, view: ClusterView) -> dict[str, float]:
         total = sum(n.gpus_total for n in view.nodes.values()) or 1
         prog: dict[str, float] = {}
         for jid, per_node in view.usage.items():
@@ -92,12 +99,13 @@ class AlloXPolicy:
         return prog
 
     # --- the order ---------------------------------------------------------
-    def _matched(self, group: list, view, now: float) -> list:
+    def _matched(self, group: list[JobRecord], view: ClusterView, now: float) -> list[JobRecord]:
         if len(group) <= 1:
             return list(group)
         if len(group) > self.max_jobs:
             return self._plus(group, now)
-        head, tail = group, []
+        head = group
+        tail: list[JobRecord] = []
         free = sum(max(0, n.gpus_free) for n in view.nodes.values())
         m = max(1, min(free, len(head)))
         est = [self.remaining(r, now) for r in head]
@@ -105,7 +113,7 @@ class AlloXPolicy:
         P = np.repeat(size[:, None], m, axis=1)
         D = np.repeat(np.array([[max(0.0, now - r.submitted)] for r in head]), m, axis=1)
         sched = solve(P, D)
-        start = {}
+        start: dict[int, float] = {}
         for order in sched.order:
             t = 0.0
             for row in order:
@@ -114,7 +122,7 @@ class AlloXPolicy:
         ranked = sorted(range(len(head)), key=lambda i: (start[i], est[i], head[i].submitted, i))
         return [head[i] for i in ranked] + tail
 
-    def _plus(self, group: list, now: float) -> list:
+    def _plus(self, group: list[JobRecord], now: float) -> list[JobRecord]:
         """AlloX+ (§4.4) for queues longer than ``max_jobs``: jobs that waited past
         ``timeout`` first (oldest first), then shortest GPU time left first;
         O(n log n) where the matching would be cubic."""
@@ -124,7 +132,7 @@ class AlloXPolicy:
         size = {r.job_id: self.remaining(r, now) * max(1, r.gpus) for r in rest}
         return late + sorted(rest, key=lambda r: (size[r.job_id], r.submitted, r.job_id))
 
-    def order(self, vc: str, queued: list, view, now: float) -> list:
+    def order(self, vc: str, queued: list[JobRecord], view: ClusterView, now: float) -> list[JobRecord]:
         for r in queued:
             self._user[r.job_id] = r.request.user
             self._vc_of[r.job_id] = vc
@@ -133,7 +141,7 @@ class AlloXPolicy:
         for jid in [j for j, v in self._vc_of.items() if v == vc and j not in live]:
             del self._user[jid], self._vc_of[jid]     # finished or cancelled: forget them
             self.estimator.forget(jid)
-        out = []
+        out: list[JobRecord] = []
         for lane in ([r for r in queued if r.request.job_class is JobClass.TE],
                      [r for r in queued if r.request.job_class is not JobClass.TE]):
             if not lane:

@@ -17,9 +17,15 @@ jobs cheap).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..jobs import JobClass
+
+if TYPE_CHECKING:
+    from ..engine_records import JobRecord
+    from ..engine_view import ClusterView
 
 
 @dataclass
@@ -29,7 +35,7 @@ class FifoPolicy:
     preserves_order: bool = True
     backfill: bool = False
 
-    def order(self, vc, queued, view, now):
+    def order(self, vc: str, queued: Sequence[JobRecord], view: ClusterView, now: float) -> list[JobRecord]:
         if not self.te_first:
             return list(queued)
         te = [r for r in queued if r.request.job_class is JobClass.TE]

@@ -30,8 +30,16 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:   # the engine imports the policies; they only read its records and view
+    from ..engine_records import JobRecord
+    from ..engine_view import ClusterView
+    from .fitgpp_vector import VectorScorer
+
+T = TypeVar("T")
 
 # A demand or free-resource vector, always in this order: (cpus, memory_gb, gpus).
 Vec = tuple[float, float, float]
@@ -151,12 +159,12 @@ def room_after(pods: Sequence[Vec], free: Mapping[str, Vec], freed: Mapping[str,
             if got >= need:
                 return True
         return False
-    avail = {n: list(f) for n, f in free.items()}
+    left = {n: list(f) for n, f in free.items()}
     for n, v in freed.items():
-        if n in avail:
-            avail[n] = [a + b for a, b in zip(avail[n], v)]
+        if n in left:
+            left[n] = [a + b for a, b in zip(left[n], v)]
     for pod in sorted(pods, key=lambda p: (p[2], p[0], p[1]), reverse=True):
-        for a in avail.values():
+        for a in left.values():
             if all(x + 1e-9 >= y for x, y in zip(a, pod)):
                 for i in range(3):
                     a[i] -= pod[i]
@@ -219,7 +227,7 @@ class Room:
         return room_after(self.pods, self.free, self.freed)
 
 
-def preempt_until_fits(pods: Sequence[Vec], ordered: Iterable[Candidate], free: Mapping[str, Vec]) -> Optional[list[str]]:
+def preempt_until_fits(pods: Sequence[Vec], ordered: Iterable[Candidate], free: Mapping[str, Vec]) -> list[str] | None:
     """Take victims in the given order until the TE job fits; None if it never does.
 
     This is how LRTP and RAND work in the paper ("continue the preemption
@@ -235,7 +243,7 @@ def preempt_until_fits(pods: Sequence[Vec], ordered: Iterable[Candidate], free: 
     return None
 
 
-def _shuffled(items: Sequence, rng: random.Random):
+def _shuffled(items: Sequence[T], rng: random.Random) -> Iterator[T]:
     """Lazy Fisher-Yates: draws only as many items as are used."""
     pool = list(items)
     n = len(pool)
@@ -256,8 +264,8 @@ def choose(
     free: Mapping[str, Vec],
     *,
     s: float = DEFAULT_S,
-    cap: int = DEFAULT_CAP,
-    rng: Optional[random.Random] = None,
+    cap: float = DEFAULT_CAP,
+    rng: random.Random | None = None,
     known_unfit: bool = False,
 ) -> Choice:
     """eq. 4, with the paper's random fallback.
@@ -304,7 +312,8 @@ def choose(
     # fallback
     if len(pods) != 1:
         # a gang: random eligible jobs until it fits (the paper's random choice, repeated)
-        victims = preempt_until_fits(pods, _shuffled([candidates[i] for _, _, i in order], rng or random.Random(0)), free)
+        shuffled = _shuffled([candidates[i] for _, _, i in order], rng or random.Random(0))
+        victims = preempt_until_fits(pods, shuffled, free)
         if victims is None:
             return Choice([], f"fitgpp: preempting all {len(order)} eligible BE jobs would still not make room")
         return Choice(victims, "fitgpp fallback: no single BE job fits the TE gang (eq. 2), so random BE jobs "
@@ -320,8 +329,10 @@ def choose(
         tot = [f[0], f[1], f[2]]
         for i in idx:
             u = candidates[i].usage[node]
-            tot[0] += u[0]; tot[1] += u[1]; tot[2] += u[2]
-        if fits(pod, (0.0, 0.0, 0.0), tuple(tot)):
+            tot[0] += u[0]
+            tot[1] += u[1]
+            tot[2] += u[2]
+        if fits(pod, (0.0, 0.0, 0.0), (tot[0], tot[1], tot[2])):
             hosts.append(node)
     if not hosts:
         return Choice([], f"fitgpp: preempting all {len(order)} eligible BE jobs would still not make room")
@@ -348,7 +359,7 @@ def choose(
 # the engine hook
 
 
-def node_vectors(view) -> tuple[dict[str, Vec], dict[str, Vec]]:
+def node_vectors(view: ClusterView) -> tuple[dict[str, Vec], dict[str, Vec]]:
     """(free, capacity) per node from a ClusterView, as (cpus, memory_gb, gpus)."""
     free: dict[str, Vec] = {}
     cap: dict[str, Vec] = {}
@@ -358,7 +369,7 @@ def node_vectors(view) -> tuple[dict[str, Vec], dict[str, Vec]]:
     return free, cap
 
 
-def job_id_of(record) -> str:
+def job_id_of(record: object) -> str:
     for attr in ("job_id", "id"):
         v = getattr(record, attr, None)
         if v is not None:
@@ -366,7 +377,7 @@ def job_id_of(record) -> str:
     raise AttributeError(f"job record {record!r} has neither job_id nor id")
 
 
-def pod_demands(record, capacity: Mapping[str, Vec]) -> list[Vec]:
+def pod_demands(record: JobRecord, capacity: Mapping[str, Vec]) -> list[Vec]:
     """Per-pod (cpus, memory_gb, gpus) of a job record's request.
 
     A pod that states no CPU or RAM gets the node's share for its GPUs
@@ -376,7 +387,7 @@ def pod_demands(record, capacity: Mapping[str, Vec]) -> list[Vec]:
     """
     demands = getattr(record, "pod_demands", None)
     if demands:  # the engine may resolve defaults itself; trust it
-        return [tuple(float(x) for x in d) for d in demands]
+        return [(float(d[0]), float(d[1]), float(d[2])) for d in demands]
     some = next(iter(capacity.values()), (0.0, 0.0, 1.0))
     out: list[Vec] = []
     for g in record.request.groups:
@@ -388,8 +399,9 @@ def pod_demands(record, capacity: Mapping[str, Vec]) -> list[Vec]:
     return out
 
 
-def candidates_from(records, view, capacity: Mapping[str, Vec], now: float, remaining=None,
-                    cache: Optional[dict] = None) -> list[Candidate]:
+def candidates_from(records: Sequence[JobRecord], view: ClusterView, capacity: Mapping[str, Vec], now: float,
+                    remaining: Callable[[JobRecord, float], float] | None = None,
+                    cache: dict[str, tuple[Any, float, Candidate]] | None = None) -> list[Candidate]:
     """Build Candidates from running BE JobRecords and the view's per-job usage.
 
     ``cache`` (job id -> (usage object, grace, Candidate)) lets a policy reuse
@@ -397,13 +409,13 @@ def candidates_from(records, view, capacity: Mapping[str, Vec], now: float, rema
     object for a job: with thousands of running jobs this conversion, not the
     choice, is what costs.
     """
-    out = []
+    out: list[Candidate] = []
     if not records:
         return out
     usage_all = view.usage
     id_attr = "job_id" if getattr(records[0], "job_id", None) is not None else "id"
-    get = cache.get if cache is not None else (lambda _k: None)
-    empty: dict = {}
+    get: Callable[[str], tuple[Any, float, Candidate] | None] = cache.get if cache is not None else (lambda _k: None)
+    empty: dict[str, Any] = {}
     for rec in records:
         jid = getattr(rec, id_attr)
         raw = usage_all.get(jid, empty)
@@ -430,7 +442,8 @@ def candidates_from(records, view, capacity: Mapping[str, Vec], now: float, rema
     return out
 
 
-def restrict_to_chain(cands: list[Candidate], free: Mapping[str, Vec], view, chain: Optional[str]):
+def restrict_to_chain(cands: list[Candidate], free: dict[str, Vec], view: ClusterView,
+                      chain: str | None) -> tuple[list[Candidate], dict[str, Vec]]:
     """Only nodes of the TE job's chain can host it: drop the others from eq. 2."""
     if chain is None:
         return cands, free
@@ -463,12 +476,12 @@ class FitGppPolicy:
     """
 
     s: float = DEFAULT_S
-    cap: Optional[int] = None   # None: no cap of its own, the engine passes only jobs under P
+    cap: int | None = None   # None: no cap of its own, the engine passes only jobs under P
     seed: int = 0
     name: str = "fitgpp"
     _rng: random.Random = field(init=False, repr=False)
-    _cache: dict = field(init=False, repr=False, default_factory=dict)
-    _vec: object = field(init=False, repr=False, default=None)
+    _cache: dict[str, tuple[Any, float, Candidate]] = field(init=False, repr=False, default_factory=dict)
+    _vec: VectorScorer = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.s < 0:
@@ -480,7 +493,8 @@ class FitGppPolicy:
 
         self._vec = VectorScorer()
 
-    def choose(self, job, candidates, view, now: float) -> tuple[list[str], str]:
+    def choose(self, job: JobRecord, candidates: Sequence[JobRecord], view: ClusterView,
+               now: float) -> tuple[list[str], str]:
         if not candidates:
             return [], "fitgpp: no running BE job to preempt"
         from .fitgpp_vector import NO_FIT
@@ -489,13 +503,14 @@ class FitGppPolicy:
         chain = getattr(job.request, "chain", None)
         demands = getattr(job, "pod_demands", None)
         if demands and len(demands) == 1:
-            pod = tuple(float(x) for x in demands[0])
+            d = demands[0]
+            pod = (float(d[0]), float(d[1]), float(d[2]))
             hit = self._vec.best(pod, candidates, view, self.s, math.inf if self.cap is None else self.cap,
                                  chain, rng=self._rng)
             if isinstance(hit, Choice):       # the fallback, answered from the columns too
                 return hit.victims, hit.reason
             unfit = hit == NO_FIT
-            if hit is not None and not unfit:
+            if isinstance(hit, tuple):         # neither None, NO_FIT nor the fallback: the eq. 4 winner
                 jid, score, sz, grace = hit
                 return [jid], _fit_reason(jid, score, sz, grace, self.s)
         free, cap = node_vectors(view)

@@ -17,11 +17,20 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Optional
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .fitgpp import size
+from .fitgpp import Vec, size
+
+if TYPE_CHECKING:
+    from ..engine_records import JobRecord
+    from ..engine_view import ClusterView
+    from .fitgpp import Choice
+
+# best(): the eq. 4 winner as (job id, score, size, grace period)
+Best = tuple[str, float, float, float]
 
 EPS = 1e-9
 NO_FIT = "no-fit"  # best(): eq. 4 is empty (the caller goes straight to the fallback)
@@ -66,18 +75,21 @@ class VectorScorer:
 
     def __init__(self) -> None:
         self.cols = _Columns()
-        self.rows: dict[str, tuple] = {}        # job id -> (slot, usage object, grace)
+        self.rows: dict[str, tuple[int, Any, float]] = {}   # job id -> (slot, usage object, grace)
+        self._idx: np.ndarray = np.zeros(0, dtype=np.int64)   # slots of the last best() call's records
+        self._elig: np.ndarray | None = None                  # ... which of them are under the cap
         self.node_index: dict[str, int] = {}
         self.node_names: list[str] = []
 
-    def _nodes(self, view) -> None:
+    def _nodes(self, view: ClusterView) -> None:
         if len(self.node_index) != len(view.nodes) or any(n not in self.node_index for n in view.nodes):
             self.node_index = {n: i for i, n in enumerate(view.nodes)}
             self.node_names = list(view.nodes)
             self.rows.clear()                    # node indices changed: rebuild every row
             self.cols = _Columns()
 
-    def _row(self, jid: str, raw, grace: float, view) -> Optional[int]:
+    def _row(self, jid: str, raw: dict[str, tuple[float, float, float]] | None, grace: float,
+             view: ClusterView) -> int | None:
         """The slot of a single-node job, (re)built when its usage object changed; None if multi-node."""
         hit = self.rows.get(jid)
         if raw is None or len(raw) != 1:
@@ -102,8 +114,8 @@ class VectorScorer:
             self.rows.clear()
             self.cols = _Columns()
 
-    def best(self, pod, records, view, s: float, cap: float, chain: Optional[str] = None,
-             rng: Optional[random.Random] = None):
+    def best(self, pod: Vec, records: Sequence[JobRecord], view: ClusterView, s: float, cap: float,
+             chain: str | None = None, rng: random.Random | None = None) -> Best | Choice | str | None:
         self._nodes(view)
         self._forget_stale(len(records))
         # the hot loop (5,000 jobs per TE arrival): locals only, one cache probe per job;
@@ -166,7 +178,9 @@ class VectorScorer:
         k = min(tied, key=lambda i: ids[i]) if len(tied) > 1 else int(tied[0])
         return ids[k], low, float(sz[k]), float(gp[k])
 
-    def _fallback(self, pod, ids, pre, cap, node, score, free, on_chain, rng: random.Random):
+    def _fallback(self, pod: Vec, ids: list[str], pre: list[int], cap: float, node: np.ndarray, score: np.ndarray,
+                  free: tuple[np.ndarray, np.ndarray, np.ndarray], on_chain: np.ndarray | None,
+                  rng: random.Random) -> Choice:
         """``fitgpp.choose``'s single-pod fallback over the columns: a random node among
         those that can host the TE job once their eligible BE jobs leave, a random
         eligible job on it, then its other eligible jobs in ascending eq. 3 score
@@ -175,6 +189,7 @@ class VectorScorer:
         from .fitgpp import Choice
 
         elig = self._elig
+        assert elig is not None   # best() kept it, as it does whenever rng is given
         if on_chain is not None:
             elig = elig & on_chain
         if not elig.any():
@@ -192,15 +207,17 @@ class VectorScorer:
         if len(hosts) == 0:
             return Choice([], f"fitgpp: preempting all {int(elig.sum())} eligible BE jobs would still not make room")
         h = int(hosts[rng.randrange(len(hosts))]) if len(hosts) > 1 else int(hosts[0])
-        on = np.flatnonzero(elig & (node == h))
-        on = sorted(on.tolist(), key=lambda k: (score[k], ids[k]))   # ascending score, ties to the smaller id
+        on_node: list[int] = np.flatnonzero(elig & (node == h)).tolist()
+        on = sorted(on_node, key=lambda k: (score[k], ids[k]))   # ascending score, ties to the smaller id
         first = on[rng.randrange(len(on))]
         avail = [float(free[0][h]), float(free[1][h]), float(free[2][h])]
-        victims = []
+        victims: list[str] = []
         for k in [first] + [k for k in on if k != first]:
             victims.append(ids[k])
             slot = self._idx[k]
-            avail[0] += col.c[slot]; avail[1] += col.m[slot]; avail[2] += col.g[slot]
+            avail[0] += col.c[slot]
+            avail[1] += col.m[slot]
+            avail[2] += col.g[slot]
             if all(a + EPS >= p for a, p in zip(avail, pod)):
                 break
         name = self.node_names[h]

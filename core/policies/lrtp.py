@@ -8,17 +8,30 @@ chosen (the same cap FitGpp obeys, so the comparison is fair).
 from __future__ import annotations
 
 import math
-
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING
 
 from ..jobs import STARTED, JobState
-from .fitgpp import (DEFAULT_CAP, Candidate, Choice, Vec, candidates_from, node_vectors,
-                     pod_demands, preempt_until_fits, restrict_to_chain)
+from .fitgpp import (
+    DEFAULT_CAP,
+    Candidate,
+    Choice,
+    Vec,
+    candidates_from,
+    node_vectors,
+    pod_demands,
+    preempt_until_fits,
+    restrict_to_chain,
+)
+
+if TYPE_CHECKING:
+    from ..engine_records import JobRecord
+    from ..engine_view import ClusterView
 
 
 def choose(pods: Sequence[Vec], candidates: Sequence[Candidate], free: Mapping[str, Vec], *,
-           cap: int = DEFAULT_CAP) -> Choice:
+           cap: float = DEFAULT_CAP) -> Choice:
     eligible = [c for c in candidates if c.preemptions < cap]
     if not eligible:
         return Choice([], f"lrtp: no running BE job below the preemption cap P={cap}")
@@ -30,7 +43,7 @@ def choose(pods: Sequence[Vec], candidates: Sequence[Candidate], free: Mapping[s
     return Choice(victims, f"lrtp: preempt longest remaining time first until the TE job fits: {', '.join(victims)}")
 
 
-def remaining_from_record(rec, now: float) -> float:
+def remaining_from_record(rec: JobRecord, now: float) -> float:
     """Perfect knowledge for the simulator: run time still needed at ``now``.
 
     The engine's JobRecord keeps ``run_time`` (time run in earlier, finished
@@ -54,11 +67,12 @@ def remaining_from_record(rec, now: float) -> float:
 class LRTPPolicy:
     """PreemptionPolicy hook for LRTP."""
 
-    cap: Optional[int] = None   # None: no cap of its own, the engine passes only jobs under P
-    remaining: Optional[Callable[[object, float], float]] = None
+    cap: int | None = None   # None: no cap of its own, the engine passes only jobs under P
+    remaining: Callable[[JobRecord, float], float] | None = None
     name: str = "lrtp"
 
-    def choose(self, job, candidates, view, now: float) -> tuple[list[str], str]:
+    def choose(self, job: JobRecord, candidates: Sequence[JobRecord], view: ClusterView,
+               now: float) -> tuple[list[str], str]:
         free, capacity = node_vectors(view)
         cands = candidates_from(candidates, view, capacity, now, self.remaining or remaining_from_record)
         cands, free = restrict_to_chain(cands, free, view, getattr(job.request, "chain", None))

@@ -29,10 +29,24 @@ docs/fitgpp.md says the same for users.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import TYPE_CHECKING, Protocol
 
 from hived.core.jobs import JobClass, JobState
+
+if TYPE_CHECKING:   # the engine imports this module; these are only read
+    from ..engine import EngineConfig
+    from ..engine_records import JobRecord
+    from ..engine_view import ClusterView
+    from ..spec import ClusterSpec
+
+
+class PreemptionPolicy(Protocol):
+    """Stage 2: which running BE jobs of the VC give way to a TE job that does not fit."""
+
+    def choose(self, job: JobRecord, candidates: Sequence[JobRecord], view: ClusterView | None,
+               now: float) -> tuple[list[str], str]: ...
 
 # higher preempts lower: TE > BE > opportunistic, but see may_preempt
 RANK = {JobClass.TE: 2, JobClass.BE: 1, JobClass.OPPORTUNISTIC: 0}
@@ -50,18 +64,18 @@ def may_preempt(preemptor: JobClass, victim: JobClass, same_vc: bool) -> bool:
     return False
 
 
-def preemption_cap(config, spec, vc: str):
+def preemption_cap(config: EngineConfig, spec: ClusterSpec, vc: str) -> int:
     """P, the most times the policy may preempt one BE job of ``vc``: the VC's
     ``maxPreemptions`` in the spec when it sets one, else the service's
     ``EngineConfig.preemption_cap`` (default 1, the paper's P). The one
     definition: the engine filters the candidates with it and the policies
     (called by the engine) apply no cap of their own."""
     vcspec = spec.vcs.get(vc) if hasattr(spec.vcs, "get") else None
-    own = getattr(vcspec, "max_preemptions", None)
+    own: int | None = getattr(vcspec, "max_preemptions", None)
     return own if own is not None else config.preemption_cap
 
 
-def policy_candidates(job, running: Iterable, cap: int) -> list:
+def policy_candidates(job: JobRecord, running: Iterable[JobRecord], cap: int) -> list[JobRecord]:
     """Stage 2's candidates for ``job``: running BE jobs of its VC under the cap.
 
     Returns [] unless ``job`` is a TE job. ``running`` are JobRecords; those in
@@ -105,8 +119,9 @@ class PreemptionPlan:
         return "; ".join(f"[{st.name}] {st.reason}" for st in self.stages if st.victims or st.reason)
 
 
-def plan(job, *, opportunistic_victims: Iterable[str] = (), fits_without_policy: bool,
-         running: Iterable = (), view=None, now: float = 0.0, policy=None, cap: int = 1) -> PreemptionPlan:
+def plan(job: JobRecord, *, opportunistic_victims: Iterable[str] = (), fits_without_policy: bool,
+         running: Iterable[JobRecord] = (), view: ClusterView | None = None, now: float = 0.0,
+         policy: PreemptionPolicy | None = None, cap: int = 1) -> PreemptionPlan:
     """Both stages for one job, in order.
 
     ``opportunistic_victims`` are what the allocator named for the job's grant
@@ -117,13 +132,15 @@ def plan(job, *, opportunistic_victims: Iterable[str] = (), fits_without_policy:
     out = PreemptionPlan()
     opp = sorted(set(opportunistic_victims))
     if opp:
-        out.stages.append(Stage(STAGE_STRICT, opp, f"opportunistic jobs on this VC's cells give way first: {', '.join(opp)}"))
+        out.stages.append(Stage(STAGE_STRICT, opp,
+                                f"opportunistic jobs on this VC's cells give way first: {', '.join(opp)}"))
     if fits_without_policy or policy is None:
         return out
     cands = policy_candidates(job, running, cap)
     if not cands:
         if job.request.job_class is JobClass.TE:
-            out.stages.append(Stage(STAGE_POLICY, [], f"no running BE job of VC {job.request.vc} below the cap P={cap}"))
+            out.stages.append(Stage(STAGE_POLICY, [],
+                                    f"no running BE job of VC {job.request.vc} below the cap P={cap}"))
         return out
     victims, reason = policy.choose(job, cands, view, now)
     out.stages.append(Stage(STAGE_POLICY, list(victims), reason))

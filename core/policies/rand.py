@@ -6,18 +6,31 @@ cap P, from a generator seeded at construction, so a run is reproducible.
 from __future__ import annotations
 
 import math
-
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from .fitgpp import (DEFAULT_CAP, _shuffled, Candidate, Choice, Vec, candidates_from, node_vectors,
-                     pod_demands, preempt_until_fits, restrict_to_chain)
+from .fitgpp import (
+    DEFAULT_CAP,
+    Candidate,
+    Choice,
+    Vec,
+    _shuffled,
+    candidates_from,
+    node_vectors,
+    pod_demands,
+    preempt_until_fits,
+    restrict_to_chain,
+)
+
+if TYPE_CHECKING:
+    from ..engine_records import JobRecord
+    from ..engine_view import ClusterView
 
 
 def choose(pods: Sequence[Vec], candidates: Sequence[Candidate], free: Mapping[str, Vec], *,
-           cap: int = DEFAULT_CAP, rng: random.Random) -> Choice:
+           cap: float = DEFAULT_CAP, rng: random.Random) -> Choice:
     eligible = [c for c in candidates if c.preemptions < cap]
     if not eligible:
         return Choice([], f"rand: no running BE job below the preemption cap P={cap}")
@@ -31,16 +44,17 @@ def choose(pods: Sequence[Vec], candidates: Sequence[Candidate], free: Mapping[s
 class RandPolicy:
     """PreemptionPolicy hook for RAND."""
 
-    cap: Optional[int] = None   # None: no cap of its own, the engine passes only jobs under P
+    cap: int | None = None   # None: no cap of its own, the engine passes only jobs under P
     seed: int = 0
     name: str = "rand"
     _rng: random.Random = field(init=False, repr=False)
-    _cache: dict = field(init=False, repr=False, default_factory=dict)
+    _cache: dict[str, tuple[Any, float, Candidate]] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
 
-    def choose(self, job, candidates, view, now: float) -> tuple[list[str], str]:
+    def choose(self, job: JobRecord, candidates: Sequence[JobRecord], view: ClusterView,
+               now: float) -> tuple[list[str], str]:
         free, capacity = node_vectors(view)
         if len(self._cache) > 4 * len(candidates) + 1024:
             self._cache.clear()

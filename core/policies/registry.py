@@ -7,13 +7,26 @@ preemption policy: TE jobs then wait instead of preempting BE jobs.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-QUEUE_POLICIES = {
+if TYPE_CHECKING:
+    from ..engine_records import JobRecord
+    from ..engine_view import ClusterView
+    from .preemption_order import PreemptionPolicy
+
+
+class QueuePolicy(Protocol):
+    """Orders a VC's queued jobs for one scheduling round."""
+
+    def order(self, vc: str, queued: list[JobRecord], view: ClusterView, now: float) -> list[JobRecord]: ...
+
+
+# "module:Class"; None: no policy
+QUEUE_POLICIES: dict[str, str | None] = {
     "fifo": "hived.core.policies.fifo:FifoPolicy",
     "allox": "hived.core.policies.allox:AlloXPolicy",
 }
-PREEMPTION_POLICIES = {
+PREEMPTION_POLICIES: dict[str, str | None] = {
     "fitgpp": "hived.core.policies.fitgpp:FitGppPolicy",
     "lrtp": "hived.core.policies.lrtp:LRTPPolicy",
     "rand": "hived.core.policies.rand:RandPolicy",
@@ -21,7 +34,7 @@ PREEMPTION_POLICIES = {
 }
 
 
-def _load(table: dict, kind: str, name: str):
+def _load(table: dict[str, str | None], kind: str, name: str) -> Any:
     if name not in table:
         raise ValueError(f"{kind}: unknown policy {name!r}; known: {', '.join(sorted(table))}")
     target = table[name]
@@ -34,24 +47,27 @@ def _load(table: dict, kind: str, name: str):
         raise ValueError(f"{kind}: policy {name!r} is registered as {target} but cannot be loaded: {e}") from None
 
 
-def queue_policy_class(name: str):
-    return _load(QUEUE_POLICIES, "queue_policy", name)
+def queue_policy_class(name: str) -> type[QueuePolicy]:
+    cls: type[QueuePolicy] = _load(QUEUE_POLICIES, "queue_policy", name)
+    return cls
 
 
-def preemption_policy_class(name: str):
-    return _load(PREEMPTION_POLICIES, "preemption_policy", name)
+def preemption_policy_class(name: str) -> type[PreemptionPolicy] | None:
+    cls: type[PreemptionPolicy] | None = _load(PREEMPTION_POLICIES, "preemption_policy", name)
+    return cls
 
 
-def make_queue_policy(spec: Any, **kwargs):
+def make_queue_policy(spec: Any, **kwargs: Any) -> QueuePolicy:
     """A policy object from a name (instantiated with ``kwargs``) or an object with ``order``."""
     if isinstance(spec, str):
         return queue_policy_class(spec)(**kwargs)
     if not hasattr(spec, "order"):
         raise ValueError(f"queue_policy: {spec!r} has no order(vc, queued, view, now) method")
-    return spec
+    policy: QueuePolicy = spec
+    return policy
 
 
-def make_preemption_policy(spec: Any, **kwargs):
+def make_preemption_policy(spec: Any, **kwargs: Any) -> PreemptionPolicy | None:
     """A policy object, or None for "none"/None."""
     if spec is None:
         return None
@@ -60,7 +76,8 @@ def make_preemption_policy(spec: Any, **kwargs):
         return None if cls is None else cls(**kwargs)
     if not hasattr(spec, "choose"):
         raise ValueError(f"preemption_policy: {spec!r} has no choose(job, candidates, view, now) method")
-    return spec
+    policy: PreemptionPolicy = spec
+    return policy
 
 
 def register(kind: str, name: str, target: str) -> None:

@@ -11,10 +11,10 @@ plots nothing: reports/allox.py does.
 """
 from __future__ import annotations
 
-import math
 import statistics
-from dataclasses import asdict, dataclass, field
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from hived.core.allox import workload as W
 from hived.core.allox.baselines import make
@@ -81,14 +81,14 @@ class Result:
         """Relative cut of the average completion time of ``policy`` against ``base``."""
         return 1 - self.rows[policy].avg_completion_min / self.rows[base].avg_completion_min
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["config"]["alphas"] = list(self.config.alphas)
         d["config"]["policies"] = list(self.config.policies)
         return d
 
 
-def _row(name: str, r: SimResult, wl: W.Workload, cap: dict) -> Row:
+def _row(name: str, r: SimResult, wl: W.Workload, cap: dict[str, int]) -> Row:
     util = r.utilization(cap)
     longest = sorted(wl.jobs, key=lambda j: -wl.truth[j.id]["gpu"])[:max(1, len(wl.jobs) // 100)]
     return Row(name, r.avg_completion / 60, statistics.fmean(r.completion[j.id] for j in longest) / 60,
@@ -96,7 +96,7 @@ def _row(name: str, r: SimResult, wl: W.Workload, cap: dict) -> Row:
                sum(k == "cpu" for k in r.kind_of.values()) / max(len(r.kind_of), 1))
 
 
-def run(cfg: Config, on_stage: Optional[Callable[[str], None]] = None) -> Result:
+def run(cfg: Config, on_stage: Callable[[str], None] | None = None) -> Result:
     cfg.check()
     wl = W.build(cfg.jobs, load=cfg.load, gpus=cfg.gpus, users=cfg.users, seed=cfg.seed,
                  error=cfg.error, start=cfg.start, path=cfg.trace)
@@ -105,7 +105,7 @@ def run(cfg: Config, on_stage: Optional[Callable[[str], None]] = None) -> Result
     mean_speedup = statistics.fmean(wl.speedups.values())
     rows: dict[str, Row] = {}
 
-    def one(name: str, alpha: Optional[float] = None) -> SimResult:
+    def one(name: str, alpha: float | None = None) -> SimResult:
         if on_stage:
             on_stage(name if alpha is None else f"allox alpha={alpha:g}")
         if name == "srpt":

@@ -16,7 +16,7 @@ Cell-type names: GPU, PCIE, SOCKET, NODE; the chain is ``NODE``.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any
 
 LEVEL_TYPES = ["GPU", "PCIE", "SOCKET", "NODE"]
 LEVEL_GPUS = [1, 2, 4, 8]
@@ -30,8 +30,10 @@ def level_for(gpus_per_pod: int) -> int:
     return 4
 
 
-def node_spec(nodes: int, quotas: dict, *, cells: str = "node", demand: Optional[dict] = None,
-              node_cpus: float = 64, node_memory_gb: float = 512, min_cells: Optional[dict] = None) -> dict:
+def node_spec(nodes: int, quotas: dict[str, int], *, cells: str = "node",
+              demand: dict[str, dict[int, float]] | None = None,
+              node_cpus: float = 64, node_memory_gb: float = 512,
+              min_cells: dict[str, dict[int, int]] | None = None) -> dict[str, Any]:
     """Spec dict with ``nodes`` nodes; ``quotas`` maps VC -> GPUs (multiples of 8 for
     node cells; rounded down to whole cells otherwise). ``demand`` (for multi-level
     cells) maps VC -> {level: GPU-hours}; ``min_cells`` maps VC -> {level: cells} the
@@ -56,14 +58,14 @@ def node_spec(nodes: int, quotas: dict, *, cells: str = "node", demand: Optional
     return {"physicalCluster": {"cellTypes": types, "physicalCells": phys}, "virtualClusters": vcs}
 
 
-def split_cells(gpus: int, demand: dict, min_cells: Optional[dict] = None) -> list:
+def split_cells(gpus: int, demand: dict[int, float], min_cells: dict[int, int] | None = None) -> list[dict[str, Any]]:
     """Cells per level in proportion to ``demand`` ({level: weight}), summing to ``gpus``.
 
     ``min_cells`` ({level: cells}) are set aside first (a gang of four 8-GPU pods
     needs four node cells whatever the GPU-hours say). The rest is split by
     ``demand``, each level rounded down to whole cells, and what is left goes
     to the lowest levels (a 1-GPU cell always fits the remainder)."""
-    counts: dict = {}
+    counts: dict[int, int] = {}
     used = 0
     for lvl, n in sorted((min_cells or {}).items(), reverse=True):
         # cells already set aside at higher levels split into cells of this level
@@ -91,7 +93,7 @@ def split_cells(gpus: int, demand: dict, min_cells: Optional[dict] = None) -> li
     return out or [{"cellType": "NODE.GPU", "cellNumber": max(1, gpus)}]
 
 
-def private_spec(vc: str, gpus: int, cells: str = "node", demand: Optional[dict] = None) -> dict:
+def private_spec(vc: str, gpus: int, cells: str = "node", demand: dict[int, float] | None = None) -> dict[str, Any]:
     """The tenant alone on a cluster the size of its quota (whole nodes, rounded up)."""
     nodes = max(1, math.ceil(gpus / NODE_GPUS))
     return node_spec(nodes, {vc: nodes * NODE_GPUS}, cells="node")

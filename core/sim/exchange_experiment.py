@@ -39,15 +39,19 @@ import heapq
 import math
 import os
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any
 
 from hived.core.allox.workload import PHILLY, TraceJob, philly_rows
 from hived.core.exchange import ExchangeArbiter
 from hived.core.spec import load_spec
 
 from .cluster import NODE_GPUS, node_spec
+
+if TYPE_CHECKING:
+    from hived.core.spec import ClusterSpec
 
 VC_NODES = os.path.join(os.path.dirname(PHILLY), "vc_nodes.csv")
 CHAIN, LEVEL = "NODE", 4
@@ -98,13 +102,13 @@ def _ts(day: str, what: str) -> float:
 class CapacityBook:
     """The experiment's allocator: guaranteed GPUs per VC, moved by ``transfer``."""
 
-    def __init__(self, spec, sim: "_Sim"):
+    def __init__(self, spec: ClusterSpec, sim: _Sim):
         self.spec, self.sim = spec, sim
         self.cap = {v: sum(n * spec.chains[c].gpus_per_level[lv - 1] for (c, lv), n in s.cells.items())
                     for v, s in spec.vcs.items()}
         self.lent = {v: 0 for v in self.cap}   # own GPUs lent out now
 
-    def transfer(self, lender: str, borrower: str, chain: str, level: int, count: int):
+    def transfer(self, lender: str, borrower: str, chain: str, level: int, count: int) -> list[str]:
         gpus = count * self.spec.chains[chain].gpus_per_level[level - 1]
         if self.sim.used[lender] > self.cap[lender] - gpus and not self.sim.returning:
             raise ValueError(f"{lender} uses {self.sim.used[lender]} of {self.cap[lender]} GPUs; "
@@ -152,7 +156,7 @@ class Result:
     span_h: float
     results: dict[str, AssignmentResult] = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["config"]["assignments"] = list(self.config.assignments)
         return d
@@ -161,15 +165,16 @@ class Result:
 class _Sim:
     """One replay; with an arbiter, exchanges happen every window."""
 
-    def __init__(self, jobs: list[TraceJob], spec, t0: float, t1: float, window: float,
-                 policy: Optional[str]):
+    def __init__(self, jobs: list[TraceJob], spec: ClusterSpec, t0: float, t1: float, window: float,
+                 policy: str | None):
         self.jobs, self.t0, self.t1, self.window = jobs, t0, t1, window
         self.book = CapacityBook(spec, self)
         self.arbiter = ExchangeArbiter(self.book, spec, policy) if policy else None
         vcs = list(spec.vcs)
         self.used = {v: 0 for v in vcs}
-        self.queue = {v: deque() for v in vcs}          # [job index, gpus, remaining]
-        self.running = {v: {} for v in vcs}             # job index -> (gpus, end, start)
+        self.queue: dict[str, deque[list[Any]]] = {v: deque() for v in vcs}   # [job index, gpus, remaining]
+        # job index -> (gpus, end, start)
+        self.running: dict[str, dict[int, tuple[int, float, float]]] = {v: {} for v in vcs}
         self.area = {v: 0.0 for v in vcs}               # GPU-seconds used
         self.area_borrowed = {v: 0.0 for v in vcs}      # GPU-seconds above its own capacity
         self.peak = {v: 0 for v in vcs}                 # peak use since the last window
@@ -178,7 +183,7 @@ class _Sim:
         self.preempted = {v: 0 for v in vcs}
         self.returning = False
         self.now = t0
-        self.events: list = []
+        self.events: list[tuple[float, int, str, Any]] = []   # (time, tie-break, kind, payload)
         self.seq = 0
         self.quota = dict(self.book.cap)
 
@@ -193,7 +198,7 @@ class _Sim:
             self.area_borrowed[vc] += max(0, self.used[vc] - self.own(vc)) * (b - a)
         self.last[vc] = now
 
-    def _push(self, t: float, kind: str, data) -> None:
+    def _push(self, t: float, kind: str, data: Any) -> None:
         self.seq += 1
         heapq.heappush(self.events, (t, self.seq, kind, data))
 
@@ -210,7 +215,7 @@ class _Sim:
 
     def shrink(self, vc: str) -> list[str]:
         """Preempt the VC's latest-started jobs until it fits its capacity again."""
-        out = []
+        out: list[str] = []
         now = self.now
         self._account(vc, now)
         while self.used[vc] > self.book.cap[vc] and self.running[vc]:
@@ -224,6 +229,7 @@ class _Sim:
 
     def _exchange_round(self, now: float) -> None:
         arb = self.arbiter
+        assert arb is not None   # window events exist only with an arbiter
         for vc in self.used:
             self._account(vc, now)
         self.returning = True
@@ -329,8 +335,13 @@ def hourly_demand(jobs: Sequence[TraceJob], vc: str, t0: float, t1: float) -> li
     return out
 
 
-def run(cfg: Config, on_stage: Optional[Callable[[str], None]] = None,
-        rows: Optional[list[TraceJob]] = None) -> Result:
+def _waits(sim: _Sim, jobs: Sequence[TraceJob], vc: str) -> list[float]:
+    """Seconds each of the VC's jobs waited for its first start, in one run."""
+    return [sim.first_start[i] - j.submit for i, j in enumerate(jobs) if j.vc == vc and i in sim.first_start]
+
+
+def run(cfg: Config, on_stage: Callable[[str], None] | None = None,
+        rows: list[TraceJob] | None = None) -> Result:
     cfg.check()
     t0, t1 = _ts(cfg.start, "start"), _ts(cfg.end, "end")
     default = _default_shares(cfg.vc_nodes)
@@ -358,8 +369,10 @@ def run(cfg: Config, on_stage: Optional[Callable[[str], None]] = None,
             on_stage(f"{assignment}: {cfg.policy} exchange")
         ex = _Sim(jobs, spec, t0, t1, cfg.window_h * 3600, cfg.policy)
         ex.run()
+        arbiter = ex.arbiter
+        assert arbiter is not None   # built with a policy
         out = []
-        ledger = ex.arbiter.ledger
+        ledger = arbiter.ledger
         for vc in sorted(cells):
             c = cells[vc] * NODE_GPUS
             denom = c * span
@@ -367,14 +380,12 @@ def run(cfg: Config, on_stage: Optional[Callable[[str], None]] = None,
             borrowed_h = ex.area_borrowed[vc] / 3600
             e = ledger.entry(vc)
             inc = min(borrowed_h, e.contributed) * 3600 / denom
-            waits = [lambda s: [s.first_start[i] - jobs[i].submit for i, j in enumerate(jobs)
-                                if j.vc == vc and i in s.first_start]]
-            wb, wa = waits[0](base), waits[0](ex)
+            wb, wa = (_waits(s, jobs, vc) for s in (base, ex))
             out.append(VCRow(vc, c, eff, inc, ex.area_borrowed[vc] / denom, inc / eff if eff else 0.0,
                              relative_fluctuation(hourly_demand(jobs, vc, t0, t1), c),
                              e.contributed, e.consumed, e.surplus, ex.preempted[vc],
                              sum(wb) / len(wb) / 3600 if wb else 0.0, sum(wa) / len(wa) / 3600 if wa else 0.0))
         out.sort(key=lambda r: -r.gain)
-        states = [e.state.value for e in ex.arbiter.exchanges.values()]
+        states = [e.state.value for e in arbiter.exchanges.values()]
         res.results[assignment] = AssignmentResult(assignment, out, len(states), states.count("failed"))
     return res

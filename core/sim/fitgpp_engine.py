@@ -5,8 +5,9 @@ over nodes). This module replays the same ``SynthJob`` list through
 ``hived.core.engine.Engine`` instead: one VC owning the paper's 84 nodes,
 the quota allocator (core/quota.py: per-node best fit, the placement the
 paper's FIFO uses; or HiveD's buddy allocator with ``allocator="hived"``),
-the engine's FIFO queue policy with TE jobs first for the preemptive policies, and the registered preemption policies (FitGpp, LRTP,
-RAND; "none" for FIFO). The simulated launcher (core/sim/launcher.py) ends
+the engine's FIFO queue policy with TE jobs first for the preemptive
+policies, and the registered preemption policies (FitGpp, LRTP, RAND;
+"none" for FIFO). The simulated launcher (core/sim/launcher.py) ends
 runs after their remaining time and preempted runs after their grace period.
 
 Same clock discipline as the paper model: every minute, jobs that arrived
@@ -17,7 +18,8 @@ again. Times are seconds on the engine's clock, whole minutes here.
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from hived.core.allocator import Allocator
 from hived.core.engine import Engine, EngineConfig
@@ -32,10 +34,13 @@ from hived.core.spec import load_spec
 from .fitgpp_workload import NODES, SynthJob, cluster_spec
 from .launcher import SimLauncher
 
+if TYPE_CHECKING:   # fitgpp_experiment imports this module
+    from .fitgpp_experiment import PolicyResult
+
 MIN = 60.0
 
 
-def _policy(name: str, s: float, seed: int):
+def _policy(name: str, s: float, seed: int) -> str | FitGppPolicy | LRTPPolicy | RandPolicy:
     # no cap here: the engine applies P (EngineConfig.preemption_cap) to the candidates
     if name == "fifo":
         return "none"
@@ -49,8 +54,8 @@ def _policy(name: str, s: float, seed: int):
 
 
 def simulate_engine(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: float = DEFAULT_S,
-                    cap: float = DEFAULT_CAP, seed: int = 0, tick: Optional[Callable[[int], None]] = None,
-                    allocator: str = "quota"):
+                    cap: float = DEFAULT_CAP, seed: int = 0, tick: Callable[[int], object] | None = None,
+                    allocator: str = "quota") -> PolicyResult:
     """Replay ``jobs`` (with arrival minutes) through the Engine; returns a ``PolicyResult``.
 
     ``allocator``: "quota" (per-node GPU counts, the paper's placement) or
@@ -60,6 +65,7 @@ def simulate_engine(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES
     from .fitgpp_experiment import PolicyResult, histogram  # what both backends share
 
     pol = _policy(policy, s, seed)
+    alloc: QuotaAllocator | Allocator
     if allocator == "quota":
         alloc = QuotaAllocator(load_spec(cluster_spec(nodes)))
     elif allocator == "hived":
@@ -68,7 +74,8 @@ def simulate_engine(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES
         raise ValueError(f"fitgpp engine replay: unknown allocator {allocator!r}; choose quota or hived")
     eng = Engine(alloc,
                  queue_policy=FifoPolicy(te_first=policy != "fifo"), preemption_policy=pol,
-                 config=EngineConfig(preemption_cap=cap if math.isinf(cap) else int(cap)))
+                 # inf: no cap (the engine only compares preemption counts with it)
+                 config=EngineConfig(preemption_cap=cap if math.isinf(cap) else int(cap)))  # type: ignore[arg-type]
     sim = SimLauncher()
     n = len(jobs)
     ids = [f"j{j.idx}" for j in jobs]
@@ -136,7 +143,8 @@ def simulate_engine(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES
         t = max(t + 1, math.ceil(min(cand) / MIN))
     if tick is not None and n & 1023:
         tick(n & 1023)
-    te_sd, be_sd = [], []
+    te_sd: list[float] = []
+    be_sd: list[float] = []
     for k, j in enumerate(jobs):
         wait = finish[k] / MIN - j.arrival_min - j.exec_min
         (te_sd if j.te else be_sd).append(1.0 + wait / j.exec_min)

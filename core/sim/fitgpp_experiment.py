@@ -22,15 +22,16 @@ import heapq
 import math
 import random
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Any
 
 import numpy as np
 
 from hived.core.policies import fitgpp as fitgpp_mod
 from hived.core.policies import lrtp as lrtp_mod
 from hived.core.policies import rand as rand_mod
-from hived.core.policies.fitgpp import Candidate, size
+from hived.core.policies.fitgpp import Candidate, Choice, Vec, size
 
 from .fitgpp_workload import JOBS, LOAD, NODE_CPUS, NODE_GPUS, NODE_MEMORY_GB, NODES, SynthJob, generate
 
@@ -43,7 +44,7 @@ EPS = 1e-9
 @dataclass
 class PolicyResult:
     policy: str
-    s: Optional[float]
+    s: float | None
     cap: float
     jobs: int
     te_slowdown: list[float]
@@ -53,20 +54,21 @@ class PolicyResult:
     preemptions: int                  # preemptions in all
     fallbacks: int                    # FitGpp: TE arrivals where no single job fit (eq. 4 empty)
     makespan_min: int
-    times_preempted: tuple = (0, 0, 0)  # jobs preempted once, twice, three times or more (Table 4)
+    # jobs preempted once, twice, three times or more (Table 4)
+    times_preempted: tuple[int, int, int] = (0, 0, 0)
 
-    def percentiles(self, which: str, qs=(50, 95, 99)) -> list[float]:
+    def percentiles(self, which: str, qs: Sequence[float] = (50, 95, 99)) -> list[float]:
         data = self.te_slowdown if which == "te" else self.be_slowdown
         return [float(np.percentile(data, q)) for q in qs] if data else [math.nan] * len(qs)
 
-    def interval_percentiles(self, qs=(50, 75, 95, 99)) -> list[float]:
+    def interval_percentiles(self, qs: Sequence[float] = (50, 75, 95, 99)) -> list[float]:
         return [float(np.percentile(self.intervals_min, q)) for q in qs] if self.intervals_min else [math.nan] * len(qs)
 
     @property
     def preempted_share(self) -> float:
         return self.preempted_jobs / self.jobs if self.jobs else 0.0
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return {
             "policy": self.policy, "s": self.s, "cap": self.cap, "jobs": self.jobs,
             "te_p50_p95_p99": self.percentiles("te"), "be_p50_p95_p99": self.percentiles("be"),
@@ -87,7 +89,7 @@ class ExperimentResult:
     sweep: list[PolicyResult] = field(default_factory=list)
     backend: str = "model"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"jobs": self.jobs, "seed": self.seed, "nodes": self.nodes, "load": self.load, "backend": self.backend,
                 "results": {k: v.summary() for k, v in self.results.items()},
                 "sweep": [r.summary() for r in self.sweep]}
@@ -104,9 +106,10 @@ class _Cluster:
     def __init__(self, nodes: int):
         self.free = [list(CAPACITY) for _ in range(nodes)]
 
-    def best_fit(self, d) -> int:
+    def best_fit(self, d: Vec) -> int:
         """The feasible node with the fewest free GPUs (then CPUs): packing."""
-        best, key = -1, None
+        best = -1
+        key: tuple[float, float, float] | None = None
         for i, f in enumerate(self.free):
             if f[0] + EPS >= d[0] and f[1] + EPS >= d[1] and f[2] + EPS >= d[2]:
                 k = (f[2], f[0], f[1])
@@ -114,23 +117,28 @@ class _Cluster:
                     best, key = i, k
         return best
 
-    def take(self, i, d):
+    def take(self, i: int, d: Vec) -> None:
         f = self.free[i]
-        f[0] -= d[0]; f[1] -= d[1]; f[2] -= d[2]
+        f[0] -= d[0]
+        f[1] -= d[1]
+        f[2] -= d[2]
 
-    def give(self, i, d):
+    def give(self, i: int, d: Vec) -> None:
         f = self.free[i]
-        f[0] += d[0]; f[1] += d[1]; f[2] += d[2]
+        f[0] += d[0]
+        f[1] += d[1]
+        f[2] += d[2]
 
-    def ok(self, i) -> bool:
+    def ok(self, i: int) -> bool:
         f = self.free[i]
         return f[0] > -EPS and f[1] > -EPS and f[2] > -EPS
 
 
-Chooser = Callable[[tuple, list, dict, int], "fitgpp_mod.Choice"]
+# (TE pod, running BE candidates, free resources per node, minute) -> victims
+Chooser = Callable[[Vec, list[Candidate], dict[str, Vec], int], Choice]
 
 
-def _chooser(policy: str, s: float, cap: float, seed: int) -> Optional[Chooser]:
+def _chooser(policy: str, s: float, cap: float, seed: int) -> Chooser | None:
     capi = cap if math.isinf(cap) else int(cap)
     if policy == "fifo":
         return None
@@ -147,8 +155,8 @@ def _chooser(policy: str, s: float, cap: float, seed: int) -> Optional[Chooser]:
 
 def simulate(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: float = fitgpp_mod.DEFAULT_S,
              cap: float = fitgpp_mod.DEFAULT_CAP, seed: int = 0,
-             keep_load: Optional[float] = None, te_on_arrival: bool = True,
-             tick: Optional[Callable[[int], None]] = None) -> PolicyResult | list[int]:
+             keep_load: float | None = None, te_on_arrival: bool = True,
+             tick: Callable[[int], object] | None = None) -> PolicyResult | list[int]:
     """Replay ``jobs`` under ``policy``; with ``keep_load`` (FIFO only) return
     the arrival minutes that keep the load at that level instead.
 
@@ -196,7 +204,7 @@ def simulate(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: fl
         if not jobs[j].te:
             running_be[j] = None
 
-    def try_queue(q: deque, t: int) -> None:
+    def try_queue(q: deque[int], t: int) -> None:
         while q:
             j = q[0]
             node = cl.best_fit(jobs[j].demand)
@@ -207,24 +215,26 @@ def simulate(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: fl
 
     def try_preempt(j: int, t: int) -> bool:
         nonlocal fallbacks, preemptions
+        assert choose is not None   # FIFO never preempts
         cands = []
         for b in running_be:
             cands.append(Candidate(str(b), {str(node_of[b]): jobs[b].demand}, sizes[b],
                                    float(jobs[b].grace_min), preempted[b], float(end_at[b] - t)))
-        free = {str(i): tuple(f) for i, f in enumerate(cl.free)}
+        free: dict[str, Vec] = {str(i): (f[0], f[1], f[2]) for i, f in enumerate(cl.free)}
         ch = choose(jobs[j].demand, cands, free, t)
         if not ch.victims:
             return False
         fallbacks += ch.fallback
         victims = [int(v) for v in ch.victims]
-        freed = {}
+        freed: dict[int, list[float]] = {}
         for v in victims:
             nd = node_of[v]
             f = freed.setdefault(nd, [0.0, 0.0, 0.0])
             for k in range(3):
                 f[k] += jobs[v].demand[k]
         d = jobs[j].demand
-        target, key = -1, None
+        target = -1
+        key: tuple[float, int] | None = None
         for nd, f in freed.items():
             a = [cl.free[nd][k] + f[k] for k in range(3)]
             if all(a[k] + EPS >= d[k] for k in range(3)):
@@ -318,7 +328,8 @@ def simulate(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: fl
             schedule(t)
         else:
             schedule(t)
-            while next_arrival < n and max(load[0] / CAPACITY[0], load[1] / CAPACITY[1], load[2] / CAPACITY[2]) < cap_load:
+            while next_arrival < n and max(load[0] / CAPACITY[0], load[1] / CAPACITY[1],
+                                           load[2] / CAPACITY[2]) < cap_load:
                 j = next_arrival
                 arrivals_out[j] = t
                 for k in range(3):
@@ -342,7 +353,8 @@ def simulate(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: fl
         tick(n & 1023)
     if cap_load is not None:
         return arrivals_out
-    te_sd, be_sd = [], []
+    te_sd: list[float] = []
+    be_sd: list[float] = []
     for j, job in enumerate(jobs):
         wait = finish[j] - job.arrival_min - job.exec_min
         (te_sd if job.te else be_sd).append(1.0 + wait / job.exec_min)
@@ -351,23 +363,31 @@ def simulate(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: fl
                         histogram(preempted))
 
 
-def histogram(preempted: Sequence[int]) -> tuple:
+def histogram(preempted: Sequence[int]) -> tuple[int, int, int]:
     """Jobs preempted exactly once, exactly twice, and three times or more."""
     return (sum(1 for p in preempted if p == 1), sum(1 for p in preempted if p == 2),
             sum(1 for p in preempted if p >= 3))
 
 
 def calibrate_arrivals(jobs: Sequence[SynthJob], *, nodes: int = NODES, load: float = LOAD,
-                       tick: Optional[Callable[[int], None]] = None) -> list[int]:
+                       tick: Callable[[int], object] | None = None) -> list[int]:
     """Arrival minutes keeping the load at ``load`` when the jobs run under FIFO (paper §4.2)."""
-    return simulate(jobs, "fifo", nodes=nodes, keep_load=load, tick=tick)
+    minutes = simulate(jobs, "fifo", nodes=nodes, keep_load=load, tick=tick)
+    assert isinstance(minutes, list)   # with keep_load: the arrival minutes
+    return minutes
+
+
+def _model_replay(jobs: Sequence[SynthJob], policy: str, **kw: Any) -> PolicyResult:
+    res = simulate(jobs, policy, **kw)
+    assert isinstance(res, PolicyResult)   # without keep_load: the policy's result
+    return res
 
 
 # ---------------------------------------------------------------------------
 # the entry point of `hived simulate --workload fitgpp`
 
 
-def parse_list(text: str, kind=float, what: str = "value") -> list:
+def parse_list(text: str, kind: Callable[[str], Any] = float, what: str = "value") -> list[Any]:
     try:
         out = [kind(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
@@ -383,10 +403,10 @@ class Config:
 
     jobs: int = JOBS
     seed: int = 0
-    policies: tuple = POLICIES
+    policies: tuple[str, ...] = POLICIES
     s: float = fitgpp_mod.DEFAULT_S
     cap: float = fitgpp_mod.DEFAULT_CAP
-    s_sweep: tuple = ()
+    s_sweep: tuple[float, ...] = ()
     load: float = LOAD
     nodes: int = NODES
     rand_repeats: int = 1
@@ -398,7 +418,7 @@ class Config:
         return 1 + sum(self.rand_repeats if p == "rand" else 1 for p in self.policies) + len(self.s_sweep)
 
 
-def config_from(args) -> Config:
+def config_from(args: object) -> Config:
     """A Config from an argparse-like namespace; missing or None attributes take the defaults.
 
     ``policies`` and ``s_sweep`` may be comma-separated strings or lists;
@@ -407,7 +427,9 @@ def config_from(args) -> Config:
     allocator, fitgpp_engine.py) or ``engine-hived`` (the Engine with HiveD's
     buddy cell allocator).
     """
-    g = lambda k, d: getattr(args, k) if getattr(args, k, None) is not None else d  # noqa: E731
+    def g(k: str, d: Any) -> Any:
+        return getattr(args, k) if getattr(args, k, None) is not None else d
+
     n = int(g("jobs", JOBS))
     if n < 1:
         raise ValueError(f"fitgpp experiment: --jobs must be >= 1, got {n}")
@@ -442,15 +464,15 @@ def config_from(args) -> Config:
                   backend)
 
 
-def run(args, *, on_stage: Optional[Callable[[str], None]] = None,
-        tick: Optional[Callable[[int], None]] = None) -> ExperimentResult:
+def run(args: object, *, on_stage: Callable[[str], None] | None = None,
+        tick: Callable[[int], object] | None = None) -> ExperimentResult:
     """Run the experiment from a Config or an argparse-like namespace (see ``config_from``).
 
     ``on_stage(label)`` is told before each replay and ``tick(k)`` as jobs
     finish, so a caller can show progress; core itself prints nothing.
     """
     cfg = args if isinstance(args, Config) else config_from(args)
-    stage = on_stage or (lambda _label: None)
+    stage: Callable[[str], None] = on_stage or (lambda _label: None)
     stage("workload (FIFO calibration)")
     jobs = generate(cfg.jobs, cfg.seed, load=cfg.load, nodes=cfg.nodes, tick=tick)
     res = ExperimentResult(cfg.jobs, cfg.seed, cfg.nodes, cfg.load, backend=cfg.backend)
@@ -458,9 +480,10 @@ def run(args, *, on_stage: Optional[Callable[[str], None]] = None,
         from functools import partial
 
         from .fitgpp_engine import simulate_engine
-        replay = partial(simulate_engine, allocator="hived" if cfg.backend == "engine-hived" else "quota")
+        replay: Callable[..., PolicyResult] = partial(
+            simulate_engine, allocator="hived" if cfg.backend == "engine-hived" else "quota")
     else:
-        replay = simulate
+        replay = _model_replay
     for p in cfg.policies:
         runs = []
         for k in range(cfg.rand_repeats if p == "rand" else 1):
@@ -476,8 +499,14 @@ def run(args, *, on_stage: Optional[Callable[[str], None]] = None,
 def _pool(runs: list[PolicyResult]) -> PolicyResult:
     """Runs of a random policy as one sample: distributions pooled, counts averaged."""
     a, k = runs[0], len(runs)
-    cat = lambda attr: [x for r in runs for x in getattr(r, attr)]  # noqa: E731
+
+    def cat(attr: str) -> list[Any]:
+        return [x for r in runs for x in getattr(r, attr)]
+
+    def mean_count(i: int) -> int:
+        return round(sum(r.times_preempted[i] for r in runs) / k)
+
     return PolicyResult(a.policy, a.s, a.cap, a.jobs, cat("te_slowdown"), cat("be_slowdown"), cat("intervals_min"),
                         round(sum(r.preempted_jobs for r in runs) / k), round(sum(r.preemptions for r in runs) / k),
                         round(sum(r.fallbacks for r in runs) / k), max(r.makespan_min for r in runs),
-                        tuple(round(sum(r.times_preempted[i] for r in runs) / k) for i in range(3)))
+                        (mean_count(0), mean_count(1), mean_count(2)))

@@ -18,8 +18,9 @@ times are then fixed and replayed under every policy.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Optional
+from typing import Any
 
 import numpy as np
 from scipy.stats import truncnorm
@@ -110,7 +111,8 @@ def sample_jobs(n: int = JOBS, seed: int = 0, te_share: float = TE_SHARE, gp_sca
 
 
 def generate(n: int = JOBS, seed: int = 0, *, load: float = LOAD, nodes: int = NODES,
-             te_share: float = TE_SHARE, gp_scale: float = 1.0, tick=None) -> list[SynthJob]:
+             te_share: float = TE_SHARE, gp_scale: float = 1.0,
+             tick: Callable[[int], object] | None = None) -> list[SynthJob]:
     """The full workload: sampled jobs with arrival times calibrated at ``load`` under FIFO."""
     if load <= 0:
         raise ValueError(f"workload: load must be > 0, got {load}")
@@ -121,7 +123,7 @@ def generate(n: int = JOBS, seed: int = 0, *, load: float = LOAD, nodes: int = N
     return [replace(j, arrival_min=int(a)) for j, a in zip(jobs, arrivals)]
 
 
-def cluster_spec(nodes: int = NODES, vc: str = "vc0", users: Optional[list[str]] = None) -> dict:
+def cluster_spec(nodes: int = NODES, vc: str = "vc0", users: list[str] | None = None) -> dict[str, Any]:
     """A hivedscheduler-style spec dict for the paper's cluster: one chain of
     ``nodes`` node cells (8 GPUs, 32 CPUs, 256 GB each) and one VC owning them all.
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Optional
 
 from .traces import Trace, TraceJob, default_pods
 
@@ -35,12 +34,12 @@ TABLE1 = {
 }
 
 
-def quota_shares() -> dict:
+def quota_shares() -> dict[str, float]:
     return {t: q / 100.0 for t, (_, q) in TABLE1.items()}
 
 
 def generate(*, scale: float = 0.05, days: float = 14.0, median_minutes: float = 30.0, sigma: float = 1.8,
-             seed: int = 0, tenants: Optional[list] = None) -> Trace:
+             seed: int = 0, tenants: list[str] | None = None) -> Trace:
     if not (scale > 0) or not math.isfinite(scale):
         raise ValueError(f"scale: must be > 0, got {scale}")
     if not (days > 0):

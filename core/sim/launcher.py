@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Optional
 
 
 class SimLauncher:
     FINISHED = "finished"
     PREEMPTED = "preempted"
 
-    def __init__(self):
-        self._heap: list = []
+    def __init__(self) -> None:
+        # (time, tie-break, FINISHED or PREEMPTED, job id, token)
+        self._heap: list[tuple[float, int, str, str, int]] = []
         self._seq = itertools.count()
-        self.running: dict = {}   # job id -> token of its current run
+        self.running: dict[str, int] = {}   # job id -> token of its current run
 
     def launch(self, job_id: str, now: float, remaining: float, token: int) -> None:
         self.running[job_id] = token
@@ -33,10 +33,10 @@ class SimLauncher:
             token = -1  # placed but never launched: gone at once
         heapq.heappush(self._heap, (now + max(0.0, grace_period), next(self._seq), self.PREEMPTED, job_id, token))
 
-    def next_time(self) -> Optional[float]:
+    def next_time(self) -> float | None:
         return self._heap[0][0] if self._heap else None
 
-    def due(self, now: float) -> list:
+    def due(self, now: float) -> list[tuple[str, str]]:
         """(kind, job id) of every exit at or before ``now``, stale ones dropped."""
         out = []
         while self._heap and self._heap[0][0] <= now:

@@ -24,13 +24,16 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Any
 
 from ..engine import Engine, EngineConfig
 from ..quota import QuotaAllocator
 from ..spec import load_spec
 from .cluster import NODE_GPUS, level_for, node_spec, private_spec
 from .traces import Trace
+
+if TYPE_CHECKING:
+    from ..allocator import Allocator
 
 MAX_NODES = 20000   # a simulated cluster (each node is a cell tree in memory)
 SCHEMES = ("private", "private-quota", "quota", "hived", "hived-static")
@@ -40,18 +43,19 @@ PRIVATE_OF = {"quota": "private-quota"}   # the private baseline with the same a
 @dataclass
 class Sizing:
     nodes: int
-    quotas: dict          # tenant -> GPUs (multiple of 8)
-    load: float           # offered load on ``nodes``
-    demand: dict          # tenant -> {level: GPU-seconds} (for multi-level cells)
-    min_cells: dict = field(default_factory=dict)   # tenant -> {level: cells} its largest gang needs
+    quotas: dict[str, int]                # tenant -> GPUs (multiple of 8)
+    load: float                           # offered load on ``nodes``
+    demand: dict[str, dict[int, float]]   # tenant -> {level: GPU-seconds} (for multi-level cells)
+    # tenant -> {level: cells} its largest gang needs
+    min_cells: dict[str, dict[int, int]] = field(default_factory=dict)
 
     @property
     def gpus(self) -> int:
         return self.nodes * NODE_GPUS
 
 
-def size_cluster(trace: Trace, load: float = 0.9, *, nodes: Optional[int] = None,
-                 shares: Optional[dict] = None) -> Sizing:
+def size_cluster(trace: Trace, load: float = 0.9, *, nodes: int | None = None,
+                 shares: dict[str, float] | None = None) -> Sizing:
     if not trace.jobs:
         raise ValueError("trace: no jobs")
     if nodes is None and not (0 < load <= 10):
@@ -76,7 +80,7 @@ def size_cluster(trace: Trace, load: float = 0.9, *, nodes: Optional[int] = None
         s = sum(shares[t] for t in tenants)
         shares = {t: shares[t] / s for t in tenants}
     want = {t: shares[t] * nodes for t in tenants}
-    biggest: dict = defaultdict(int)
+    biggest: dict[str, int] = defaultdict(int)
     for j in trace.jobs:
         biggest[j.tenant] = max(biggest[j.tenant], j.gpus)
     # at least one node, and room for the tenant's largest job: its private cluster
@@ -94,7 +98,7 @@ def size_cluster(trace: Trace, load: float = 0.9, *, nodes: Optional[int] = None
     nodes = max(nodes, sum(q.values()))
     if nodes > MAX_NODES:
         raise ValueError(f"cluster: {nodes} nodes of 8 GPUs, at most {MAX_NODES} are simulated")
-    demand: dict = defaultdict(lambda: defaultdict(float))
+    demand: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
     for j in trace.jobs:
         demand[j.tenant][level_for(j.gpus_per_pod)] += j.gpu_seconds
     return Sizing(nodes, {t: n * NODE_GPUS for t, n in q.items()},
@@ -102,14 +106,14 @@ def size_cluster(trace: Trace, load: float = 0.9, *, nodes: Optional[int] = None
                   gang_cells(trace))
 
 
-def gang_cells(trace: Trace) -> dict:
+def gang_cells(trace: Trace) -> dict[str, dict[int, int]]:
     """tenant -> {level: cells}: per level, the most pods of that level one job asks.
 
     Multi-level VCs keep at least these cells, so every job that fits the
     tenant's private cluster also fits its VC."""
-    out: dict = defaultdict(dict)
+    out: dict[str, dict[int, int]] = defaultdict(dict)
     for j in trace.jobs:
-        per: dict = defaultdict(int)
+        per: dict[int, int] = defaultdict(int)
         for g in j.pod_sizes:
             per[level_for(g)] += 1
         for lvl, n in per.items():
@@ -118,7 +122,7 @@ def gang_cells(trace: Trace) -> dict:
     return dict(out)
 
 
-def busy_bounds(trace: Trace, lo: float = 0.05, hi: float = 0.95) -> Optional[tuple]:
+def busy_bounds(trace: Trace, lo: float = 0.05, hi: float = 0.95) -> tuple[float, float] | None:
     """(first, last) submit time of the central 90% of submissions; None for under 20 jobs."""
     sub = sorted(j.submit for j in trace.jobs)
     n = len(sub)
@@ -127,7 +131,7 @@ def busy_bounds(trace: Trace, lo: float = 0.05, hi: float = 0.95) -> Optional[tu
     return sub[int(lo * n)], sub[min(n - 1, int(hi * n))]
 
 
-def busy_window(trace: Trace, lo: float = 0.05, hi: float = 0.95) -> tuple:
+def busy_window(trace: Trace, lo: float = 0.05, hi: float = 0.95) -> tuple[float, float]:
     """(GPU-seconds submitted, seconds) over the central 90% of submissions.
 
     Real traces start and end thin (Philly: a few jobs in its first two weeks),
@@ -141,15 +145,16 @@ def busy_window(trace: Trace, lo: float = 0.05, hi: float = 0.95) -> tuple:
     return sum(j.gpu_seconds for j in trace.jobs if a <= j.submit <= b), b - a
 
 
-def shared_spec(sizing: Sizing, cells: str = "node") -> dict:
+def shared_spec(sizing: Sizing, cells: str = "node") -> dict[str, Any]:
     return node_spec(sizing.nodes, sizing.quotas, cells=cells, demand=sizing.demand, min_cells=sizing.min_cells)
 
 
-def build_engine(scheme: str, spec_dict: dict, *, config: Optional[EngineConfig] = None,
-                 preemption_policy="none", queue_policy="fifo") -> Engine:
+def build_engine(scheme: str, spec_dict: dict[str, Any], *, config: EngineConfig | None = None,
+                 preemption_policy: Any = "none", queue_policy: Any = "fifo") -> Engine:
     if scheme not in SCHEMES:
         raise ValueError(f"scheme: must be one of {', '.join(SCHEMES)}, got {scheme!r}")
     spec = load_spec(spec_dict)
+    alloc: QuotaAllocator | Allocator
     if scheme in ("quota", "private-quota"):
         alloc = QuotaAllocator(spec)
     else:
@@ -161,7 +166,7 @@ def build_engine(scheme: str, spec_dict: dict, *, config: Optional[EngineConfig]
     return Engine(alloc, queue_policy=queue_policy, preemption_policy=preemption_policy, config=config)
 
 
-def private_specs(trace: Trace, sizing: Sizing) -> dict:
+def private_specs(trace: Trace, sizing: Sizing) -> dict[str, dict[str, Any]]:
     """tenant -> spec dict of its private cluster: its quota in whole nodes.
 
     Jobs larger than that can never start there (``size_cluster`` makes
@@ -169,15 +174,16 @@ def private_specs(trace: Trace, sizing: Sizing) -> dict:
     return {t: private_spec(t, gpus) for t, gpus in sizing.quotas.items()}
 
 
-def sizing_from_spec(spec_dict, trace: Trace) -> Sizing:
+def sizing_from_spec(spec_dict: str | dict[str, Any], trace: Trace) -> Sizing:
     """Sizing read from a given spec (its nodes and VC GPUs); tenants must be its VCs."""
     spec = load_spec(spec_dict)
     missing = sorted(set(trace.tenants) - set(spec.vcs))
     if missing:
-        raise ValueError(f"spec: trace tenants {missing[:5]} are not VCs of the spec (VCs: {', '.join(sorted(spec.vcs))})")
+        raise ValueError(f"spec: trace tenants {missing[:5]} are not VCs of the spec "
+                         f"(VCs: {', '.join(sorted(spec.vcs))})")
     nodes = sum(len(c.cells) * (c.gpus_per_level[-1] // c.node_gpus) for c in spec.chains.values())
     gpus = spec.total_gpus
-    demand: dict = defaultdict(lambda: defaultdict(float))
+    demand: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
     for j in trace.jobs:
         demand[j.tenant][level_for(j.gpus_per_pod)] += j.gpu_seconds
     win_gpu_s, span = busy_window(trace)

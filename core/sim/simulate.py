@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any
 
 from ..engine import Engine, EngineConfig
 from ..jobs import HOLDING, Affinity, DecisionKind, JobClass, JobRequest, PodGroup
@@ -26,33 +27,41 @@ ROW_FIELDS = ("job_id", "tenant", "gpus", "pods", "submit", "start", "end", "que
               "preemptions", "gpus_preempted", "opportunistic", "state", "nodes", "head_waited_with_vc_room")
 
 
+Row = dict[str, Any]                       # one job's outcome (ROW_FIELDS)
+Sample = tuple[float, float]               # (t, share)
+Preempted = tuple[float, int, str]         # (t, GPUs preempted, tenant)
+Replayed = tuple[list[Row], list[Sample], list[Sample], list[Preempted], list[Sample], int | None]
+
+
 @dataclass
 class SimResult:
     scheme: str
     cells: str
-    rows: list                      # one dict per job (ROW_FIELDS)
-    frag: list = field(default_factory=list)        # (t, share of nodes unable to host an 8-GPU guaranteed job)
-    util: list = field(default_factory=list)        # (t, share of GPUs bound)
-    preempted: list = field(default_factory=list)   # (t, GPUs preempted, tenant)
+    rows: list[Row]                 # one dict per job (ROW_FIELDS)
+    # (t, share of nodes unable to host an 8-GPU guaranteed job)
+    frag: list[Sample] = field(default_factory=list)
+    util: list[Sample] = field(default_factory=list)            # (t, share of GPUs bound)
+    preempted: list[Preempted] = field(default_factory=list)    # (t, GPUs preempted, tenant)
     nodes: int = 0
     load: float = 0.0
     wall_s: float = 0.0
-    quotas: dict = field(default_factory=dict)
-    guaranteed: list = field(default_factory=list)  # (t, share of GPUs held by guaranteed jobs): HiveD (OSDI '20) §5.2's load
-    breach_rounds: Optional[int] = None  # rounds with a VC head that fit its VC's free cells and waited
+    quotas: dict[str, int] = field(default_factory=dict)
+    # (t, share of GPUs held by guaranteed jobs): HiveD (OSDI '20) §5.2's load
+    guaranteed: list[Sample] = field(default_factory=list)
+    breach_rounds: int | None = None  # rounds with a VC head that fit its VC's free cells and waited
 
-    def tenant_delays(self, only: Optional[set] = None) -> dict:
+    def tenant_delays(self, only: set[str] | None = None) -> dict[str, float]:
         """tenant -> average queueing delay (s) of its jobs that started (of ``only`` if given)."""
-        acc: dict = {}
+        acc: dict[str, list[float]] = {}
         for r in self.rows:
             if r["start"] is not None and (only is None or r["job_id"] in only):
                 acc.setdefault(r["tenant"], []).append(r["queue_delay"])
         return {t: sum(v) / len(v) for t, v in sorted(acc.items())}
 
-    def started_ids(self) -> set:
+    def started_ids(self) -> set[str]:
         return {r["job_id"] for r in self.rows if r["start"] is not None}
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         started = [r for r in self.rows if r["start"] is not None]
         delays = [r["queue_delay"] for r in started]
         pre = sum(g for _, g, _ in self.preempted)
@@ -80,7 +89,7 @@ class SimResult:
         }
 
 
-def _pct(xs: list, q: float) -> float:
+def _pct(xs: list[float], q: float) -> float:
     if not xs:
         return 0.0
     s = sorted(xs)
@@ -98,8 +107,9 @@ def to_request(j: TraceJob, allow_opportunistic: bool = True) -> JobRequest:
                       allow_opportunistic=allow_opportunistic and cls.guaranteed, name=j.job_id)
 
 
-def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: Optional[Callable] = None,
-           allow_opportunistic: bool = True, guarantee: bool = True) -> tuple:
+def replay(eng: Engine, jobs: list[TraceJob], *, sample_every: float = 3600.0,
+           progress: Callable[[int], object] | None = None,
+           allow_opportunistic: bool = True, guarantee: bool = True) -> Replayed:
     """Run ``jobs`` (sorted by submit) through ``eng``; returns
     (rows, frag, util, preempted, guaranteed, breach rounds or None).
 
@@ -111,18 +121,21 @@ def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: O
     seconds; ``guaranteed`` is the share of GPUs held by guaranteed jobs, the
     paper's load ("around 90% of the GPUs are used by high-priority jobs", HiveD (OSDI '20) §5.2)."""
     launcher = SimLauncher()
-    frag, util, preempted, guaranteed = [], [], [], []
-    first_nodes: dict = {}
-    first_opp: dict = {}
+    frag: list[Sample] = []
+    util: list[Sample] = []
+    preempted: list[Preempted] = []
+    guaranteed: list[Sample] = []
+    first_nodes: dict[str, str] = {}
+    first_opp: dict[str, bool] = {}
     total_gpus = max(1, sum(st.gpus_total for st in eng.view.nodes.values()))
     view = eng.view
     i, n = 0, len(jobs)
     next_sample = 0.0
-    refused = []
-    breached: set = set()   # heads of VC queues that fit their VC's free cells after a round and waited
+    refused: list[tuple[TraceJob, str]] = []
+    breached: set[str] = set()   # heads of VC queues that fit their VC's free cells after a round and waited
     breach_rounds = 0
     check = guarantee
-    waiting: set = set()    # VCs whose head breached at the last check
+    waiting: set[str] = set()    # VCs whose head breached at the last check
     while True:
         cands = [t for t in (jobs[i].submit if i < n else None, launcher.next_time(), eng.next_wakeup())
                  if t is not None]
@@ -156,7 +169,7 @@ def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: O
             if d.kind is DecisionKind.START:
                 rec = eng.job(d.job_id)
                 eng.on_started(d.job_id, now)
-                if d.job_id not in first_nodes:
+                if d.job_id not in first_nodes and d.placement is not None:   # a START carries its placement
                     first_nodes[d.job_id] = " ".join(sorted({p.node for p in d.placement.pods}))
                     first_opp[d.job_id] = d.placement.opportunistic
                 launcher.launch(d.job_id, now, rec.remaining or 0.0, rec.attempts)
@@ -191,10 +204,10 @@ def replay(eng: Engine, jobs: list, *, sample_every: float = 3600.0, progress: O
     return rows, frag, util, preempted, guaranteed, (breach_rounds if check else None)
 
 
-def simulate(trace: Trace, scheme: str, *, cells: str = "node", load: float = 0.9, nodes: Optional[int] = None,
-             sizing: Optional[Sizing] = None, config: Optional[EngineConfig] = None,
-             sample_every: float = 3600.0, progress: Optional[Callable] = None,
-             preemption_policy="none", spec: Optional[dict] = None) -> SimResult:
+def simulate(trace: Trace, scheme: str, *, cells: str = "node", load: float = 0.9, nodes: int | None = None,
+             sizing: Sizing | None = None, config: EngineConfig | None = None,
+             sample_every: float = 3600.0, progress: Callable[[int], object] | None = None,
+             preemption_policy: Any = "none", spec: dict[str, Any] | None = None) -> SimResult:
     """Replay ``trace`` under ``scheme`` (private|private-quota|quota|hived|hived-static).
 
     ``sizing`` (from ``size_cluster``) fixes the cluster and quotas so that
@@ -211,8 +224,12 @@ def simulate(trace: Trace, scheme: str, *, cells: str = "node", load: float = 0.
         sizing = sizing_from_spec(spec, trace) if spec is not None else size_cluster(trace, load, nodes=nodes)
     t0 = time.perf_counter()
     if scheme.startswith("private"):
-        rows, frag, util, pre, gshare = [], [], [], [], []
-        by_tenant: dict = {}
+        rows: list[Row] = []
+        frag: list[Sample] = []
+        util: list[Sample] = []
+        pre: list[Preempted] = []
+        gshare: list[Sample] = []
+        by_tenant: dict[str, list[TraceJob]] = {}
         for j in trace.jobs:
             by_tenant.setdefault(j.tenant, []).append(j)
         for t, spec in private_specs(trace, sizing).items():

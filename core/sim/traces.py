@@ -37,11 +37,11 @@ import io
 import math
 import os
 from collections import Counter
-from importlib.resources import files
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable, Optional
-
+from importlib.resources import files
+from typing import TextIO
 
 # Package data (see its README for the CC-BY-4.0 attribution); a plain folder
 # for an installed or editable hived, so callers may join paths onto it.
@@ -74,12 +74,12 @@ class TraceJob:
     job_class: str = "te"
     affinity: str = "hard"
     grace_period: float = 0.0
-    cpus: Optional[float] = None        # per pod; None: the node's share for its GPUs
-    memory_gb: Optional[float] = None   # per pod
-    gpus_asked: Optional[float] = None  # a fractional request as written (gpus: rounded up per pod)
+    cpus: float | None = None        # per pod; None: the node's share for its GPUs
+    memory_gb: float | None = None   # per pod
+    gpus_asked: float | None = None  # a fractional request as written (gpus: rounded up per pod)
 
     @property
-    def pod_sizes(self) -> list:
+    def pod_sizes(self) -> list[int]:
         """GPUs of each pod, summing to ``gpus`` exactly (never fewer GPUs than asked).
 
         Equal pods when ``pods`` divides ``gpus``; otherwise pods of
@@ -109,11 +109,11 @@ class TraceJob:
 
 @dataclass
 class Trace:
-    jobs: list
+    jobs: list[TraceJob]
     source: str = ""
 
     @property
-    def tenants(self) -> list:
+    def tenants(self) -> list[str]:
         return sorted({j.tenant for j in self.jobs})
 
     @property
@@ -122,16 +122,16 @@ class Trace:
             return 0.0
         return max(j.submit for j in self.jobs) - min(j.submit for j in self.jobs)
 
-    def gpu_seconds(self) -> dict:
-        out: Counter = Counter()
+    def gpu_seconds(self) -> dict[str, float]:
+        out: dict[str, float] = {}
         for j in self.jobs:
-            out[j.tenant] += j.gpu_seconds
-        return dict(out)
+            out[j.tenant] = out.get(j.tenant, 0) + j.gpu_seconds
+        return out
 
-    def head(self, n: Optional[int]) -> "Trace":
+    def head(self, n: int | None) -> Trace:
         return self if n is None else Trace(self.jobs[:n], self.source)
 
-    def only(self, tenants: Iterable[str]) -> "Trace":
+    def only(self, tenants: Iterable[str]) -> Trace:
         """The jobs of these tenants (each must appear in the trace)."""
         want = list(tenants)
         unknown = sorted(set(want) - set(self.tenants))
@@ -140,7 +140,7 @@ class Trace:
         keep = set(want)
         return Trace([j for j in self.jobs if j.tenant in keep], f"{self.source} tenants {','.join(want)}")
 
-    def window(self, from_day: float = 0.0, days: Optional[float] = None) -> "Trace":
+    def window(self, from_day: float = 0.0, days: float | None = None) -> Trace:
         """Jobs submitted in [from_day, from_day + days) (days of 86,400 s), shifted to start at 0."""
         if from_day < 0 or (days is not None and days <= 0):
             raise ValueError(f"window: from_day must be >= 0 and days > 0, got {from_day}, {days}")
@@ -158,14 +158,14 @@ def default_pods(gpus: int) -> int:
     return gpus // 8 if gpus % 8 == 0 else math.ceil(gpus / 4)
 
 
-def _open_text(path: str):
+def _open_text(path: str) -> TextIO:
     # utf-8-sig: a byte-order mark (spreadsheet exports) is not part of the first column's name
     if path.endswith(".gz"):
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig")
     return open(path, encoding="utf-8-sig", newline="")
 
 
-def _time(value: str, where: str) -> tuple:
+def _time(value: str, where: str) -> tuple[float, str]:
     """(seconds, "seconds" | "ISO") of a submit time."""
     v = (value or "").strip()
     try:
@@ -182,7 +182,7 @@ def _time(value: str, where: str) -> tuple:
         raise TraceError(where, f"submit/timestamp {value!r} is neither seconds nor an ISO date-time") from None
 
 
-def _finish(jobs: list, source: str, limit: Optional[int]) -> Trace:
+def _finish(jobs: list[TraceJob], source: str, limit: int | None) -> Trace:
     jobs.sort(key=lambda j: (j.submit, j.job_id))
     if jobs:
         t0 = jobs[0].submit
@@ -197,7 +197,7 @@ def _finish(jobs: list, source: str, limit: Optional[int]) -> Trace:
     return Trace(jobs, source)
 
 
-def read_philly(path: str, *, limit: Optional[int] = None, min_jobs: int = 10) -> Trace:
+def read_philly(path: str, *, limit: int | None = None, min_jobs: int = 10) -> Trace:
     """Read the Philly jobs CSV (``path`` = the .csv.gz or its folder)."""
     if os.path.isdir(path):
         path = os.path.join(path, "philly_jobs.csv.gz")
@@ -216,7 +216,8 @@ def read_philly(path: str, *, limit: Optional[int] = None, min_jobs: int = 10) -
                 gpus = int(row["num_gpus"])
                 dur = float(row["duration"])
             except (TypeError, ValueError):
-                raise TraceError(where, f"bad num_gpus/duration {row.get('num_gpus')!r}/{row.get('duration')!r}") from None
+                got = f"{row.get('num_gpus')!r}/{row.get('duration')!r}"
+                raise TraceError(where, f"bad num_gpus/duration {got}") from None
             if gpus < 1 or dur < 0 or not math.isfinite(dur):
                 raise TraceError(where, f"num_gpus must be >= 1 and duration >= 0, got {gpus}, {dur}")
             if gpus > MAX_JOB_GPUS or dur > MAX_SECONDS:
@@ -229,7 +230,7 @@ def read_philly(path: str, *, limit: Optional[int] = None, min_jobs: int = 10) -
     return _finish(jobs, path, limit)
 
 
-def read_csv(path: str, *, limit: Optional[int] = None) -> Trace:
+def read_csv(path: str, *, limit: int | None = None) -> Trace:
     """Read a trace in our CSV format (see the module doc)."""
     if not os.path.isfile(path):
         raise TraceError(path, "file not found")
@@ -237,7 +238,8 @@ def read_csv(path: str, *, limit: Optional[int] = None) -> Trace:
         return parse_csv(f, path, limit=limit)
 
 
-def _number(row: dict, col: str, where: str, *, default=None, lo: float = 0.0, hi: float = math.inf):
+def _number(row: dict[str, str | None], col: str, where: str, *, default: float | None = None, lo: float = 0.0,
+            hi: float = math.inf) -> float:
     txt = (row.get(col) or "").strip()
     if not txt:
         if default is None:
@@ -254,7 +256,7 @@ def _number(row: dict, col: str, where: str, *, default=None, lo: float = 0.0, h
     return v
 
 
-def _column(row: dict, *names: str) -> str:
+def _column(row: dict[str, str | None], *names: str) -> str:
     for n in names:
         v = row.get(n)
         if v is not None and v.strip():
@@ -262,7 +264,7 @@ def _column(row: dict, *names: str) -> str:
     return ""
 
 
-def parse_csv(lines: Iterable[str], source: str = "<csv>", *, limit: Optional[int] = None) -> Trace:
+def parse_csv(lines: Iterable[str], source: str = "<csv>", *, limit: int | None = None) -> Trace:
     reader = csv.DictReader(lines)
     if reader.fieldnames:  # a UTF-8 byte-order mark read as text (files opened without utf-8-sig)
         reader.fieldnames = [reader.fieldnames[0].lstrip("\ufeff")] + list(reader.fieldnames[1:])
@@ -333,7 +335,10 @@ def write_csv(trace: Trace, path: str) -> None:
         w = csv.writer(f)
         w.writerow(["job_id", "tenant", "submit", "duration", "gpus", "pods", "job_class", "affinity", "grace_period",
                     "cpus", "memory_gb"])
-        opt = lambda v: "" if v is None else v  # noqa: E731
+
+        def opt(v: float | None) -> float | str:
+            return "" if v is None else v
+
         for j in trace.jobs:
             w.writerow([j.job_id, j.tenant, f"{j.submit:.3f}", f"{j.duration:.3f}",
                         j.gpus if j.gpus_asked is None else j.gpus_asked, j.pods,

@@ -66,7 +66,7 @@ def replay(scheme: str) -> bool:
         print(f"    a5 runs opportunistically (low priority) on {_gpus(g)}, B's idle cell")
     b = alloc.place("b1", "B", [4])
     if b is None:
-        print(f"t3  b1 (B, 4 GPUs)  -> CANNOT RUN: B uses 0 of its 4 GPUs, yet no node has 4 free GPUs")
+        print("t3  b1 (B, 4 GPUs)  -> CANNOT RUN: B uses 0 of its 4 GPUs, yet no node has 4 free GPUs")
         print("    sharing anomaly: B would be better off with its own 4-GPU node")
         return False
     print(f"t3  b1 (B, 4 GPUs)  -> {_gpus(b)}" + (f", preempting {', '.join(sorted(b.victims))} (opportunistic)"

@@ -201,7 +201,8 @@ def run_jobs(svc, p) -> list[str]:
                                    "gpus": p["be_gpus"], "chain": p["chain"], "grace_period": 3,
                                    "workdir": str(HERE)})
         be.append(job["id"])
-    say(f"  {p['u1']} submits {len(be)} best-effort training run{'s' if len(be) > 1 else ''} of {p['be_gpus']} GPUs each "
+    say(f"  {p['u1']} submits {len(be)} best-effort training run{'s' if len(be) > 1 else ''} "
+        f"of {p['be_gpus']} GPUs each "
         f"({', '.join(be)}): together they fill VC {p['vc1']}")
     other = [
         svc.submit(p["u2"], {"vc": p["vc2"], "name": "sweep", "job_class": "be", "chain": p["chain2"],

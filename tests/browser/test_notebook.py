@@ -160,7 +160,8 @@ def test_notebook_submits_and_shows_the_dashboard(lab, tmp_path):
             expect(page.locator(".hived-jobs")).to_contain_text("batch")
             # refreshes on its own: the batch job is seen running without touching the page
             expect(page.locator('.hived-job-row[data-id="j2"]')).to_have_attribute("data-state", "running")
-            expect(page.locator(".hived-admin select").first).to_have_value(re.compile(r"^j2 vcb/root batch"))   # the one cancellable job
+            # the one cancellable job
+            expect(page.locator(".hived-admin select").first).to_have_value(re.compile(r"^j2 vcb/root batch"))
             page.screenshot(path=str(IMG / "jupyter-notebook.png"), full_page=True)
             page.locator(".hived-picture").locator("xpath=ancestor::div[contains(@class,'widget-vbox')][1]") \
                 .screenshot(path=str(IMG / "jupyter-dashboard.png"))

@@ -3,11 +3,9 @@
 Racks of two 8-GPU nodes unless said otherwise; levels GPU(1) / PCIe switch(2) /
 socket(3) / node(4) / rack(5) (core_helpers.py).
 """
-import pytest
-
 from core_helpers import free_counts, rack_alloc
 
-from hived.core.allocator import Allocator, BindingConflict
+from hived.core.allocator import Allocator
 from hived.core.spec import load_spec
 
 

@@ -3,7 +3,6 @@
 Racks of two 8-GPU nodes; levels GPU(1) / PCIe switch(2) / socket(3) / node(4) / rack(5).
 """
 import pytest
-
 from core_helpers import rack_alloc, rack_doc
 
 from hived.core.allocator import BindingConflict

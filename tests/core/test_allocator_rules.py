@@ -4,7 +4,6 @@ The cluster in most tests: racks of two 8-GPU nodes; levels GPU(1) /
 PCIe switch(2) / socket(3) / node(4) / rack(5) (see core_helpers.py).
 """
 import pytest
-
 from core_helpers import free_counts, rack_alloc, rack_doc
 
 from hived.core.allocator import Allocator, BindingConflict

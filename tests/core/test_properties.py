@@ -13,9 +13,9 @@ reloading the same spec changes no grant; nested pinned cells are refused.
 """
 import os
 
-from hypothesis import HealthCheck, assume, given, note, settings, strategies as st
-
 import pytest
+from hypothesis import HealthCheck, assume, given, note, settings
+from hypothesis import strategies as st
 
 from hived.core.allocator import Allocator, BindingConflict
 from hived.core.spec import SpecError, load_spec
@@ -50,7 +50,7 @@ def feasible_specs(draw, nest: bool = False):
             types[names[k - 1]] = t
         top = names[-1]
 
-        def carve(level, raw):
+        def carve(level, raw, kids=kids, top=top, names=names):  # bound now: the loop moves on
             """Give this cell to a VC, leave it free, or split it (its children decide)."""
             choice = draw(st.sampled_from(["vc", "free", "split"] if level > 1 else ["vc", "free"]))
             if choice == "vc":
@@ -135,7 +135,7 @@ def _check_refusal_changed_nothing(alloc, before):
     assert after[3] == before[3], "a refused gang changed the grants"
     new = after[2] - before[2]
     assert before[2] <= after[2], f"a refused gang dropped bindings {sorted(before[2] - after[2])}"
-    for vc, key, cid in new:  # only bad hardware may stay bound (doomed), as the VC must see it
+    for vc, _key, cid in new:  # only bad hardware may stay bound (doomed), as the VC must see it
         assert alloc.tree.cell(cid).doomed, f"a refused gang left {cid} bound to {vc}"
     if not new:
         assert after == before, "a refused gang changed the free lists"
@@ -193,7 +193,7 @@ def test_random_sequences_keep_sharing_safety(doc, data, binding):
             opp = data.draw(st.booleans(), label="opportunistic")
             before = _state(alloc)
             g = alloc.place(f"g{n}", vc, pods, chain=chain, within_level=within, opportunistic=opp,
-                            node_ok=(lambda node, gpus: node not in vetoed) if vetoed else None)
+                            node_ok=(lambda node, gpus, vetoed=vetoed: node not in vetoed) if vetoed else None)
             if g is None:
                 _check_refusal_changed_nothing(alloc, before)
             else:

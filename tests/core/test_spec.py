@@ -4,11 +4,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from core_helpers import rack_doc
 
-from hived.core.spec import SpecError, load_spec
 from hived.cli.main import main as hived_main
+from hived.core.spec import SpecError, load_spec
 
 HERE = Path(__file__).parent
 BROKEN = HERE / "broken_specs"

@@ -1,8 +1,8 @@
 """Small specs and helpers shared by the engine tests."""
 from __future__ import annotations
 
-from hived.core.engine import Engine, EngineConfig
-from hived.core.jobs import Affinity, DecisionKind, JobClass, JobRequest, PodGroup
+from hived.core.engine import Engine
+from hived.core.jobs import DecisionKind, JobClass, JobRequest, PodGroup
 from hived.core.quota import QuotaAllocator
 from hived.core.spec import load_spec
 

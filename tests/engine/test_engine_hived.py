@@ -1,7 +1,7 @@
 """Engine behaviour under HiveD's cell allocator (core/allocator.py)."""
 import pytest
-
 from engine_helpers import fig2_spec, kinds, req, run
+
 from hived.core.allocator import Allocator
 from hived.core.engine import Engine
 from hived.core.jobs import JobState

@@ -1,8 +1,8 @@
 """Engine hooks for outside changes: progress reports reach the queue policy,
 and capacity moved between VCs (cell exchange) re-opens their queues."""
 import pytest
-
 from engine_helpers import fig2_spec, kinds, req, run
+
 from hived.core.allocator import Allocator
 from hived.core.engine import Engine, RequestError
 from hived.core.jobs import JobClass

@@ -2,14 +2,13 @@
 from types import SimpleNamespace
 
 import pytest
-
 from engine_helpers import eight_gpu_spec, fig2_spec, kinds, req, run
+
 from hived.core.engine import Engine, EngineConfig
 from hived.core.failures import FailureClass, classify
-from hived.core.jobs import Affinity, DecisionKind, JobClass, JobState, PodGroup
+from hived.core.jobs import Affinity, DecisionKind, JobClass, JobState
 from hived.core.sim.simulate import to_request
 from hived.core.sim.traces import TraceJob, default_pods, parse_csv
-
 
 # ---------------------------------------------------------------- a job gets every GPU it asked for
 
@@ -34,6 +33,7 @@ def test_ten_gpu_job_runs_with_ten_gpus_through_the_engine():
 
 def test_csv_pods_that_do_not_divide_are_refused_with_the_reason():
     import io
+
     from hived.core.sim.traces import TraceError
     with pytest.raises(TraceError, match="pods"):
         parse_csv(io.StringIO("job_id,tenant,submit,duration,gpus,pods\nx,A,0,10,10,3\n"))

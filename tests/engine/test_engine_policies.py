@@ -1,9 +1,9 @@
 """Preemption policy hook, soft affinity and the policy registry."""
 import pytest
-
 from engine_helpers import eight_gpu_spec, fig2_spec, kinds, quota_engine, req, run
+
 from hived.core.engine import EngineConfig
-from hived.core.jobs import Affinity, JobClass, JobState, PodGroup
+from hived.core.jobs import Affinity, JobClass, JobState
 from hived.core.policies import registry
 from hived.core.policies.fifo import FifoPolicy
 
@@ -45,7 +45,8 @@ def test_soft_affinity_relaxes_one_level_at_a_time_with_back_off():
     spec["physicalCluster"]["physicalCells"].append({"cellType": "NODE", "cellAddress": "node3"})
     eng = quota_engine(spec, config=EngineConfig(soft_wait=150.0, relax_backoff=2.0))
     b = eng.submit(req("B", 4, user="bob"), 0.0)   # B fills one node
-    ones = [eng.submit(req("A", 1), 0.0) for _ in range(8)]
+    for _ in range(8):
+        eng.submit(req("A", 1), 0.0)
     ds = run(eng, 0.0)
     by_node = {}
     for d in ds:
@@ -78,7 +79,7 @@ def test_relax_schedule_backs_off():
     spec["physicalCluster"]["cellTypes"]["NODE"]["childCellType"] = "SOCK"
     spec["physicalCluster"]["cellTypes"]["NODE"]["childCellNumber"] = 2
     eng = quota_engine(spec, config=EngineConfig(soft_wait=100.0, relax_backoff=2.0))
-    full = eng.submit(req("A", 8), 0.0)
+    eng.submit(req("A", 8), 0.0)
     run(eng, 0.0)
     j = eng.submit(req("A", 1, pods=2, affinity=Affinity.SOFT), 0.0)
     rec = eng.job(j)

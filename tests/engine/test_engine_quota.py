@@ -2,10 +2,10 @@
 import json
 
 import pytest
-
 from engine_helpers import eight_gpu_spec, fig2_spec, kinds, quota_engine, req, run
+
 from hived.core.engine import EngineConfig, JobRecord, RequestError
-from hived.core.jobs import Affinity, DecisionKind, JobClass, JobState, PodGroup
+from hived.core.jobs import JobClass, JobState, PodGroup
 
 
 def test_figure2_anomaly_under_quota():

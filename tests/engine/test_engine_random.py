@@ -2,8 +2,8 @@
 import random
 
 import pytest
-
 from engine_helpers import eight_gpu_spec, quota_engine
+
 from hived.core.engine import RequestError
 from hived.core.jobs import Affinity, DecisionKind, JobClass, JobRequest, JobState, PodGroup
 

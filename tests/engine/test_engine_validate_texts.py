@@ -1,7 +1,7 @@
 """Requests with unusable text are refused at submit, naming the field (issue 13 item 9)."""
 import pytest
-
 from engine_helpers import fig2_spec, req
+
 from hived.core.engine import Engine, RequestError
 
 

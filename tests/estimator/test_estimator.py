@@ -3,8 +3,17 @@ import math
 
 import pytest
 
-from hived.core.estimator import (Estimate, Estimator, InMemoryHistory, Sample, from_history,
-                                  from_hint, from_samples, refine, signature)
+from hived.core.estimator import (
+    Estimate,
+    Estimator,
+    InMemoryHistory,
+    Sample,
+    from_hint,
+    from_history,
+    from_samples,
+    refine,
+    signature,
+)
 
 
 def test_two_samples_extrapolate_linearly_with_startup_cost():

@@ -8,12 +8,12 @@ twice: over HiveD's buddy cell allocator (core/allocator.py, what
 import pytest
 
 from hived.core.engine import Engine
-from hived.core.quota import QuotaAllocator
-from hived.core.spec import load_spec
 from hived.core.jobs import DecisionKind, JobClass, JobRequest, JobState, PodGroup
 from hived.core.policies import preemption_order
 from hived.core.policies.fitgpp import FitGppPolicy
+from hived.core.quota import QuotaAllocator
 from hived.core.sim.fitgpp_workload import cluster_spec
+from hived.core.spec import load_spec
 
 
 @pytest.fixture(params=["hived", "quota"])

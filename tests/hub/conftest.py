@@ -35,7 +35,8 @@ def _port() -> int:
 
 def proxy_command() -> str:
     """configurable-http-proxy from PATH, else the one `make install` put under .venv/node."""
-    found = shutil.which("configurable-http-proxy") or str(REPO / ".venv/node/node_modules/.bin/configurable-http-proxy")
+    found = (shutil.which("configurable-http-proxy")
+             or str(REPO / ".venv/node/node_modules/.bin/configurable-http-proxy"))
     assert Path(found).exists(), "configurable-http-proxy is not installed: run `make install` (npm step)"
     return found
 
@@ -153,7 +154,8 @@ class Hub:
         auth = {"Authorization": f"token {DRIVER_TOKEN}"}
         kernel = requests.post(server + "api/kernels", json={"name": "python3"}, headers=auth, timeout=60)
         assert kernel.status_code == 201, kernel.text
-        ws = websocket.create_connection(server.replace("http", "ws", 1) + f"api/kernels/{kernel.json()['id']}/channels",
+        channels = server.replace("http", "ws", 1) + f"api/kernels/{kernel.json()['id']}/channels"
+        ws = websocket.create_connection(channels,
                                          header=[f"Authorization: token {DRIVER_TOKEN}"], timeout=timeout)
         session, outputs = uuid.uuid4().hex, []
         try:

@@ -63,8 +63,8 @@ def test_admin_groups_make_cluster_admins(access):
 
 @pytest.fixture
 def service(tmp_path):
-    from hived.testing.launcher_noop import InstantLauncher
     from hived.service.scheduler import SchedulerService
+    from hived.testing.launcher_noop import InstantLauncher
     doc = yaml.safe_load(SPEC.read_text())
     doc["virtualClusters"]["vca"]["users"] = ["solo"]  # by name and by group at once
     spec = tmp_path / "spec.yaml"

@@ -69,7 +69,8 @@ def _run_as(hub, user, token, tmp_path, *sources):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HIVED_", "JUPYTERHUB_"))}
     env.update(JUPYTERHUB_API_URL=hub.api, JUPYTERHUB_API_TOKEN=token, JUPYTERHUB_USER=user)
     nb = _notebook(*sources)
-    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True, resources={"metadata": {"path": str(tmp_path)}}).execute(env=env)
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute(env=env)
     return ["".join(o.get("text", "") or "".join(o.get("traceback", [])) for o in cell.outputs) for cell in nb.cells]
 
 
@@ -82,7 +83,7 @@ def test_notebook_magics_submit_as_the_hub_user(hub, tokens, tmp_path, user, vc,
                   f"%gpu_submit --vc {other} --gpus 1 --detach -- true")
     assert "hello from the GPU job" in out[1], out
     assert out[2].strip() == f"job {user} {vc} succeeded", out
-    assert f"may not submit" in out[3] or "403" in out[3], out
+    assert "may not submit" in out[3] or "403" in out[3], out
 
 
 def test_other_vcs_jobs_are_refused(hub, tokens):
@@ -174,7 +175,8 @@ def _client_in_session(hub, token, **env):
 
 def test_discovery_goes_through_the_proxy_when_the_hub_hides_the_service(hub):
     blind = hub.as_driver("POST", "users/alice/tokens",
-                          json={"note": "no read:services", "scopes": ["access:services!service=hived"]}).json()["token"]
+                          json={"note": "no read:services",
+                                "scopes": ["access:services!service=hived"]}).json()["token"]
     refused = _client_in_session(hub, blind)
     assert "no service 'hived'" in refused and "read:services!service=hived" in refused, refused
     found = _client_in_session(hub, blind, JUPYTERHUB_PUBLIC_URL=hub.url)

@@ -54,8 +54,9 @@ async def test_degraded_service_answers_503_with_its_reason(api, service, monkey
 
 
 async def test_readiness_follows_the_service(api, service, jp_serverapp, jp_fetch, monkeypatch):
-    from tornado.httpclient import HTTPClientError
     import json
+
+    from tornado.httpclient import HTTPClientError
 
     async def readyz():
         try:

@@ -48,7 +48,8 @@ def test_gpu_submit_runs_a_te_job_and_streams_its_log(ip, live_server, capsys):
 
 
 def test_cell_form_runs_the_body_with_the_named_interpreter(ip, capsys):
-    ip.run_cell_magic("gpu_submit", f"--gpus 2 {sys.executable}", "import os\nprint('gpus', os.environ['CUDA_VISIBLE_DEVICES'])\n")
+    ip.run_cell_magic("gpu_submit", f"--gpus 2 {sys.executable}",
+                      "import os\nprint('gpus', os.environ['CUDA_VISIBLE_DEVICES'])\n")
     out = capsys.readouterr().out
     job = ip.user_ns["_gpu_job"]
     assert job["state"] == "succeeded", out
@@ -194,7 +195,7 @@ def test_names_are_printed_escaped_and_flags_match_the_cli(ip, capsys):
         assert "\x1b" not in str(refused.value)
     job = client.submit({"vc": "vca", "command": "true", "name": "script"})
     client.wait(job["id"], poll=0.1, timeout=30)
-    for line in (f"--owner alice --vc vca", f"--user alice --vc vca"):
+    for line in ("--owner alice --vc vca", "--user alice --vc vca"):
         ip.run_line_magic("gpu_jobs", line)
         out = capsys.readouterr().out
         assert job["id"] in out and "script" in out, out

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tornado.httpclient import HTTPClientError
 
 from .helpers import assert_error, wait_state
 

@@ -198,6 +198,7 @@ def test_serve_refuses_argv_tokens_and_root_without_allow_root(tmp_path):
 def test_tls(served, tmp_path):
     import datetime
     import ipaddress
+
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec

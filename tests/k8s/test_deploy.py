@@ -19,6 +19,7 @@ import jsonpatch  # noqa: E402
 import pytest  # noqa: E402
 import requests  # noqa: E402
 import yaml  # noqa: E402
+from k8s_helpers import gang_placement, request, vc_ns, vc_prefix  # noqa: E402
 from kubernetes import client, utils  # noqa: E402
 from kubernetes.client import models as m  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
@@ -27,8 +28,6 @@ from hived.core.spec import load_spec  # noqa: E402
 from hived.k8s.launcher import KubernetesLauncher  # noqa: E402
 from hived.k8s.policy import load_policy, vc_manifests  # noqa: E402
 from hived.k8s.template import JobTemplate  # noqa: E402
-
-from k8s_helpers import gang_placement, request, vc_ns, vc_prefix  # noqa: E402
 
 DEPLOY = Path(__file__).resolve().parents[2] / "k8s" / "deploy"
 BASE = DEPLOY / "base"
@@ -359,7 +358,8 @@ def test_rbac_allows_every_call_hived_makes_and_nothing_unused(kube, core, ns, u
     rules = {"own": own, "vc": vc, "cluster": cluster}
     for verb, group, res, scope in sorted(used):
         assert _allows(rules[scope], verb, group, res), \
-            f"hived calls {verb} {group or 'core'}/{res} in the {scope} scope; k8s/deploy/base/rbac.yaml does not allow it"
+            f"hived calls {verb} {group or 'core'}/{res} in the {scope} scope; " \
+            "k8s/deploy/base/rbac.yaml does not allow it"
     granted = {(v, g, res, scope) for scope, rs in rules.items() for r in rs for g in r["apiGroups"]
                for res in r["resources"] for v in r["verbs"]}
     unused = granted - used - NOT_RECORDED

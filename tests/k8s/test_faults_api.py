@@ -11,13 +11,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))   # k8s_helpers (pytest runs with --import-mode=importlib)
 
 import pytest  # noqa: E402
+from k8s_helpers import TEMPLATE, gang_placement, pods_of, request, vc_prefix, wait_events  # noqa: E402
 
 from hived.core.failures import FailureClass, classify  # noqa: E402
 from hived.core.jobs import PodGroup  # noqa: E402
 from hived.k8s.launcher import KubernetesLauncher  # noqa: E402
 from hived.k8s.watch import wait_for  # noqa: E402
-
-from k8s_helpers import TEMPLATE, gang_placement, pods_of, request, wait_events, vc_prefix  # noqa: E402
 
 GANG3 = dict(groups=[PodGroup(3, 2)], grace_period=5.0)
 
@@ -30,7 +29,7 @@ def _placement3():
 @pytest.fixture
 def outage(kube):
     """Stop the API server; ``outage.back()`` starts it again. Always back after the test."""
-    class O:
+    class Outage:
         down = False
 
         def stop(self):
@@ -41,7 +40,7 @@ def outage(kube):
             if self.down:
                 kube.start_apiserver()
                 self.down = False
-    o = O()
+    o = Outage()
     yield o
     o.back()
 

@@ -1,12 +1,8 @@
 """Events on pods and jobs (binding, preemption, refusals) and a refused launch's message kept as last_error."""
 from __future__ import annotations
 
-
-
-
 from hived.k8s import pod_builder as pb  # noqa: E402
 from hived.k8s.events import JOB_KIND  # noqa: E402
-
 
 JOB = {"vc": "vca", "command": "sleep 1000", "job_class": "be", "pods": 2, "gpus": 2, "grace_period": 3}
 

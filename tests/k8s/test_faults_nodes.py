@@ -7,10 +7,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))   # k8s_helpers (pytest runs with --import-mode=importlib)
 
 import pytest  # noqa: E402
+from k8s_helpers import Harness  # noqa: E402
 
 from hived.k8s.nodes import NodeHealth  # noqa: E402
-
-from k8s_helpers import Harness  # noqa: E402
 
 ONE_VC = (("vca", "T-NODE", 2),)
 

@@ -8,11 +8,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))   # k8s_helpers (pytest runs with --import-mode=importlib)
 
 
+from k8s_helpers import TEMPLATE, gang_placement, pods_of, request, vc_prefix, wait_events  # noqa: E402
+
 from hived.core.failures import FailureClass, classify  # noqa: E402
 from hived.core.jobs import Placement, PodGroup  # noqa: E402
 from hived.k8s.launcher import EXIT_PENDING_TIMEOUT, KubernetesLauncher  # noqa: E402
-
-from k8s_helpers import TEMPLATE, gang_placement, pods_of, request, wait_events, vc_prefix  # noqa: E402
 
 
 def test_crash_between_create_and_bind_is_repaired_on_restart(hv):

@@ -1,10 +1,7 @@
 """Restarts in the middle of a fault: nothing is counted twice, nothing is left half done."""
 from __future__ import annotations
 
-
-
 import pytest  # noqa: E402
-
 
 JOB = {"vc": "vca", "command": "sleep 1000", "job_class": "be", "pods": 2, "gpus": 2, "max_retries": 3,
        "grace_period": 1}

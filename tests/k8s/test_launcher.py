@@ -10,13 +10,13 @@ import json
 import time
 
 import pytest
+from k8s_helpers import TEMPLATE, gang_placement, pods_of, request, vc_prefix, wait_events
 
 from hived.core.jobs import JobClass, Placement, PodGroup
 from hived.k8s import pod_builder as pb
 from hived.k8s.launcher import KubernetesLauncher, LaunchError
 from hived.k8s.template import TemplateError
 
-from k8s_helpers import TEMPLATE, gang_placement, pods_of, request, wait_events, vc_prefix
 
 @pytest.fixture
 def launcher(kube, ns, uid):
@@ -363,7 +363,8 @@ def test_a_multi_pod_gang_gets_its_headless_service_created_first_and_deleted_at
     monkeypatch.setattr(pb, "service_manifest", service_manifest, raising=False)
     real, order = launcher.raw.create_pod, []
     monkeypatch.setattr(launcher.raw, "create_pod",
-                        lambda n, pod: order.append(("pod", len(core.list_namespaced_service(n).items))) or real(n, pod))
+                        lambda n, pod: order.append(("pod", len(core.list_namespaced_service(n).items)))
+                        or real(n, pod))
     launcher.launch("j1", request(), gang_placement("a", "b"), attempt=1)
     assert [s.metadata.name for s in core.list_namespaced_service(ns).items] == ["hived-j1"]
     assert order and all(n == 1 for _, n in order)          # the Service existed before every pod

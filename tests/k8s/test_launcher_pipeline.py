@@ -10,13 +10,12 @@ sys.path.insert(0, str(Path(__file__).parent))   # k8s_helpers (pytest runs with
 import threading
 
 import pytest
+from k8s_helpers import TEMPLATE, gang_placement, pods_of, request, vc_prefix, wait_events
 
-from hived.core.jobs import PodGroup, Placement
+from hived.core.jobs import Placement, PodGroup
 from hived.k8s import pod_builder as pb
 from hived.k8s.launcher import EXIT_LAUNCH_REFUSED, KubernetesLauncher
 from hived.k8s.template import TemplateError
-
-from k8s_helpers import TEMPLATE, gang_placement, pods_of, request, wait_events, vc_prefix
 
 
 @pytest.fixture

@@ -3,12 +3,10 @@ from __future__ import annotations
 
 import time
 
-
 import pytest  # noqa: E402
 
-from hived.service.degraded import ServiceDegraded  # noqa: E402 (REST: 503)
 from hived.k8s.watch import wait_for  # noqa: E402
-
+from hived.service.degraded import ServiceDegraded  # noqa: E402 (REST: 503)
 
 JOB = {"vc": "vca", "command": "sleep 1000", "job_class": "be", "pods": 3, "gpus": 2}
 

@@ -8,11 +8,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))   # k8s_helpers (pytest runs with --import-mode=importlib)
 
 import pytest  # noqa: E402
+from k8s_helpers import vc_ns, vc_prefix  # noqa: E402
 
 from hived.core.jobs import JobClass, JobRequest, Placement, PodGroup, PodPlacement  # noqa: E402
 from hived.k8s import pod_builder as pb  # noqa: E402
 from hived.k8s.template import JobTemplate, TemplateError  # noqa: E402
-from k8s_helpers import vc_ns, vc_prefix  # noqa: E402
 
 TPL = JobTemplate.from_dict({"image": "registry.example/train:1",
                              "resources": {"requests": {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "10Gi"},

@@ -12,18 +12,24 @@ import subprocess  # noqa: E402
 
 import pytest  # noqa: E402
 import yaml  # noqa: E402
+from k8s_helpers import gang_placement, request, spec_for, vc_prefix  # noqa: E402
 
 from hived.core.engine import RequestError  # noqa: E402
 from hived.k8s import pod_builder as pb  # noqa: E402
 from hived.k8s.launcher import KubernetesLauncher  # noqa: E402
-from hived.k8s.policy import (PolicyError, PolicyFileError, check_template, load_policy,  # noqa: E402
-                              namespace_manifest, vc_manifests, vc_namespace)
 from hived.k8s.pod_security import violations  # noqa: E402
+from hived.k8s.policy import (  # noqa: E402
+    PolicyError,
+    PolicyFileError,
+    check_template,
+    load_policy,
+    namespace_manifest,
+    vc_manifests,
+    vc_namespace,
+)
 from hived.k8s.service import KubernetesSchedulerService  # noqa: E402
 from hived.k8s.template import JobTemplate  # noqa: E402
 from hived.k8s.watch import wait_for  # noqa: E402
-
-from k8s_helpers import gang_placement, request, spec_for, vc_prefix  # noqa: E402
 
 POLICY = """
 namespacePrefix: jobs-

@@ -13,13 +13,12 @@ import signal  # noqa: E402
 import sqlite3  # noqa: E402
 import subprocess  # noqa: E402
 
+from k8s_helpers import vc_prefix  # noqa: E402
 
 from hived.k8s import pod_builder as pb  # noqa: E402
 from hived.k8s.launcher import KubernetesLauncher  # noqa: E402
 from hived.k8s.service import KubernetesSchedulerService  # noqa: E402
 from hived.k8s.watch import wait_for  # noqa: E402
-
-from k8s_helpers import vc_prefix  # noqa: E402
 
 HERE = Path(__file__).parent
 JOB_4x2 = {"vc": "vca", "command": ["python", "train.py"], "job_class": "be", "pods": 4, "gpus": 2,
@@ -256,7 +255,8 @@ def test_live_spec_reload_downgrades_instead_of_refusing(hv):
     # a restart after the reload agrees with the cluster: nothing to correct
     svc.close()
     svc2 = hv.service(str(hv.tmp / "spec2.yaml"))
-    assert sorted(svc2.recovered["cluster"]["agreed"]) == sorted([a, b]) and svc2.recovered["cluster"]["downgraded"] == []
+    assert sorted(svc2.recovered["cluster"]["agreed"]) == sorted([a, b])
+    assert svc2.recovered["cluster"]["downgraded"] == []
     assert svc2.eng.job(a).opportunistic
 
 

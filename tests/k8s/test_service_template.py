@@ -10,14 +10,13 @@ sys.path.insert(0, str(Path(__file__).parent))   # k8s_helpers (pytest runs with
 import json  # noqa: E402
 
 import pytest  # noqa: E402
+from k8s_helpers import spec_for, vc_prefix  # noqa: E402
 
 from hived.core.engine import RequestError  # noqa: E402
 from hived.k8s import pod_builder as pb  # noqa: E402
 from hived.k8s.launcher import KubernetesLauncher  # noqa: E402
 from hived.k8s.service import KubernetesSchedulerService  # noqa: E402
 from hived.k8s.watch import wait_for  # noqa: E402
-
-from k8s_helpers import spec_for, vc_prefix  # noqa: E402
 
 DEFAULT = {"image": "registry.example/train:1", "env": {"DATA": "/data"}}
 

@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(__file__).parent))   # k8s_helpers (pytest runs with
 import time
 
 import pytest
+from k8s_helpers import TEMPLATE, Kubelet, gang_placement, pods_of, request, spec_for, vc_prefix, wait_events
 
 from hived.core.engine import Engine
 from hived.core.jobs import Placement, PodGroup
@@ -16,8 +17,6 @@ from hived.k8s import pod_builder as pb
 from hived.k8s.launcher import KubernetesLauncher
 from hived.k8s.nodes import NodeHealth, node_healthy
 from hived.k8s.watch import ListWatch, _Expired, pod_state, wait_for
-
-from k8s_helpers import TEMPLATE, Kubelet, gang_placement, pods_of, request, spec_for, wait_events, vc_prefix
 
 POD = {"spec": {"containers": [{"name": "c", "image": "i"}]}}
 

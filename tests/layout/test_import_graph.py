@@ -87,6 +87,7 @@ def test_the_checker_sees_a_forbidden_import(tmp_path, monkeypatch):
     fake = REPO / "service" / "_layout_probe.py"
     fake.write_text("from ..jupyter_ext import auth\n")
     try:
-        assert _offenders(["service"], ["hived.jupyter_ext"]) == ["service/_layout_probe.py: hived.jupyter_ext, hived.jupyter_ext.auth"]
+        assert _offenders(["service"], ["hived.jupyter_ext"]) == [
+            "service/_layout_probe.py: hived.jupyter_ext, hived.jupyter_ext.auth"]
     finally:
         fake.unlink()

@@ -13,8 +13,8 @@ from mlflow.tracking import MlflowClient
 
 import hived.mlflow_plugin.backend as backend
 from hived.mlflow_plugin.__main__ import main as follow_main
-from hived.service.client import HivedClient
 from hived.mlflow_plugin.config import HivedBackendError
+from hived.service.client import HivedClient
 
 from .conftest import PROJECT
 

@@ -102,6 +102,7 @@ _AGREEMENT = [
 @pytest.mark.parametrize("doc", _AGREEMENT)
 def test_own_checker_agrees_with_jsonschema(doc):
     import jsonschema  # installed with jupyter-server; only this test needs it
+
     from hived.mlflow_plugin.config import SCHEMA
     from hived.mlflow_plugin.schema_check import first_error
     jsonschema.Draft202012Validator.check_schema(SCHEMA)

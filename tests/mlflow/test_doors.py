@@ -13,8 +13,8 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from hived.service.client import HivedClient
 from hived.mlflow_plugin.submitted_run import HivedSubmittedRun
+from hived.service.client import HivedClient
 
 from .conftest import PROJECT, VC, VC_GPUS
 

@@ -15,9 +15,9 @@ import pytest
 from mlflow.exceptions import ExecutionException
 from mlflow.tracking import MlflowClient
 
-from hived.service.client import HivedClient
 from hived.mlflow_plugin.config import HivedBackendError
 from hived.mlflow_plugin.history import MlflowHistory, project_signature
+from hived.service.client import HivedClient
 
 from .conftest import PROJECT, VC, VC_GPUS
 
@@ -44,7 +44,7 @@ def test_cli_blocks_streams_output_and_finishes(hived_server, tracking_uri, tmp_
            "HIVED_TOKEN": hived_server["token"], "HIVED_DATA_DIR": str(tmp_path)}
     proc = subprocess.run([MLFLOW, "run", str(PROJECT), "--backend", "hived", "--env-manager", "local",
                            "-P", "steps=5", "-P", "step_seconds=0", "--run-name", "cli-run",
-                           "--backend-config", '{"vc": "%s", "gpus": 2}' % VC],
+                           "--backend-config", f'{{"vc": "{VC}", "gpus": 2}}'],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out

@@ -6,8 +6,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from hived.core.estimator import Estimator, HistorySource
-from hived.mlflow_plugin.history import (KIND_TAG, RUN_SECONDS_TAG, SIGNATURE_TAG, MlflowHistory,
-                                         project_signature)
+from hived.mlflow_plugin.history import KIND_TAG, RUN_SECONDS_TAG, SIGNATURE_TAG, MlflowHistory, project_signature
 
 
 def _run(client, exp, tags, status, start, end):

@@ -65,7 +65,7 @@ def test_cli_prints_one_error_line(tmp_path, config, expected, _migrated_store):
                            "--backend-config", config], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
-    lines = [l for l in (proc.stdout + proc.stderr).splitlines() if l.strip()]
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     assert len(lines) == 1, lines
     assert expected in lines[0]
     assert _runs(env["MLFLOW_TRACKING_URI"]) == []   # refused before any run was created

@@ -43,8 +43,9 @@ def fake_nvml(monkeypatch, models, topo=None, nvlink=None, numa=None, fail=(), i
     later; ``xids``: a list of (handle, xid) events the test may append to.
     Returns the list of called function names.
     """
-    import pynvml
     from types import SimpleNamespace
+
+    import pynvml
     code = pynvml.NVML_ERROR_NOT_SUPPORTED if error is None else error
     n = len(models)
     bus = [f"00000000:{0x10 + i:02X}:00.0" for i in range(n)]

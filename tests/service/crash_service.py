@@ -46,7 +46,7 @@ def main() -> int:
             acked.write(f"{job['id']} {p['name']}\n")
             acked.flush()
             time.sleep(0.004)
-    while any(not j["state"] in ("succeeded", "failed", "cancelled") for j in svc.list_jobs()):
+    while any(j["state"] not in ("succeeded", "failed", "cancelled") for j in svc.list_jobs()):
         time.sleep(0.05)
     svc.stop()
     return 0

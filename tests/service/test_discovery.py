@@ -4,7 +4,6 @@ import pytest
 
 from hived.service.discovery import NoGpuError, chain_name, discover, virtual_node
 
-
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
 
 

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
+from service_helpers import FailingCommits, wait_until
 
 from hived.service.degraded import ServiceDegraded
-from service_helpers import FailingCommits, wait_until
 
 PY = sys.executable
 # runs until stopped, leaving its pid in the job's directory

@@ -4,9 +4,9 @@ import errno
 import subprocess
 
 import pytest
+from service_helpers import wait_until
 
 from hived.service.degraded import ServiceDegraded
-from service_helpers import wait_until
 
 
 @pytest.fixture

@@ -5,11 +5,11 @@ import re
 import sys
 
 import pytest
+from service_helpers import wait_until
 
 from hived.core.engine import RequestError
 from hived.service import quota
 from hived.service.scheduler import NotAuthorized
-from service_helpers import wait_until
 
 PY = sys.executable
 # writes 3 MiB into $HIVED_JOB_DIR, then more every 0.2 s, until stopped

@@ -5,9 +5,8 @@ import json
 from pathlib import Path
 
 import pytest
-from tornado.httpclient import HTTPClientError
-
 from service_helpers import FailingCommits
+from tornado.httpclient import HTTPClientError
 
 SPEC = Path(__file__).with_name("spec_small.yaml")
 

@@ -5,12 +5,12 @@ import sys
 import time
 
 import pytest
+from service_helpers import FailingCommits, wait_until
 
 from hived.core.engine import RequestError
 from hived.service import retention
 from hived.service.degraded import ServiceDegraded
 from hived.service.scheduler import NotAuthorized, NotFound
-from service_helpers import FailingCommits, wait_until
 
 PY = sys.executable
 

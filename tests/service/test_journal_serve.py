@@ -24,7 +24,8 @@ def test_serve_refuses_a_damaged_database_with_its_exit_code(tmp_path):
     db.write_bytes(bytes(raw))
     before = hashlib.sha256(db.read_bytes()).hexdigest()
     r = subprocess.run([sys.executable, "-m", "hived.cli.main", "serve", "--spec", str(SPEC),
-                        "--data-dir", str(data), "--port", "0", "--allow-root"], capture_output=True, text=True, timeout=60)
+                        "--data-dir", str(data), "--port", "0", "--allow-root"],
+                       capture_output=True, text=True, timeout=60)
     assert r.returncode == StoreDamaged.EXIT_CODE, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("hived serve:")]
     assert len(lines) == 1 and "Traceback" not in r.stderr

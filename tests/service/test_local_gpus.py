@@ -4,12 +4,12 @@ import sys
 
 import pynvml
 import pytest
+from service_helpers import wait_until
 
 from hived.service.discovery import discover
 from hived.service.health import HealthMonitor
 from hived.service.local_gpus import match_local
 from hived.service.scheduler import SchedulerService
-from service_helpers import wait_until
 
 PY = sys.executable
 

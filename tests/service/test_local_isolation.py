@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from service_helpers import wait_until
 
 PY = sys.executable
@@ -113,7 +112,7 @@ def test_a_vc_keeps_its_uid_and_other_vcs_get_others(make_service, open_data):
     ids = [svc.submit(u, {"vc": vc, "command": "id -u"})["id"]
            for u, vc in (("alice", "vca"), ("anna", "vca"), ("bob", "vcb"))]
     for j in ids:
-        wait_until(lambda: svc.get_job(j)["state"] == "succeeded", what=f"{j} done")
+        wait_until(lambda: svc.get_job(j)["state"] == "succeeded", what=f"{j} done")  # noqa: B023 - waited on here
     uid = [int(_log(svc, j).splitlines()[2]) for j in ids]
     assert uid[0] == uid[1] != uid[2] and 0 not in uid
 
@@ -147,7 +146,7 @@ def test_the_spec_mapping_decides_the_account(make_service, open_data):
     ids = {u: svc.submit(u, {"vc": vc, "command": "id -u; id -g"})["id"]
            for u, vc in (("alice", "vca"), ("bob", "vcb"))}
     for j in ids.values():
-        wait_until(lambda: svc.get_job(j)["state"] == "succeeded", what=f"{j} done")
+        wait_until(lambda: svc.get_job(j)["state"] == "succeeded", what=f"{j} done")  # noqa: B023 - waited on here
     assert _log(svc, ids["alice"]).splitlines()[2:4] == ["65534", "65534"]
     assert _log(svc, ids["bob"]).splitlines()[2:4] == ["4242", "4343"]
 
@@ -262,6 +261,7 @@ def test_a_pod_gets_its_memory_and_cpu_limits_where_the_cgroup_offers_them(tmp_p
 def test_hived_serve_started_with_a_token_keeps_it_from_jobs(open_data):
     """As an operator starts it: `hived serve` with its token in the environment."""
     import subprocess
+
     from hived.service.client import HivedClient
     spec = str(Path(__file__).with_name("spec_small.yaml"))
     env = {k: v for k, v in os.environ.items() if k not in ("HIVED_JOB_ACCOUNT", "HIVED_URL", "HIVED_DATA_DIR")}

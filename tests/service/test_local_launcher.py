@@ -5,10 +5,10 @@ import sys
 import time
 
 import pytest
+from service_helpers import wait_until
 
 from hived.core.jobs import JobRequest, Placement, PodPlacement
 from hived.service.local_launcher import LocalLauncher
-from service_helpers import wait_until
 
 PY = sys.executable
 

@@ -7,10 +7,10 @@ import sys
 import time
 
 import pytest
+from service_helpers import foreign_database, wait_until
 
 from hived.core.engine import RequestError
 from hived.service.scheduler import DataDirBusy, NotAuthorized, NotFound
-from service_helpers import foreign_database, wait_until
 
 PY = sys.executable
 # a BE program that checkpoints its step on SIGTERM and resumes from it
@@ -71,7 +71,8 @@ BAD = [
     ({"vc": "vca", "command": []}, RequestError, "command: must be a non-empty list"),
     ({"vc": "vca"}, RequestError, "command: required"),
     ({"vc": "vca", "command": "true", "workdir": "/no/such/dir"}, RequestError, "workdir: /no/such/dir does not exist"),
-    ({"vc": "vca", "command": "true", "job_class": "urgent"}, RequestError, "job_class: must be te, be or opportunistic"),
+    ({"vc": "vca", "command": "true", "job_class": "urgent"}, RequestError,
+     "job_class: must be te, be or opportunistic"),
     ({"vc": "vca", "command": "true", "colour": "red"}, RequestError, "colour: unknown field"),
     ({"vc": "vca", "command": "true", "env": {"CUDA_VISIBLE_DEVICES": "0"}}, RequestError, "env.CUDA_VISIBLE_DEVICES"),
     ({"vc": "vca", "command": "true", "cell_type": "T-NODE.NOPE"}, RequestError, "cell_type"),

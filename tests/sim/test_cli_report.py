@@ -5,10 +5,10 @@ import types
 
 import pytest
 
+from hived.cli.main import main
 from hived.core.sim.schemes import size_cluster
 from hived.core.sim.simulate import simulate
 from hived.core.sim.traces import Trace, TraceJob
-from hived.cli.main import main
 from hived.reports import sharing
 
 CSV = """job_id,tenant,submit,duration,gpus

@@ -7,9 +7,9 @@ import pytest
 
 from hived.core.sim.schemes import size_cluster
 from hived.core.sim.simulate import simulate
-from hived.core.sim.traces import PHILLY_DIR as PHILLY, read_philly
+from hived.core.sim.traces import PHILLY_DIR as PHILLY
+from hived.core.sim.traces import read_philly
 from hived.reports.sharing import anomalies
-
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import pytest
 from hived.core.sim.launcher import SimLauncher
 from hived.core.sim.schemes import build_engine, private_specs, size_cluster, sizing_from_spec
 from hived.core.sim.simulate import simulate
-from hived.core.sim.traces import PHILLY_DIR as PHILLY, Trace, TraceJob, parse_csv, read_philly
-
+from hived.core.sim.traces import PHILLY_DIR as PHILLY
+from hived.core.sim.traces import Trace, parse_csv, read_philly
 
 
 def _trace(rows):

@@ -3,8 +3,8 @@ import io
 import pytest
 
 from hived.core.sim import generator
-from hived.core.sim.traces import PHILLY_DIR as PHILLY, TraceError, default_pods, parse_csv, read_csv, read_philly, soften, write_csv
-
+from hived.core.sim.traces import PHILLY_DIR as PHILLY
+from hived.core.sim.traces import TraceError, default_pods, parse_csv, read_csv, read_philly, soften, write_csv
 
 
 def test_philly_reader_maps_vcs_and_gangs():
@@ -37,7 +37,9 @@ def test_csv_roundtrip(tmp_path):
     p = tmp_path / "t.csv"
     write_csv(tr, str(p))
     back = read_csv(str(p))
-    assert [(j.job_id, j.gpus, j.pods, j.submit) for j in back.jobs] == [(j.job_id, j.gpus, j.pods, j.submit) for j in tr.jobs]
+    def rows(trace):
+        return [(j.job_id, j.gpus, j.pods, j.submit) for j in trace.jobs]
+    assert rows(back) == rows(tr)
 
 
 @pytest.mark.parametrize("line,where", [

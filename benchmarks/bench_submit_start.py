@@ -80,6 +80,7 @@ def main() -> int:
     ap.add_argument("--no-rest", action="store_true", help="leave out the REST arm")
     args = ap.parse_args()
     import requests
+
     from hived.service.scheduler import SchedulerService
     with tempfile.TemporaryDirectory(prefix="bench-start-") as tmp:
         tmp_path = Path(tmp)

@@ -28,6 +28,7 @@ def register(subparsers, summary: str) -> None:
 
 def run(args) -> int:
     import yaml
+
     from hived.service.discovery import NoGpuError, discover, virtual_node
     vcs = [v.strip() for v in args.vcs.split(",")] if args.vcs else None
     try:

@@ -16,7 +16,8 @@ import importlib
 import os
 import sys
 
-from hived.core.sim.traces import PHILLY_DIR as PHILLY_DEFAULT    # the trace shipped with hived
+from hived.core.sim.traces import PHILLY_DIR as PHILLY_DEFAULT  # the trace shipped with hived
+
 RUNS = {"private": ("private", "node"), "private-quota": ("private-quota", "node"), "quota": ("quota", "node"),
         "hived": ("hived", None), "hived-static": ("hived-static", None)}
 

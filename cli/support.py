@@ -19,12 +19,14 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from hived.core.jobs import TERMINAL as TERMINAL_STATES
 from hived.core.jobs import state_values
-from hived.service.terminal_text import table as _table, terminal_width, visible
+from hived.service.terminal_text import table as _table
+from hived.service.terminal_text import terminal_width, visible
 
 OK, JOB_FAILED, BAD_INPUT, NOT_ALLOWED, NOT_FOUND, UNREACHABLE = 0, 1, 2, 3, 4, 5
 TERMINAL = state_values(TERMINAL_STATES)
@@ -214,13 +216,13 @@ def table(rows: list[list], headers: list[str], shrink: tuple = ("NAME", "PLACEM
     return _table(rows, headers, terminal_width(), shrink)
 
 
-def placement_text(p: Optional[dict]) -> str:
+def placement_text(p: dict | None) -> str:
     if not p:
         return "-"
     return " ".join(f"{q['node']}:{','.join(map(str, q['gpus']))}" for q in p["pods"])
 
 
-def ago(t: Optional[float]) -> str:
+def ago(t: float | None) -> str:
     if not t:
         return "-"
     s = max(0, time.time() - t)

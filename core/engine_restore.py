@@ -8,7 +8,6 @@ allocator and the engine's view agree with what is really running.
 """
 from __future__ import annotations
 
-
 from .engine_records import JobRecord
 from .engine_validate import RequestError, check
 from .grant import Grant

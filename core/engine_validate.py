@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 from .jobs import Affinity, JobClass, JobRequest, PodGroup
 
@@ -28,8 +27,8 @@ class RequestError(ValueError):
 class Resolved:
     pod_gpus: list            # GPUs per pod
     pod_demands: list         # (cpus, memory_gb, gpus) per pod
-    chain: Optional[str]      # the request's chain, or the only chain there is
-    want_level: Optional[int]  # 1-based level that must hold the whole gang (None: no gang constraint)
+    chain: str | None      # the request's chain, or the only chain there is
+    want_level: int | None  # 1-based level that must hold the whole gang (None: no gang constraint)
     default_share: bool       # every pod uses the node-share CPU/RAM default
 
 
@@ -38,7 +37,7 @@ _CONTROL = {chr(c) for c in range(32)} | {"\x7f"}
 _SCRIPT_OK = {"\t", "\n", "\r"}
 
 
-def _text_problem(value: str, allow: set) -> Optional[str]:
+def _text_problem(value: str, allow: set) -> str | None:
     """What makes ``value`` unusable as a command, name or env entry, else None."""
     for k, ch in enumerate(value):
         if ch == "\x00":
@@ -102,7 +101,7 @@ def node_gpus(chain) -> int:
     return chain.gpus_per_level[chain.node_level - 1]
 
 
-def gang_level(chain, pod_gpus: list) -> Optional[int]:
+def gang_level(chain, pod_gpus: list) -> int | None:
     """Smallest level whose one cell holds the whole gang; None for one pod
     (the allocator already gives a pod the smallest cell holding it) or when
     no level is big enough."""
@@ -115,7 +114,7 @@ def gang_level(chain, pod_gpus: list) -> Optional[int]:
     return None
 
 
-def check(req: JobRequest, spec, alloc=None, totals: Optional[dict] = None) -> Resolved:
+def check(req: JobRequest, spec, alloc=None, totals: dict | None = None) -> Resolved:
     """``totals``: GPUs per chain in the physical cluster (the engine caches it)."""
     if not isinstance(req, JobRequest):
         raise RequestError("request", f"must be a JobRequest, got {type(req).__name__}")

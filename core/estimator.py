@@ -26,8 +26,9 @@ import hashlib
 import json
 import math
 import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping, Optional, Protocol, Sequence
+from typing import Protocol
 
 from .jobs import STARTED, state_values
 
@@ -43,7 +44,7 @@ class Estimate:
     source: str                       # one of SOURCES
     confidence: float                 # (0, 1]
     kind: str = "gpu"                 # the configuration / device kind it is for
-    memory_gb: Optional[float] = None
+    memory_gb: float | None = None
     detail: str = ""                  # how it was made, for people
 
     def __post_init__(self) -> None:
@@ -64,7 +65,7 @@ class Sample:
 
     steps: float
     seconds: float
-    peak_memory_gb: Optional[float] = None
+    peak_memory_gb: float | None = None
 
 
 def _positive(what: str, x) -> float:
@@ -132,7 +133,7 @@ def from_hint(seconds: float, kind: str = "gpu") -> Estimate:
     return Estimate(_positive("hint", seconds), "hint", HINT_CONFIDENCE, kind, None, "the user's estimate")
 
 
-def refine(prior: Optional[Estimate], done: float, total: float, elapsed: float) -> Estimate:
+def refine(prior: Estimate | None, done: float, total: float, elapsed: float) -> Estimate:
     """A running job reported ``done`` of ``total`` steps after ``elapsed`` seconds.
 
     Progress alone says elapsed * total / done with confidence
@@ -165,8 +166,8 @@ def refine(prior: Optional[Estimate], done: float, total: float, elapsed: float)
                     f"{done:g}/{tot:g} steps after {elapsed:.4g} s")
 
 
-def signature(project: str, entry_point: str = "main", params: Optional[Mapping[str, object]] = None,
-              relevant: Optional[Iterable[str]] = None) -> str:
+def signature(project: str, entry_point: str = "main", params: Mapping[str, object] | None = None,
+              relevant: Iterable[str] | None = None) -> str:
     """A stable key for "the same job": project, entry point and the parameters that matter.
 
     ``relevant`` names the parameters that change the run time (epochs,
@@ -204,7 +205,7 @@ class InMemoryHistory:
 _RANK = {"oracle": 0, "progress": 1, "sample": 2, "history": 3, "hint": 4, "default": 5}
 
 
-def record_elapsed(rec, now: Optional[float]) -> float:
+def record_elapsed(rec, now: float | None) -> float:
     """Seconds a job record has run: earlier runs (``run_time``) plus the current one."""
     el = float(getattr(rec, "run_time", 0.0) or 0.0)
     started = getattr(rec, "started", None)
@@ -217,14 +218,14 @@ def record_elapsed(rec, now: Optional[float]) -> float:
 class Estimator:
     """Picks the most confident estimate per job and kind, and refines it from progress."""
 
-    def __init__(self, history: Optional[HistorySource] = None):
+    def __init__(self, history: HistorySource | None = None):
         self.history = history
         self._estimates: dict[str, Estimate] = {}
         self._base: dict[str, Estimate] = {}     # per job: the estimate before any progress
 
-    def estimate(self, kind: str = "gpu", *, signature: Optional[str] = None,
-                 samples: Optional[Sequence[Sample]] = None, total_steps: Optional[float] = None,
-                 hint: Optional[float] = None) -> Optional[Estimate]:
+    def estimate(self, kind: str = "gpu", *, signature: str | None = None,
+                 samples: Sequence[Sample] | None = None, total_steps: float | None = None,
+                 hint: float | None = None) -> Estimate | None:
         """The best estimate from what is known, or None when nothing is."""
         found: list[Estimate] = []
         if samples:
@@ -259,7 +260,7 @@ class Estimator:
     def track(self, job_id: str, estimate: Estimate) -> None:
         self._estimates[job_id] = estimate
 
-    def get(self, job_id: str) -> Optional[Estimate]:
+    def get(self, job_id: str) -> Estimate | None:
         return self._estimates.get(job_id)
 
     def report_progress(self, job_id: str, done: float, total: float, elapsed: float) -> Estimate:
@@ -267,7 +268,7 @@ class Estimator:
         self._estimates[job_id] = est
         return est
 
-    def remaining(self, job_id: str, elapsed: float) -> Optional[float]:
+    def remaining(self, job_id: str, elapsed: float) -> float | None:
         est = self._estimates.get(job_id)
         return None if est is None else max(0.0, est.value - elapsed)
 
@@ -277,7 +278,7 @@ class Estimator:
 
     # --- per engine record (what policies call) -------------------------
     def base_for(self, rec, kind: str = "gpu", *, oracle: bool = False,
-                 default: Optional[float] = None) -> Optional[Estimate]:
+                 default: float | None = None) -> Estimate | None:
         """The estimate of a job before it reports progress: its signature label
         (``labels["signature"]``) in the history, the user's hint, the simulator's
         duration when ``oracle`` is set, else ``default``; kept per job."""
@@ -297,7 +298,7 @@ class Estimator:
             self._base[rec.job_id] = got
         return got
 
-    def for_record(self, rec, now: Optional[float], kind: str = "gpu", **kw) -> Optional[Estimate]:
+    def for_record(self, rec, now: float | None, kind: str = "gpu", **kw) -> Estimate | None:
         """The job's current estimate: its base refined by the progress it reported
         (``rec.progress`` = (done, total), set by ``Engine.report_progress``) over the
         time it has run. Idempotent: always refined from the base, never compounded."""
@@ -315,7 +316,7 @@ class Estimator:
             self._estimates[rec.job_id] = est
         return est
 
-    def remaining_for(self, rec, now: Optional[float], kind: str = "gpu", **kw) -> Optional[float]:
+    def remaining_for(self, rec, now: float | None, kind: str = "gpu", **kw) -> float | None:
         """Seconds the job still needs: its estimate less what it has run (at least 1 s
         while it is not done, so a late job never looks free)."""
         est = self.for_record(rec, now, kind, **kw)

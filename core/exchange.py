@@ -30,11 +30,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from .exchange_policy import ExchangePolicy, make_policy, qualifies
-from .exchange_types import (Cells, Exchange, ExchangeState, Leg, Ledger, LedgerEntry, Post,
-                             PostKind)
+from .exchange_types import Cells, Exchange, ExchangeState, Ledger, LedgerEntry, Leg, Post, PostKind
 
 
 class ReturnDelayed(RuntimeError):
@@ -66,7 +65,7 @@ class TickResult:
 class ExchangeArbiter:
     def __init__(self, allocator: Any, spec: Any = None, policy: ExchangePolicy | str | None = None):
         self.allocator = allocator
-        self.spec = spec if spec is not None else getattr(allocator, "spec")
+        self.spec = spec if spec is not None else allocator.spec
         self.policy = make_policy(policy)
         self.ledger = Ledger(sorted(self.spec.vcs))
         self.offers: dict[str, Post] = {}
@@ -82,7 +81,7 @@ class ExchangeArbiter:
         return cells.count * self.gpus_per_cell(cells.chain, cells.level) * (end - start) / 3600.0
 
     # --- posting ----------------------------------------------------------
-    def proxy(self, vc: str) -> "ExchangeProxy":
+    def proxy(self, vc: str) -> ExchangeProxy:
         if vc not in self.spec.vcs:
             raise ExchangeError("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
         return ExchangeProxy(self, vc)
@@ -133,7 +132,7 @@ class ExchangeArbiter:
                                        f"(it has {quota}, {quota - free} already promised)")
 
     def post(self, kind: PostKind | str, vc: str, chain: str, level: int, count: int, start: float,
-             end: float, *, in_return: Optional[tuple[str, int, int] | Cells] = None, now: float = 0.0) -> Post:
+             end: float, *, in_return: tuple[str, int, int] | Cells | None = None, now: float = 0.0) -> Post:
         """Put an offer or a request on the board (validated; nothing changes when refused)."""
         try:
             kind = PostKind(kind)
@@ -377,11 +376,11 @@ class ExchangeProxy:
         self.arbiter, self.vc = arbiter, vc
 
     def offer(self, chain: str, level: int, count: int, start: float, end: float, *,
-              wants: Optional[tuple[str, int, int]] = None, now: float = 0.0) -> Post:
+              wants: tuple[str, int, int] | None = None, now: float = 0.0) -> Post:
         return self.arbiter.post(PostKind.OFFER, self.vc, chain, level, count, start, end, in_return=wants, now=now)
 
     def request(self, chain: str, level: int, count: int, start: float, end: float, *,
-                gives: Optional[tuple[str, int, int]] = None, now: float = 0.0) -> Post:
+                gives: tuple[str, int, int] | None = None, now: float = 0.0) -> Post:
         return self.arbiter.post(PostKind.REQUEST, self.vc, chain, level, count, start, end, in_return=gives, now=now)
 
     def withdraw(self, post_id: str) -> Post:

@@ -13,7 +13,8 @@ larger offer is split: the rest stays on the board.
 """
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from .exchange_types import Ledger, Post
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class Post:
     cells: Cells                    # offered (OFFER) or wanted (REQUEST)
     start: float
     end: float
-    in_return: Optional[Cells] = None   # spatial exchange: cells wanted back (OFFER) / given back (REQUEST)
+    in_return: Cells | None = None   # spatial exchange: cells wanted back (OFFER) / given back (REQUEST)
     posted: float = 0.0
     seq: int = 0                    # posting order (tie-breaks)
 

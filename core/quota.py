@@ -19,7 +19,6 @@ depends on every tenant's jobs, not only the VC's own.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .grant import Grant

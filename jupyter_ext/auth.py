@@ -42,10 +42,11 @@ import json
 from collections.abc import Hashable, Iterable
 from urllib.parse import quote, unquote
 
-from hived.service.access import SERVER_ACCOUNT, Access
-from hived.service.client import USER_HEADER
 from jupyter_server.auth import Authorizer, IdentityProvider, User
 from traitlets import Bool, Dict, Unicode, default
+
+from hived.service.access import SERVER_ACCOUNT, Access
+from hived.service.client import USER_HEADER
 
 __all__ = ["SERVER_ACCOUNT", "Access", "HivedAuthorizer", "HivedIdentityProvider", "caller_groups", "decide"]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import ipywidgets as W
+
 from hived.service.client import HivedClient, HivedError
 
 

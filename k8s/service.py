@@ -27,7 +27,7 @@ import json
 import logging
 import os
 import re
-from typing import Any, Optional
+from typing import Any
 
 from hived.service.degraded import ServiceDegraded
 from hived.service.scheduler import SchedulerService
@@ -67,7 +67,7 @@ ENV = {
 _JOB_ID = re.compile(r"j(\d+)")
 
 
-def leader_from_env() -> Optional[dict]:
+def leader_from_env() -> dict | None:
     """The ``leader=`` argument that HIVED_K8S_LEASE / HIVED_K8S_LEASE_NAMESPACE ask for (None: no election)."""
     name = os.environ.get("HIVED_K8S_LEASE")
     if not name:
@@ -77,7 +77,7 @@ def leader_from_env() -> Optional[dict]:
     return {"name": name, "namespace": ns}
 
 
-def _own_namespace() -> Optional[str]:
+def _own_namespace() -> str | None:
     try:
         with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
             return f.read().strip() or None
@@ -85,7 +85,7 @@ def _own_namespace() -> Optional[str]:
         return None
 
 
-def _load_template(path: Optional[str]) -> Any:
+def _load_template(path: str | None) -> Any:
     if not path:
         return None
     with open(path) as f:
@@ -186,7 +186,7 @@ class KubernetesSchedulerService(SchedulerService):
         # Standby until the Lease is ours: _recover (called by the base constructor) then waits.
         self._standby = leader is not None
         self._closing = False
-        self.elector: Optional[Elector] = None
+        self.elector: Elector | None = None
         super().__init__(spec_path, data_dir, launcher=launcher, health=health, **kw)
         self._own_version = not launcher.spec_version
         if self._own_version:
@@ -205,7 +205,7 @@ class KubernetesSchedulerService(SchedulerService):
             raise ServiceDegraded(f"this hived instance ({self.elector.identity if self.elector else '?'}) "
                                   f"is a standby; the leader is {holder or 'not known yet'}: send requests there")
 
-    def start(self) -> "KubernetesSchedulerService":
+    def start(self) -> KubernetesSchedulerService:
         if self.elector is not None and self._standby:
             self.elector.start()      # the timer starts when the Lease is ours (_on_lead)
             return self

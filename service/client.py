@@ -22,7 +22,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import requests
 
@@ -39,7 +39,7 @@ _NOT_FIELDS = ("body", "query", "cluster", "vcs", "status", "summary", "jobs", "
 class HivedError(Exception):
     """A refusal or failure from the service; ``str(e)`` is one readable line."""
 
-    def __init__(self, status: int, message: str, where: Optional[str] = None):
+    def __init__(self, status: int, message: str, where: str | None = None):
         super().__init__(status, message, where)
         self.status = status
         self.message = message
@@ -77,7 +77,7 @@ class HivedTimeout(HivedError, TimeoutError):
     """``wait`` ran out of time before the job reached a terminal state."""
 
 
-def default_data_dir(data_dir: Optional[str] = None) -> Path:
+def default_data_dir(data_dir: str | None = None) -> Path:
     """The data directory: ``data_dir``, else ``$HIVED_DATA_DIR``, else ``/var/lib/hived`` for
     root (a system service: its local jobs run under per-VC accounts, which must be able to
     pass through the folders above it, and root's home is private), else ``~/.hived``."""
@@ -85,7 +85,7 @@ def default_data_dir(data_dir: Optional[str] = None) -> Path:
     return Path(data_dir or os.environ.get("HIVED_DATA_DIR") or fallback).expanduser()
 
 
-def read_server_file(data_dir: Optional[str] = None) -> Optional[dict]:
+def read_server_file(data_dir: str | None = None) -> dict | None:
     """The ``{"url","token","pid"}`` of a live ``hived serve``, or None (absent or stale)."""
     path = default_data_dir(data_dir) / "server.json"
     try:
@@ -105,7 +105,7 @@ def read_server_file(data_dir: Optional[str] = None) -> Optional[dict]:
     return info
 
 
-def _own_jupyter_server() -> Optional[dict]:
+def _own_jupyter_server() -> dict | None:
     """The Jupyter server running this kernel, when we are inside one.
 
     The kernel knows only its connection file (``kernel-<id>.json``); the
@@ -134,8 +134,8 @@ def _own_jupyter_server() -> Optional[dict]:
     return None
 
 
-def find_service(url: Optional[str] = None, token: Optional[str] = None,
-                 data_dir: Optional[str] = None) -> tuple[str, Optional[str]]:
+def find_service(url: str | None = None, token: str | None = None,
+                 data_dir: str | None = None) -> tuple[str, str | None]:
     """(base url of the Jupyter server, token) following the order in the module doc."""
     if url:
         return url, token if token is not None else os.environ.get("HIVED_TOKEN")
@@ -156,8 +156,8 @@ def find_service(url: Optional[str] = None, token: Optional[str] = None,
 class HivedClient:
     """Calls ``<url>/hived/api/...``; answers are the JSON documents of docs/rest-api.md."""
 
-    def __init__(self, url: Optional[str] = None, token: Optional[str] = None,
-                 user: Optional[str] = None, *, data_dir: Optional[str] = None,
+    def __init__(self, url: str | None = None, token: str | None = None,
+                 user: str | None = None, *, data_dir: str | None = None,
                  timeout: float = 30.0):
         base, self.token = find_service(url, token, data_dir)
         self.url = base.rstrip("/") + "/"
@@ -174,8 +174,8 @@ class HivedClient:
         return f"HivedClient({self.url!r}, user={self.user!r})"
 
     # -- plumbing ---------------------------------------------------------
-    def _call(self, method: str, route: str, *, params: Optional[dict] = None,
-              body: Any = None, timeout: Optional[float] = None) -> Any:
+    def _call(self, method: str, route: str, *, params: dict | None = None,
+              body: Any = None, timeout: float | None = None) -> Any:
         target = self.api + route
         try:
             r = self._session.request(method, target, params=params,
@@ -233,8 +233,8 @@ class HivedClient:
     def job(self, job_id: str) -> dict:
         return self._call("GET", f"jobs/{_seg(job_id)}")
 
-    def jobs(self, vc: Optional[str] = None, state: Optional[str] = None,
-             user: Optional[str] = None) -> list[dict]:
+    def jobs(self, vc: str | None = None, state: str | None = None,
+             user: str | None = None) -> list[dict]:
         params = {k: v for k, v in (("vc", vc), ("state", state), ("user", user)) if v}
         return self._call("GET", "jobs", params=params)["jobs"]
 
@@ -247,7 +247,7 @@ class HivedClient:
         return self._call("GET", f"jobs/{_seg(job_id)}/logs", params=params,
                           timeout=self.timeout + 30 if follow else None)
 
-    def wait(self, job_id: str, poll: float = 1.0, timeout: Optional[float] = None) -> dict:
+    def wait(self, job_id: str, poll: float = 1.0, timeout: float | None = None) -> dict:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             job = self.job(job_id)
@@ -257,7 +257,7 @@ class HivedClient:
                 raise HivedTimeout(0, f"job {job_id} still {job.get('state')} after {timeout:g} s", job_id)
             time.sleep(poll)
 
-    def gc(self, vc: Optional[str] = None, dry_run: bool = False, policy: Optional[dict] = None,
+    def gc(self, vc: str | None = None, dry_run: bool = False, policy: dict | None = None,
            disk_quota: Any = ...) -> dict:
         """``disk_quota``: bytes, or None to remove the VC's quota; left out: unchanged."""
         body: dict = {"dry_run": dry_run}
@@ -271,7 +271,7 @@ class HivedClient:
             body["disk_quota"] = disk_quota
         return self._call("POST", "gc", body=body)
 
-    def reload_spec(self, spec_text: Optional[str] = None, path: Optional[str] = None) -> dict:
+    def reload_spec(self, spec_text: str | None = None, path: str | None = None) -> dict:
         body: dict = {}
         if spec_text is not None:
             body["spec"] = spec_text

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 FILE_NAME = "job-ids"
 BLOCK = 1024   # ids per write of the ceiling: one fsync'd write per 1,024 submissions

@@ -13,7 +13,7 @@ it at submission for requests carrying launcher-specific fields
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from hived.core.jobs import JobRequest, Placement
 
@@ -32,7 +32,7 @@ class LauncherEvent:
 
     job_id: str
     kind: str
-    exit_code: Optional[int] = None
+    exit_code: int | None = None
     log_tail: str = ""
     attempt: int = 0
 

@@ -37,7 +37,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from hived.core.jobs import JobRequest, Placement
 
@@ -58,7 +57,7 @@ ENV_ALLOWED = ("PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR")
 ENV_ALLOWED_PREFIXES = ("LC_",)
 
 
-def job_environment(server_env: dict, account: Optional[Account], work: Path) -> dict:
+def job_environment(server_env: dict, account: Account | None, work: Path) -> dict:
     """The allow-listed part of the server's environment plus the account's identity."""
     env = {k: v for k, v in server_env.items()
            if k in ENV_ALLOWED or k.startswith(ENV_ALLOWED_PREFIXES)}
@@ -80,7 +79,7 @@ def _pod_resources(request: JobRequest) -> list[tuple]:
     return [(g.cpus, g.memory_gb) for g in request.groups for _ in range(g.pods)]
 
 
-def _searchable_by(path: Path, account: Account) -> Optional[str]:
+def _searchable_by(path: Path, account: Account) -> str | None:
     """The first folder on the way to ``path`` that ``account`` cannot pass, or None."""
     for d in [*reversed(path.parents), path]:
         st = d.stat()
@@ -98,13 +97,13 @@ def _searchable_by(path: Path, account: Account) -> Optional[str]:
 @dataclass
 class _Pod:
     rank: int
-    pid: Optional[int] = None
-    start_ticks: Optional[int] = None
-    proc: Optional[subprocess.Popen] = None   # None when adopted after a restart
-    cgroup: Optional[str] = None
+    pid: int | None = None
+    start_ticks: int | None = None
+    proc: subprocess.Popen | None = None   # None when adopted after a restart
+    cgroup: str | None = None
     mark: str = ""                             # HIVED_POD value in its processes' environment
     legacy: bool = False                       # adopted from a runner that predates SIGTERM forwarding
-    exit_code: Optional[int] = None
+    exit_code: int | None = None
     done: bool = False
     lost: bool = False
 
@@ -115,14 +114,14 @@ class _Job:
     attempt: int
     dir: Path
     pods: list[_Pod] = field(default_factory=list)
-    kill_at: Optional[float] = None     # SIGKILL the pods at this monotonic time
+    kill_at: float | None = None     # SIGKILL the pods at this monotonic time
     killed: bool = False
-    hard_kill_at: Optional[float] = None  # runners still alive then are killed themselves
+    hard_kill_at: float | None = None  # runners still alive then are killed themselves
     terminating: bool = False
-    cause: Optional[_Pod] = None        # the pod whose failure stopped the gang
+    cause: _Pod | None = None        # the pod whose failure stopped the gang
 
 
-def _pid_alive(pid: int, start_ticks: Optional[int]) -> bool:
+def _pid_alive(pid: int, start_ticks: int | None) -> bool:
     """Alive, not a zombie, and the same process (pid not reused)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -149,7 +148,7 @@ def _marked(mark: str) -> list[int]:
     return found
 
 
-def _read_json(path: Path) -> Optional[dict]:
+def _read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -177,8 +176,8 @@ class LocalLauncher:
     """
 
     def __init__(self, root: str | os.PathLike, *, max_log_bytes: int = 10 << 20, keep_logs: int = 5,
-                 gpu_ids: Optional[dict] = None, python: str = sys.executable,
-                 accounts=None, job_account: Optional[str] = None, cgroups: Optional[str] = None):
+                 gpu_ids: dict | None = None, python: str = sys.executable,
+                 accounts=None, job_account: str | None = None, cgroups: str | None = None):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o711)
@@ -195,8 +194,8 @@ class LocalLauncher:
         self._jobs: dict[str, _Job] = {}
         self._events: list[LauncherEvent] = []
         self._lock = threading.RLock()
-        self._exits: Optional[ExitWatcher] = None
-        self._spare: Optional[subprocess.Popen] = None   # a runner started ahead, waiting for a spec
+        self._exits: ExitWatcher | None = None
+        self._spare: subprocess.Popen | None = None   # a runner started ahead, waiting for a spec
         self._spare_path = ""                            # the PATH it was started with
 
     def on_change(self, notify) -> None:
@@ -265,7 +264,7 @@ class LocalLauncher:
                 spare.kill()
                 spare.wait()
 
-    def _watch(self, pid: Optional[int]) -> None:
+    def _watch(self, pid: int | None) -> None:
         if self._exits is not None and pid:
             self._exits.watch(pid)
 
@@ -352,7 +351,7 @@ class LocalLauncher:
             if self._spare is None:   # ready for the next launch, started after this one's
                 self._make_spare(base_env["PATH"])
 
-    def _job_dirs(self, job_id: str, account: Optional[Account]) -> tuple[Path, Path]:
+    def _job_dirs(self, job_id: str, account: Account | None) -> tuple[Path, Path]:
         """``<job>`` (0711) and ``<job>/logs`` (0700), ours; ``<job>/work`` (0700), the job's account's."""
         jdir = self.job_dir(job_id)
         for d, mode in ((jdir, 0o711), (jdir / "logs", 0o700)):

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Optional
 
 from hived.core.engine import RequestError
 from hived.core.jobs import HOLDING
@@ -40,7 +39,7 @@ def _size(n: float) -> str:
 
 class QuotaMixin:
     _quota: dict                 # vc -> max bytes
-    _last_quota: Optional[float] = None
+    _last_quota: float | None = None
 
     def _load_quota(self) -> None:
         raw = getattr(self.store, "get_meta", lambda k: None)("disk_quota")

@@ -21,7 +21,6 @@ import logging
 import math
 import os
 import shutil
-from typing import Optional
 
 from hived.core.engine import RequestError
 from hived.core.jobs import TERMINAL
@@ -46,7 +45,7 @@ def _number(job_id: str) -> int:
     return int(job_id[1:]) if job_id[1:].isdigit() else 0
 
 
-def _limit(name: str, value, integer: bool) -> Optional[float]:
+def _limit(name: str, value, integer: bool) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
@@ -59,13 +58,13 @@ def _limit(name: str, value, integer: bool) -> Optional[float]:
 
 class RetentionMixin:
     _retention: dict
-    _last_gc: Optional[float] = None
+    _last_gc: float | None = None
 
     def _load_retention(self) -> None:
         raw = getattr(self.store, "get_meta", lambda k: None)("retention")
         self._retention = json.loads(raw) if raw else {}
 
-    def _administered(self, user: str, vc: Optional[str], groups=()) -> list[str]:
+    def _administered(self, user: str, vc: str | None, groups=()) -> list[str]:
         from .scheduler import NotAuthorized, NotFound
         if vc is not None:
             if vc not in self.spec.vcs:
@@ -105,7 +104,7 @@ class RetentionMixin:
             self._last_gc = now
             return {"vc": vc, "policy": policies.get(vc)}
 
-    def gc(self, user: str, vc: Optional[str] = None, dry_run: bool = False, policy: Optional[dict] = None,
+    def gc(self, user: str, vc: str | None = None, dry_run: bool = False, policy: dict | None = None,
            groups=()) -> dict:
         """Apply the policies of the VCs ``user`` administers (or of ``vc``) now. ``policy``
         (with ``dry_run`` and ``vc``): what a policy would remove, without setting it."""
@@ -151,7 +150,7 @@ class RetentionMixin:
                     out.append(r.job_id)
         return sorted(out, key=_number)
 
-    def _collect(self, vcs: list[str], now: float, dry_run: bool, policies: Optional[dict] = None) -> dict:
+    def _collect(self, vcs: list[str], now: float, dry_run: bool, policies: dict | None = None) -> dict:
         from .degraded import ServiceDegraded
         from .store import JournalWriteError
         ids = self._expired(vcs, now, self._retention if policies is None else policies)

@@ -42,8 +42,8 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 from hived.core.engine import Engine, EngineConfig, RequestError
 from hived.core.engine_records import JobRecord
@@ -51,16 +51,16 @@ from hived.core.jobs import HOLDING, DecisionKind, JobState, state_values
 
 from .access import Access
 from .degraded import ServiceDegraded
+from .exchange import ExchangeMixin, make_arbiter
 from .job_ids import JobIds, JobIdsError
 from .launch_queue import LaunchQueue
 from .launcher import Launcher, LauncherEvent
 from .metrics import ServiceMetrics
 from .payload import job_dict, parse_job
-from .exchange import ExchangeMixin, make_arbiter
 from .quota import QuotaMixin
 from .retention import RetentionMixin
-from .views import cluster_dict, vc_dict
 from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged
+from .views import cluster_dict, vc_dict
 
 log = logging.getLogger("hived.service")
 
@@ -100,7 +100,7 @@ def _exclusive(data_dir: Path):
     return f
 
 
-def _spec_text(spec) -> Optional[str]:
+def _spec_text(spec) -> str | None:
     import json
     if isinstance(spec, dict):
         return json.dumps(spec)
@@ -145,9 +145,9 @@ def _load_spec(spec):
 
 class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
     def __init__(self, spec_path, data_dir, launcher: str | Launcher = "local", tick_seconds: float = 0.5,
-                 *, store: Optional[Store] = None, synchronous: str = "FULL",
+                 *, store: Store | None = None, synchronous: str = "FULL",
                  queue_policy: str = "fifo", preemption_policy: str = "fitgpp",
-                 engine_config: Optional[EngineConfig] = None, health="auto", scheme: Optional[str] = None,
+                 engine_config: EngineConfig | None = None, health="auto", scheme: str | None = None,
                  clock: Callable[[], float] = time.time):
         self.data_dir = Path(data_dir).expanduser()
         # private to the service's account: the store holds every job's environment
@@ -160,7 +160,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         self.metrics = ServiceMetrics(self)
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         # "quota" is the baseline allocator of the paper's comparisons; $HIVED_SCHEME picks it too
         scheme = scheme or os.environ.get("HIVED_SCHEME") or "hived"
         if scheme not in ("hived", "quota"):
@@ -193,7 +193,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             raise StoreDamaged(str(exc)) from None
         self._pending: list = []                 # decisions decided but not yet committed: not acted on
         self._intents: set[str] = set()          # jobs with a committed cancel intent not yet in their record
-        self.degraded: Optional[str] = None      # why the journal cannot be written, while it cannot
+        self.degraded: str | None = None      # why the journal cannot be written, while it cannot
         text = _spec_text(spec_path)
         # lets `hived ... --data-dir` open this directory embedded later
         if text is not None and getattr(self.store, "get_meta", lambda k: None)("spec") != text:
@@ -220,7 +220,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         self._inbox: list[LauncherEvent] = []    # what the launcher saw, for the next round
         self._health_inbox: list[tuple] = []     # GPU health changes polled, for the next round
         self._inbox_lock = threading.Lock()
-        self._next_wakeup: Optional[float] = None   # the engine's next deadline, after the last round
+        self._next_wakeup: float | None = None   # the engine's next deadline, after the last round
         self._launchq = LaunchQueue(launcher, self._deliver, self.tick_seconds, on_error=self._launcher_error)
         notify = getattr(launcher, "on_change", None)   # a launcher that can say "exited" at once
         if notify is not None:
@@ -230,7 +230,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             from .health import HealthMonitor
             health = HealthMonitor(self.local.nodes) if self.local else None
         self.health = health or None
-        self.last_error: Optional[str] = None
+        self.last_error: str | None = None
         self.ticks = 0
         self._unhealthy: dict[tuple, str] = {}
         self._seen: dict[str, tuple] = {}        # job id -> fingerprint last written
@@ -254,7 +254,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 rec.killed, len(rec.waiting_for), rec.queue_key, rec.not_before,
                 rec.cancel_requested)
 
-    def _write(self, ids, now: float, meta: Optional[dict] = None) -> None:
+    def _write(self, ids, now: float, meta: dict | None = None) -> None:
         """Write the jobs among ``ids`` whose state moved since last written and ``meta`` in
         one commit (each record holds its placement, queue key and history).
 
@@ -416,7 +416,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
 
     # ------------------------------------------------------------------ the loop
 
-    def start(self) -> "SchedulerService":
+    def start(self) -> SchedulerService:
         with self._lock:
             if self._thread is not None:
                 return self
@@ -710,7 +710,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             where = "k8s_template" + where[len("template"):] if where.startswith("template") else where
             raise RequestError(where, getattr(e, "problem", str(e))) from None
 
-    def _tail_position(self, rec: JobRecord) -> Optional[int]:
+    def _tail_position(self, rec: JobRecord) -> int | None:
         """Position of a job just queued, without listing the queue (O(1) for
         order-keeping policies; submissions stay fast with long queues)."""
         pol = self.eng.queue_policy
@@ -722,7 +722,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             return len(te) - 1
         return len(te) + len(rest) - 1
 
-    def _position(self, rec: JobRecord) -> Optional[int]:
+    def _position(self, rec: JobRecord) -> int | None:
         if rec.state is not JobState.QUEUED:
             return None
         try:
@@ -743,8 +743,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             rec = self._rec(job_id)
             return job_dict(rec, self._position(rec))
 
-    def list_jobs(self, vc: Optional[str] = None, state: Optional[str] = None,
-                  user: Optional[str] = None) -> list[dict]:
+    def list_jobs(self, vc: str | None = None, state: str | None = None,
+                  user: str | None = None) -> list[dict]:
         with self._lock:
             if vc is not None and vc not in self.spec.vcs:
                 raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
@@ -819,7 +819,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 raise
             return job_dict(rec)
 
-    def set_health(self, node: str, gpu: Optional[int], healthy: bool, reason: str = "", _now=None) -> dict:
+    def set_health(self, node: str, gpu: int | None, healthy: bool, reason: str = "", _now=None) -> dict:
         with self._lock:
             now = _now if _now is not None else self.clock()
             if _now is None:   # an admin's request; the monitor's reports come from the tick

@@ -4,15 +4,14 @@ from __future__ import annotations
 from jupyter_server.utils import url_path_join
 
 from .base import NoRouteHandler
-from .cluster import (ClusterHandler, OpenAPIHandler, SpecReloadHandler, StatusHandler,
-                      VCHandler, VCsHandler)
+from .cluster import ClusterHandler, OpenAPIHandler, SpecReloadHandler, StatusHandler, VCHandler, VCsHandler
 from .exchange import ExchangeHandler
 from .gc import GcHandler
 from .health import HealthHandler, ReadyHandler
 from .jobs import CancelHandler, JobHandler, JobsHandler, LogsHandler
 from .metrics import MetricsHandler
-from .tokens import TokensReloadHandler
 from .summary import SummaryHandler
+from .tokens import TokensReloadHandler
 
 _SEG = r"([^/]+)"
 # (path under hived/api/, handler, OpenAPI path) - the test suite checks this

@@ -7,20 +7,22 @@ to 4xx by :func:`service_errors` so that bad input never reaches a 5xx.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
 import math
 import re
+from collections.abc import Iterator
 from http.client import responses
-from typing import Any, Iterator, Optional
-import asyncio
+from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
-from ..auth import caller_groups, job_resource
 from hived.service.degraded import ServiceDegraded
+
+from ..auth import caller_groups, job_resource
 from . import schema
 
 # a refused request's body is read and dropped up to this size, so that the
@@ -29,7 +31,7 @@ DRAIN_BYTES = 64 * 1024
 
 
 class ApiError(web.HTTPError):
-    def __init__(self, status: int, message: str, where: Optional[str] = None):
+    def __init__(self, status: int, message: str, where: str | None = None):
         super().__init__(status, log_message=message.replace("%", "%%"))
         self.message, self.where = message, where
 
@@ -39,7 +41,7 @@ def _reject_constant(name: str):
 
 
 @contextlib.contextmanager
-def service_errors(where_default: Optional[str] = None) -> Iterator[None]:
+def service_errors(where_default: str | None = None) -> Iterator[None]:
     """Translate the service's refusals into 4xx answers.
 
     - ``RequestError(field, problem)`` (core) and ``SpecError(path, problem)``: 400
@@ -218,7 +220,7 @@ class HivedHandler(APIHandler):
 _MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 
 
-def _parse_and_check(raw: bytes, schema_name: str, required: bool) -> tuple[Any, Optional[tuple[str, str]]]:
+def _parse_and_check(raw: bytes, schema_name: str, required: bool) -> tuple[Any, tuple[str, str] | None]:
     if not raw.strip():
         return {}, (("a JSON object body is required", "body") if required else None)
     try:

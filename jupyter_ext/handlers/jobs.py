@@ -4,9 +4,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ..auth import job_resource, vc_resource
 from hived.core.jobs import JobState
 from hived.service.client import TERMINAL_STATES
+
+from ..auth import job_resource, vc_resource
 from .base import ApiError, HivedHandler, service_errors, to_json
 
 STATES = tuple(s.value for s in JobState)

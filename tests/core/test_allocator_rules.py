@@ -6,8 +6,8 @@ PCIe switch(2) / socket(3) / node(4) / rack(5) (see core_helpers.py).
 import pytest
 from core_helpers import free_counts, rack_alloc, rack_doc
 
-from hived.core.allocator import Allocator, BindingConflict
 from hived.core.alloc.opportunistic import weighted_max_min
+from hived.core.allocator import Allocator, BindingConflict
 from hived.core.spec import load_spec
 
 

@@ -11,9 +11,10 @@ import asyncio
 import json
 
 import pytest
+from tornado.httpclient import HTTPClientError
+
 from hived.service.access import SERVER_ACCOUNT
 from hived.service.scheduler import NotAuthorized
-from tornado.httpclient import HTTPClientError
 
 from .conftest import SPEC, TOKENS
 from .helpers import wait_state

@@ -14,6 +14,7 @@ import sys
 import time
 
 import pytest
+
 from hived.core.engine import RequestError
 from hived.service.client import HivedError
 

@@ -10,8 +10,9 @@ import threading
 import time
 from pathlib import Path
 
-from hived.service.local_launcher import LocalLauncher
 from service_helpers import wait_until
+
+from hived.service.local_launcher import LocalLauncher
 
 TIMER = 60.0
 PY = sys.executable

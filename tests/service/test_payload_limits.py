@@ -4,6 +4,7 @@ with the same words for a number out of range."""
 from __future__ import annotations
 
 import pytest
+
 from hived.core.engine import RequestError
 from hived.jupyter_ext.handlers.schema import first_error, openapi
 from hived.service.payload import FIELDS, LIMITS, parse_job

@@ -3,8 +3,9 @@ what it does to running jobs, what it journals and what it answers."""
 from pathlib import Path
 
 import pytest
-from hived.core.engine import RequestError
 from service_helpers import wait_until
+
+from hived.core.engine import RequestError
 
 SPEC_TEXT = Path(__file__).with_name("spec_small.yaml").read_text()
 # vca keeps one socket of its two: of two 4-GPU jobs in vca, one fits it only as opportunistic

@@ -189,7 +189,7 @@ def refusal_text(exc: BaseException) -> str:
     return msg[len("hived: "):] if msg.startswith("hived: ") else msg
 
 
-def guarded(prog: str, body: Callable[[Any], int]) -> Callable[[Any], int]:
+def guarded(prog: str, body: Callable[[Any, Any], int]) -> Callable[[Any], int]:
     """Wrap a command: open the backend, run, close, map refusals to exit codes."""
     def run(args) -> int:
         backend = None

@@ -120,6 +120,10 @@ def _dropped(conn: Connection) -> bool:
     if sock is None:
         return True
     try:
+        if hasattr(select, "poll"):     # select.select cannot watch descriptors above 1023
+            watch = select.poll()
+            watch.register(sock, select.POLLIN)
+            return bool(watch.poll(0))
         ready, _, _ = select.select([sock], [], [], 0)
     except (OSError, ValueError):
         return True

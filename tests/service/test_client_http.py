@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import ssl
 import threading
 from collections.abc import Callable
@@ -288,3 +289,26 @@ def test_https_trusts_the_bundle_named_like_requests_does_and_nothing_else(serve
         HivedClient(srv.url, "tok", timeout=5).status()
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))
     assert HivedClient(srv.url, "tok", timeout=5).status() == {"path": "/hived/api/status"}
+
+
+def test_keep_alive_holds_in_a_process_with_many_open_files(server):
+    """A kernel or server may hold over a thousand descriptors; the idle check must still see
+    a live connection as live (select() cannot watch descriptors above 1023)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"this system allows {hard} open files per process, fewer than the test needs")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = []
+    try:
+        while not held or held[-1] < 1030:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        srv = server()
+        c = HivedClient(srv.url, "tok")
+        for _ in range(3):
+            c.status()
+        assert len({r["port"] for r in srv.seen}) == 1
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -24,9 +24,21 @@ from hived.service.client import HivedClient, HivedError, HivedUnreachable
 
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
+    closed = 0                      # connections this server has closed
+    changed = threading.Condition()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass    # refused TLS handshakes and dropped connections are what some tests make happen
+
+    def shutdown_request(self, request: Any) -> None:
+        super().shutdown_request(request)
+        with self.changed:
+            self.closed += 1
+            self.changed.notify_all()
+
+    def wait_closed(self, n: int) -> None:
+        with self.changed:
+            assert self.changed.wait_for(lambda: self.closed >= n, timeout=10)
 
 
 class Server:
@@ -128,14 +140,37 @@ def _close_after_answer(h: BaseHTTPRequestHandler) -> None:
     h.close_connection = True
 
 
-def test_a_connection_the_server_dropped_is_reopened_for_reads_and_writes(server):
+def test_an_idle_connection_the_server_dropped_is_reopened_for_reads_and_writes(server):
     srv = server(_close_after_answer)
     c = HivedClient(srv.url, "tok")
     assert c.status() == {"ok": True}
+    srv.httpd.wait_closed(1)
     assert c.status() == {"ok": True}
+    srv.httpd.wait_closed(2)
     assert c.submit({"vc": "a"}) == {"ok": True}
     assert [r["method"] for r in srv.seen] == ["GET", "GET", "POST"]     # each sent once
     assert len({r["port"] for r in srv.seen}) == 3
+
+
+def test_a_request_dropped_unanswered_on_a_kept_connection_is_sent_again_only_if_a_read(server):
+    """The server closes a kept-alive connection as the next request arrives: a GET goes again on
+    a new connection; a POST may have been acted on, so it is reported, never sent twice."""
+    per_port: dict[int, int] = {}
+
+    def answer(h: BaseHTTPRequestHandler) -> Any:
+        port = h.client_address[1]
+        per_port[port] = per_port.get(port, 0) + 1
+        if per_port[port] > 1:
+            h.close_connection = True      # read it, answer nothing, hang up
+            return None
+        return {"n": len(per_port)}
+    srv = server(answer)
+    c = HivedClient(srv.url, "tok")
+    assert c.status() == {"n": 1}
+    assert c.status() == {"n": 2}                      # dropped on the first connection, sent on a second
+    with pytest.raises(HivedUnreachable, match="RemoteDisconnected"):
+        c.submit({"vc": "a"})
+    assert [r["method"] for r in srv.seen] == ["GET", "GET", "GET", "POST"]
 
 
 def test_threads_each_get_their_own_connection(server):

@@ -28,6 +28,7 @@ def register(subparsers, summary: str) -> None:
 
 def run(args) -> int:
     import yaml
+
     from hived.service.discovery import NoGpuError, discover, virtual_node
     vcs = [v.strip() for v in args.vcs.split(",")] if args.vcs else None
     try:
@@ -60,8 +61,8 @@ def run(args) -> int:
     if args.output:
         with open(args.output, "w") as f:
             f.write(text)
-        print(f"wrote {args.output}: {len(d.gpus)} GPUs, chains {', '.join(c['cellType'] for c in d.spec['physicalCluster']['physicalCells'])}",
-              file=sys.stderr)
+        chains = ", ".join(c["cellType"] for c in d.spec["physicalCluster"]["physicalCells"])
+        print(f"wrote {args.output}: {len(d.gpus)} GPUs, chains {chains}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return cs.OK

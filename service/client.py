@@ -15,16 +15,23 @@ Finding the service, first match wins:
 5. the ``server.json`` that ``hived serve`` wrote in the data directory
    (``data_dir=``, ``$HIVED_DATA_DIR``, then ``/var/lib/hived`` for root,
    ``~/.hived`` for anyone else).
+
+HTTP goes through the standard library's ``http.client`` (``http_json.py``)
+rather than ``requests``: a ``hived`` command is over in a fraction of a
+second, and importing ``requests`` alone would take a good part of that.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
+import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
+from urllib.parse import quote, urlencode
 
-import requests
+from .http_json import Answer, HttpJson, TransportError, TransportTimeout
 
 from hived.core.jobs import TERMINAL, state_values
 
@@ -39,7 +46,7 @@ _NOT_FIELDS = ("body", "query", "cluster", "vcs", "status", "summary", "jobs", "
 class HivedError(Exception):
     """A refusal or failure from the service; ``str(e)`` is one readable line."""
 
-    def __init__(self, status: int, message: str, where: Optional[str] = None):
+    def __init__(self, status: int, message: str, where: str | None = None):
         super().__init__(status, message, where)
         self.status = status
         self.message = message
@@ -77,7 +84,7 @@ class HivedTimeout(HivedError, TimeoutError):
     """``wait`` ran out of time before the job reached a terminal state."""
 
 
-def default_data_dir(data_dir: Optional[str] = None) -> Path:
+def default_data_dir(data_dir: str | None = None) -> Path:
     """The data directory: ``data_dir``, else ``$HIVED_DATA_DIR``, else ``/var/lib/hived`` for
     root (a system service: its local jobs run under per-VC accounts, which must be able to
     pass through the folders above it, and root's home is private), else ``~/.hived``."""
@@ -85,7 +92,7 @@ def default_data_dir(data_dir: Optional[str] = None) -> Path:
     return Path(data_dir or os.environ.get("HIVED_DATA_DIR") or fallback).expanduser()
 
 
-def read_server_file(data_dir: Optional[str] = None) -> Optional[dict]:
+def read_server_file(data_dir: str | None = None) -> dict | None:
     """The ``{"url","token","pid"}`` of a live ``hived serve``, or None (absent or stale)."""
     path = default_data_dir(data_dir) / "server.json"
     try:
@@ -105,12 +112,14 @@ def read_server_file(data_dir: Optional[str] = None) -> Optional[dict]:
     return info
 
 
-def _own_jupyter_server() -> Optional[dict]:
+def _own_jupyter_server() -> dict | None:
     """The Jupyter server running this kernel, when we are inside one.
 
     The kernel knows only its connection file (``kernel-<id>.json``); the
     server that owns that kernel id is the one listing it at ``/api/kernels``.
     """
+    if "ipykernel" not in sys.modules:
+        return None   # a kernel has imported it long before us: this is a plain process (the CLI)
     try:
         from ipykernel.connect import get_connection_file
         conn = get_connection_file()
@@ -122,20 +131,24 @@ def _own_jupyter_server() -> Optional[dict]:
         servers = list(list_running_servers())
     except Exception:
         return None
-    for info in servers:
-        url, token = info.get("url"), info.get("token", "")
-        try:
-            r = requests.get(url.rstrip("/") + "/api/kernels", timeout=2,
-                             headers={"Authorization": f"token {token}"} if token else {})
-            if r.ok and any(k.get("id") == kernel_id for k in r.json()):
-                return {"url": url, "token": token}
-        except (requests.RequestException, ValueError):
-            continue
+    http = HttpJson()
+    try:
+        for info in servers:
+            url, token = info.get("url"), info.get("token", "")
+            try:
+                r = http.request("GET", url.rstrip("/") + "/api/kernels", timeout=2,
+                                 headers={"Authorization": f"token {token}"} if token else {})
+                if r.status < 400 and any(k.get("id") == kernel_id for k in json.loads(r.body)):
+                    return {"url": url, "token": token}
+            except (TransportError, ValueError, AttributeError):
+                continue
+    finally:
+        http.close()
     return None
 
 
-def find_service(url: Optional[str] = None, token: Optional[str] = None,
-                 data_dir: Optional[str] = None) -> tuple[str, Optional[str]]:
+def find_service(url: str | None = None, token: str | None = None,
+                 data_dir: str | None = None) -> tuple[str, str | None]:
     """(base url of the Jupyter server, token) following the order in the module doc."""
     if url:
         return url, token if token is not None else os.environ.get("HIVED_TOKEN")
@@ -156,58 +169,70 @@ def find_service(url: Optional[str] = None, token: Optional[str] = None,
 class HivedClient:
     """Calls ``<url>/hived/api/...``; answers are the JSON documents of docs/rest-api.md."""
 
-    def __init__(self, url: Optional[str] = None, token: Optional[str] = None,
-                 user: Optional[str] = None, *, data_dir: Optional[str] = None,
+    def __init__(self, url: str | None = None, token: str | None = None,
+                 user: str | None = None, *, data_dir: str | None = None,
                  timeout: float = 30.0):
         base, self.token = find_service(url, token, data_dir)
         self.url = base.rstrip("/") + "/"
         self.api = self.url + "hived/api/"
         self.user = user if user is not None else os.environ.get("HIVED_USER")
         self.timeout = timeout
-        self._session = requests.Session()
+        self._http = HttpJson()
+        self._headers = {"Accept": "application/json"}
         if self.token:
-            self._session.headers["Authorization"] = f"token {self.token}"
+            self._headers["Authorization"] = f"token {self.token}"
         if self.user:
-            self._session.headers[USER_HEADER] = self.user
+            self._headers[USER_HEADER] = self.user
 
     def __repr__(self) -> str:
         return f"HivedClient({self.url!r}, user={self.user!r})"
 
     # -- plumbing ---------------------------------------------------------
-    def _call(self, method: str, route: str, *, params: Optional[dict] = None,
-              body: Any = None, timeout: Optional[float] = None) -> Any:
-        target = self.api + route
+    def _call(self, method: str, route: str, *, params: dict | None = None,
+              body: Any = None, timeout: float | None = None) -> Any:
+        target = self.api + route + (f"?{urlencode(params)}" if params else "")
+        headers = dict(self._headers)
+        data = None
+        if body is not None:
+            data = _json_body(body)
+            headers["Content-Type"] = "application/json"
+        wait = timeout or self.timeout
         try:
-            r = self._session.request(method, target, params=params,
-                                      json=body if body is not None else None,
-                                      timeout=timeout or self.timeout)
-        except requests.ConnectionError as exc:
-            raise HivedUnreachable(0, f"no hived service at {self.url} ({type(exc).__name__})",
+            r = self._http.request(method, target, body=data, headers=headers, timeout=wait)
+        except TransportTimeout:
+            raise HivedUnreachable(0, f"hived service at {self.url} did not answer in {wait:g} s",
+                                   target) from None
+        except TransportError as exc:
+            raise HivedUnreachable(0, f"no hived service at {self.url} ({exc.cause})",
                                    self.url) from None
-        except requests.Timeout:
-            raise HivedUnreachable(0, f"hived service at {self.url} did not answer in "
-                                      f"{timeout or self.timeout:g} s", target) from None
-        if r.status_code >= 400:
+        if r.location:
+            raise HivedError(r.status, f"{r.reason}: sent on to {r.location}, which is not this "
+                                       f"service's API (a login page or a proxy?)", route)
+        if r.status >= 400:
             raise self._error(r, route)
-        if not r.content:
+        if not r.body:
             return {}
         try:
-            return r.json()
+            return json.loads(r.body)
         except ValueError:
-            raise HivedError(r.status_code, f"answer is not JSON: {r.text[:120]!r}", route) from None
+            raise HivedError(r.status, f"answer is not JSON: {r.text[:120]!r}", route) from None
 
     @staticmethod
-    def _error(r: requests.Response, route: str) -> HivedError:
+    def _error(r: Answer, route: str) -> HivedError:
         try:
-            doc = r.json()
+            doc = json.loads(r.body)
             message, where = str(doc.get("error") or doc.get("message") or r.reason), doc.get("where")
         except (ValueError, AttributeError):
             # not our handler (proxy, missing extension, login redirect): say so briefly
             text = " ".join(r.text.split())[:160]
             message, where = f"{r.reason}: {text}" if text else str(r.reason), route
-        if r.status_code == 404 and where is None:
+        if r.status == 404 and where is None:
             where = route
-        return HivedError(r.status_code, message, where)
+        return HivedError(r.status, message, where)
+
+    def close(self) -> None:
+        """Close the connections this thread holds (they are reopened when needed)."""
+        self._http.close()
 
     # -- routes -----------------------------------------------------------
     def status(self) -> dict:
@@ -233,8 +258,8 @@ class HivedClient:
     def job(self, job_id: str) -> dict:
         return self._call("GET", f"jobs/{_seg(job_id)}")
 
-    def jobs(self, vc: Optional[str] = None, state: Optional[str] = None,
-             user: Optional[str] = None) -> list[dict]:
+    def jobs(self, vc: str | None = None, state: str | None = None,
+             user: str | None = None) -> list[dict]:
         params = {k: v for k, v in (("vc", vc), ("state", state), ("user", user)) if v}
         return self._call("GET", "jobs", params=params)["jobs"]
 
@@ -247,7 +272,7 @@ class HivedClient:
         return self._call("GET", f"jobs/{_seg(job_id)}/logs", params=params,
                           timeout=self.timeout + 30 if follow else None)
 
-    def wait(self, job_id: str, poll: float = 1.0, timeout: Optional[float] = None) -> dict:
+    def wait(self, job_id: str, poll: float = 1.0, timeout: float | None = None) -> dict:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             job = self.job(job_id)
@@ -257,7 +282,7 @@ class HivedClient:
                 raise HivedTimeout(0, f"job {job_id} still {job.get('state')} after {timeout:g} s", job_id)
             time.sleep(poll)
 
-    def gc(self, vc: Optional[str] = None, dry_run: bool = False, policy: Optional[dict] = None,
+    def gc(self, vc: str | None = None, dry_run: bool = False, policy: dict | None = None,
            disk_quota: Any = ...) -> dict:
         """``disk_quota``: bytes, or None to remove the VC's quota; left out: unchanged."""
         body: dict = {"dry_run": dry_run}
@@ -271,7 +296,7 @@ class HivedClient:
             body["disk_quota"] = disk_quota
         return self._call("POST", "gc", body=body)
 
-    def reload_spec(self, spec_text: Optional[str] = None, path: Optional[str] = None) -> dict:
+    def reload_spec(self, spec_text: str | None = None, path: str | None = None) -> dict:
         body: dict = {}
         if spec_text is not None:
             body["spec"] = spec_text
@@ -291,6 +316,28 @@ class HivedClient:
         return self._call("POST", "exchange/requests", body=payload)
 
 
+def _json_body(body: Any) -> bytes:
+    """The body as JSON; a NaN or infinity (not JSON) is refused here, naming its field."""
+    try:
+        return json.dumps(body, allow_nan=False).encode()
+    except ValueError:
+        where = _nonfinite(body)
+        raise HivedError(400, "must be a finite number", f"body.{where}" if where else "body") from None
+
+
+def _nonfinite(value: Any, path: str = "") -> str:
+    """The dotted path of the first NaN or infinity in ``value``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    items = value.items() if isinstance(value, dict) else enumerate(value) \
+        if isinstance(value, (list, tuple)) else ()
+    for key, item in items:
+        found = _nonfinite(item, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return ""
+
+
 def _seg(value: str) -> str:
     """One URL path segment: ids and VC names never smuggle a '/'."""
-    return requests.utils.quote(str(value), safe="")
+    return quote(str(value), safe="")

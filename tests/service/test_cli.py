@@ -110,8 +110,9 @@ def test_embedded_submit_list_cancel_and_refusals(capsys, tmp_path):
 
 
 def test_foreign_or_newer_database_is_refused_untouched(capsys, tmp_path):
-    from hived.service.store import SCHEMA_VERSION, SqliteStore
     from service_helpers import foreign_database
+
+    from hived.service.store import SCHEMA_VERSION, SqliteStore
     foreign = foreign_database(tmp_path / "foreign")
     newer = tmp_path / "newer"
     s = SqliteStore(newer)
@@ -233,6 +234,8 @@ def test_served_exit_codes_and_error_lines(served):
     cases = [
         (["submit", "--vc", "vca", "--grace", "-1", "--", "true"], 2,
          "hived submit: grace_period: must be between 0 and 86400, got -1\n"),
+        (["submit", "--vc", "vca", "--grace", "nan", "--", "true"], 2,   # JSON has no NaN: refused before sending
+         "hived submit: grace_period: must be a finite number\n"),
         (["submit", "--vc", "nope", "--", "true"], 4, "hived submit: vc: no VC named 'nope'; VCs: vca, vcb\n"),
         (["submit", "--vc", "vca", "--workdir", "/no/such/dir", "--", "true"], 2,
          "hived submit: workdir: /no/such/dir does not exist or is not a directory\n"),
@@ -314,8 +317,8 @@ def test_tables_fit_the_terminal(served):
 
 
 def test_submit_flags_build_the_same_body_in_every_door(tmp_path):
-    from hived.cli.main import build_parser
     from hived.cli.cmd_submit import payload_of
+    from hived.cli.main import build_parser
     from hived.jupyter_ext.magics import _submit_parser, build_payload
     flags = ["--vc", "vca", "--be", "--cell-type", "T-NODE.T-SOCKET", "--retries", "2", "--grace", "7",
              "--label", "team=vision", "--env", "A=1", "--workdir", str(tmp_path)]

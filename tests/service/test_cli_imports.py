@@ -79,7 +79,8 @@ def test_spec_check_imports_no_server_and_no_http():
     code, mods, err = imported(["spec", "check", DEMO_SPEC], dict(os.environ))
     assert code == 0, err
     assert heavy_in(mods, ("jsonschema", "tornado", "jupyter_server", "mlflow", "numpy", "scipy", "requests",
-                           "http.client", "hived.service", "hived.core.engine", "hived.core.allocator")) == []
+                           "http.client", "hived.service.client", "hived.service.scheduler", "hived.service.store",
+                           "hived.core.engine", "hived.core.allocator")) == []
 
 
 def test_a_submit_round_trip_imports_nothing_heavy(env):

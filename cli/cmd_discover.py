@@ -61,8 +61,8 @@ def run(args) -> int:
     if args.output:
         with open(args.output, "w") as f:
             f.write(text)
-        print(f"wrote {args.output}: {len(d.gpus)} GPUs, chains {', '.join(c['cellType'] for c in d.spec['physicalCluster']['physicalCells'])}",
-              file=sys.stderr)
+        chains = ", ".join(c["cellType"] for c in d.spec["physicalCluster"]["physicalCells"])
+        print(f"wrote {args.output}: {len(d.gpus)} GPUs, chains {chains}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return cs.OK

@@ -24,6 +24,7 @@ import argparse
 import json
 import re
 import sys
+from typing import Any
 
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -168,7 +169,8 @@ def dry_run(args) -> int:
         except ExchangeError as exc:
             return _fail(f"{args.posts}: posts[{n}].{exc}")
     made = arb.match(now, start=False)
-    result = {"exchanges": [e.to_dict() for e in made], "left": arb.board(), "ledger": arb.ledger_view()}
+    result: dict[str, Any] = {"exchanges": [e.to_dict() for e in made], "left": arb.board(),
+                              "ledger": arb.ledger_view()}
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
         return 0

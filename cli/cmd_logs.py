@@ -42,7 +42,9 @@ def run(args, backend) -> int:
             break
         if not ans["text"]:
             time.sleep(0.5)
-    job = backend.job(args.job) if args.follow or args.json else None
+    if not args.follow and not args.json:
+        return cs.OK
+    job = backend.job(args.job)
     if args.json:
         cs.print_json({"job": args.job, "rank": args.rank, "text": "".join(kept), "offset": offset,
                        "state": job["state"]})

@@ -242,11 +242,19 @@ def run(args: argparse.Namespace) -> int:
         # a damaged database has its own exit code (StoreDamaged.EXIT_CODE, docs/cli.md)
         return getattr(getattr(state, "exception", None), "EXIT_CODE", 1)
     info_path = data_dir / "server.json"
-    info = {"url": app.connection_url, "token": token, "pid": os.getpid()}
-    fd = os.open(info_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the token is a secret
-    with os.fdopen(fd, "w") as f:
-        json.dump(info, f)
-    print(f"hived serve: {app.connection_url}hived/api/ (data {data_dir}, server.json written)", flush=True)
+
+    def announce() -> None:
+        """server.json tells clients where to connect, so it is written once the server listens:
+        the socket is bound by a callback that initialize() queued, and callbacks run in order."""
+        info = {"url": app.connection_url, "token": token, "pid": os.getpid()}
+        part = info_path.with_name(f".server.json.{os.getpid()}")
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the token is a secret
+        with os.fdopen(fd, "w") as f:
+            json.dump(info, f)
+        os.replace(part, info_path)   # readers see the whole file or none
+        print(f"hived serve: {app.connection_url}hived/api/ (data {data_dir}, server.json written)", flush=True)
+
+    app.io_loop.add_callback(announce)
     _reload_on_sighup(app, state)
     try:
         app.start()

@@ -33,7 +33,8 @@ def register(subparsers, summary: str) -> None:
     p.add_argument("--scheme", default="all",
                    help="private|quota|hived|hived-static, a comma list, or 'all' (default: all, both cell kinds)")
     p.add_argument("--cells", choices=("multi", "node"), default=None,
-                   help="VC cells for hived: node-level only or multi-level (default: both with --scheme all, else node)")
+                   help="VC cells for hived: node-level only or multi-level "
+                        "(default: both with --scheme all, else node)")
     p.add_argument("--out", metavar="DIR", help="output folder (CSV, JSON, PNG); required with --trace")
     p.add_argument("--load", type=float, default=0.9, help="offered load that sizes the cluster (default 0.9)")
     p.add_argument("--nodes", type=int, default=None,
@@ -191,7 +192,8 @@ def run(args) -> int:
     config = EngineConfig() if args.max_preemptions is None else EngineConfig(preemption_cap=args.max_preemptions)
     results = {}
     for scheme, cells in runs:
-        bar = tqdm(total=len(trace.jobs), desc=f"{scheme}{'' if scheme in ('private', 'private-quota', 'quota') else '/' + cells}",
+        plain = scheme in ("private", "private-quota", "quota")
+        bar = tqdm(total=len(trace.jobs), desc=f"{scheme}{'' if plain else '/' + cells}",
                    unit="job", file=sys.stderr, disable=args.no_progress, mininterval=0.5)
         try:
             r = simulate(trace, scheme, cells=cells, sizing=sizing, spec=spec, progress=bar.update,

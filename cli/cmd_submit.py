@@ -79,12 +79,15 @@ def run(args, backend) -> int:
 
 
 def _follow(backend, job: dict) -> dict:
-    """Poll until the job ends; on a terminal, a live line says where it stands and why."""
+    """Poll until the job ends; on a terminal, a live line says where it stands and why.
+    Polls start fast and slow down to one a second: a short job is reported as soon as it ends."""
     from tqdm import tqdm
+    pause = 0.05
     with tqdm(total=None, file=sys.stderr, disable=None, bar_format="{desc} [{elapsed}]",
               desc=f"{job['id']}: {cs.state_text(job)}") as bar:
         while job["state"] not in cs.TERMINAL:
-            time.sleep(1.0)
+            time.sleep(pause)
+            pause = min(1.0, pause * 2)
             job = backend.job(job["id"])
             bar.set_description_str(f"{job['id']}: {cs.state_text(job)}", refresh=False)
             bar.update(0)

@@ -156,22 +156,28 @@ def connect(args):
     return Remote(args)
 
 
+def _loaded(module: str, *names: str) -> tuple[type, ...]:
+    """Classes of ``module`` if something already imported it, else none: an exception
+    cannot be an instance of a class never loaded, and a remote command must not pay
+    for importing the scheduler just to map a refusal to its exit code."""
+    found = sys.modules.get(module)
+    return tuple(getattr(found, n) for n in names) if found is not None else ()
+
+
 def error_exit(prog: str, exc: BaseException) -> int:
     """Print one readable line for a refusal; return its exit code."""
     from hived.service.client import HivedError, HivedUnreachable
-    from hived.service.degraded import ServiceDegraded
-    from hived.service.scheduler import DataDirBusy, NotAuthorized
-    from hived.service.store import StoreError
-    if isinstance(exc, (HivedUnreachable, ServiceDegraded)):
+    if isinstance(exc, (HivedUnreachable, *_loaded("hived.service.degraded", "ServiceDegraded"))):
         code = UNREACHABLE
     elif isinstance(exc, HivedError):
-        code = {400: BAD_INPUT, 401: NOT_ALLOWED, 403: NOT_ALLOWED, 404: NOT_FOUND}.get(exc.status, UNREACHABLE
-                                                                                        if exc.status >= 500 else BAD_INPUT)
-    elif isinstance(exc, (NotAuthorized, PermissionError)):
+        otherwise = UNREACHABLE if exc.status >= 500 else BAD_INPUT
+        code = {400: BAD_INPUT, 401: NOT_ALLOWED, 403: NOT_ALLOWED, 404: NOT_FOUND}.get(exc.status, otherwise)
+    elif isinstance(exc, (PermissionError, *_loaded("hived.service.scheduler", "NotAuthorized"))):
         code = NOT_ALLOWED
     elif isinstance(exc, LookupError):
         code = NOT_FOUND
-    elif isinstance(exc, (DataDirBusy, StoreError)):
+    elif isinstance(exc, (*_loaded("hived.service.scheduler", "DataDirBusy"),
+                          *_loaded("hived.service.store", "StoreError"))):
         code = UNREACHABLE
     elif isinstance(exc, ValueError):
         code = BAD_INPUT
@@ -191,7 +197,7 @@ def refusal_text(exc: BaseException) -> str:
     return msg[len("hived: "):] if msg.startswith("hived: ") else msg
 
 
-def guarded(prog: str, body: Callable[[Any], int]) -> Callable[[Any], int]:
+def guarded(prog: str, body: Callable[[Any, Any], int]) -> Callable[[Any], int]:
     """Wrap a command: open the backend, run, close, map refusals to exit codes."""
     def run(args) -> int:
         backend = None

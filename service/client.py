@@ -15,18 +15,25 @@ Finding the service, first match wins:
 5. the ``server.json`` that ``hived serve`` wrote in the data directory
    (``data_dir=``, ``$HIVED_DATA_DIR``, then ``/var/lib/hived`` for root,
    ``~/.hived`` for anyone else).
+
+HTTP goes through the standard library's ``http.client`` (``http_json.py``)
+rather than ``requests``: a ``hived`` command is over in a fraction of a
+second, and importing ``requests`` alone would take a good part of that.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
-
-import requests
+from urllib.parse import quote, urlencode
 
 from hived.core.jobs import TERMINAL, state_values
+
+from .http_json import Answer, HttpJson, TransportError, TransportTimeout
 
 TERMINAL_STATES = state_values(TERMINAL)   # the jobs' states on the wire (hived.core.jobs defines them)
 USER_HEADER = "X-Hived-User"  # honoured only by servers configured to trust it (see docs/jupyter.md)
@@ -111,6 +118,8 @@ def _own_jupyter_server() -> dict | None:
     The kernel knows only its connection file (``kernel-<id>.json``); the
     server that owns that kernel id is the one listing it at ``/api/kernels``.
     """
+    if "ipykernel" not in sys.modules:
+        return None   # a kernel has imported it long before us: this is a plain process (the CLI)
     try:
         from ipykernel.connect import get_connection_file
         conn = get_connection_file()
@@ -122,15 +131,19 @@ def _own_jupyter_server() -> dict | None:
         servers = list(list_running_servers())
     except Exception:
         return None
-    for info in servers:
-        url, token = info.get("url"), info.get("token", "")
-        try:
-            r = requests.get(url.rstrip("/") + "/api/kernels", timeout=2,
-                             headers={"Authorization": f"token {token}"} if token else {})
-            if r.ok and any(k.get("id") == kernel_id for k in r.json()):
-                return {"url": url, "token": token}
-        except (requests.RequestException, ValueError):
-            continue
+    http = HttpJson()
+    try:
+        for info in servers:
+            url, token = info.get("url"), info.get("token", "")
+            try:
+                r = http.request("GET", url.rstrip("/") + "/api/kernels", timeout=2,
+                                 headers={"Authorization": f"token {token}"} if token else {})
+                if r.status < 400 and any(k.get("id") == kernel_id for k in json.loads(r.body)):
+                    return {"url": url, "token": token}
+            except (TransportError, ValueError, AttributeError):
+                continue
+    finally:
+        http.close()
     return None
 
 
@@ -164,11 +177,12 @@ class HivedClient:
         self.api = self.url + "hived/api/"
         self.user = user if user is not None else os.environ.get("HIVED_USER")
         self.timeout = timeout
-        self._session = requests.Session()
+        self._http = HttpJson()
+        self._headers = {"Accept": "application/json"}
         if self.token:
-            self._session.headers["Authorization"] = f"token {self.token}"
+            self._headers["Authorization"] = f"token {self.token}"
         if self.user:
-            self._session.headers[USER_HEADER] = self.user
+            self._headers[USER_HEADER] = self.user
 
     def __repr__(self) -> str:
         return f"HivedClient({self.url!r}, user={self.user!r})"
@@ -176,38 +190,49 @@ class HivedClient:
     # -- plumbing ---------------------------------------------------------
     def _call(self, method: str, route: str, *, params: dict | None = None,
               body: Any = None, timeout: float | None = None) -> Any:
-        target = self.api + route
+        target = self.api + route + (f"?{urlencode(params)}" if params else "")
+        headers = dict(self._headers)
+        data = None
+        if body is not None:
+            data = _json_body(body)
+            headers["Content-Type"] = "application/json"
+        wait = timeout or self.timeout
         try:
-            r = self._session.request(method, target, params=params,
-                                      json=body if body is not None else None,
-                                      timeout=timeout or self.timeout)
-        except requests.ConnectionError as exc:
-            raise HivedUnreachable(0, f"no hived service at {self.url} ({type(exc).__name__})",
+            r = self._http.request(method, target, body=data, headers=headers, timeout=wait)
+        except TransportTimeout:
+            raise HivedUnreachable(0, f"hived service at {self.url} did not answer in {wait:g} s",
+                                   target) from None
+        except TransportError as exc:
+            raise HivedUnreachable(0, f"no hived service at {self.url} ({exc.cause})",
                                    self.url) from None
-        except requests.Timeout:
-            raise HivedUnreachable(0, f"hived service at {self.url} did not answer in "
-                                      f"{timeout or self.timeout:g} s", target) from None
-        if r.status_code >= 400:
+        if r.location:
+            raise HivedError(r.status, f"{r.reason}: sent on to {r.location}, which is not this "
+                                       f"service's API (a login page or a proxy?)", route)
+        if r.status >= 400:
             raise self._error(r, route)
-        if not r.content:
+        if not r.body:
             return {}
         try:
-            return r.json()
+            return json.loads(r.body)
         except ValueError:
-            raise HivedError(r.status_code, f"answer is not JSON: {r.text[:120]!r}", route) from None
+            raise HivedError(r.status, f"answer is not JSON: {r.text[:120]!r}", route) from None
 
     @staticmethod
-    def _error(r: requests.Response, route: str) -> HivedError:
+    def _error(r: Answer, route: str) -> HivedError:
         try:
-            doc = r.json()
+            doc = json.loads(r.body)
             message, where = str(doc.get("error") or doc.get("message") or r.reason), doc.get("where")
         except (ValueError, AttributeError):
             # not our handler (proxy, missing extension, login redirect): say so briefly
             text = " ".join(r.text.split())[:160]
             message, where = f"{r.reason}: {text}" if text else str(r.reason), route
-        if r.status_code == 404 and where is None:
+        if r.status == 404 and where is None:
             where = route
-        return HivedError(r.status_code, message, where)
+        return HivedError(r.status, message, where)
+
+    def close(self) -> None:
+        """Close the connections this thread holds (they are reopened when needed)."""
+        self._http.close()
 
     # -- routes -----------------------------------------------------------
     def status(self) -> dict:
@@ -291,6 +316,28 @@ class HivedClient:
         return self._call("POST", "exchange/requests", body=payload)
 
 
+def _json_body(body: Any) -> bytes:
+    """The body as JSON; a NaN or infinity (not JSON) is refused here, naming its field."""
+    try:
+        return json.dumps(body, allow_nan=False).encode()
+    except ValueError:
+        where = _nonfinite(body)
+        raise HivedError(400, "must be a finite number", f"body.{where}" if where else "body") from None
+
+
+def _nonfinite(value: Any, path: str = "") -> str:
+    """The dotted path of the first NaN or infinity in ``value``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    items = value.items() if isinstance(value, dict) else enumerate(value) \
+        if isinstance(value, (list, tuple)) else ()
+    for key, item in items:
+        found = _nonfinite(item, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return ""
+
+
 def _seg(value: str) -> str:
     """One URL path segment: ids and VC names never smuggle a '/'."""
-    return requests.utils.quote(str(value), safe="")
+    return quote(str(value), safe="")

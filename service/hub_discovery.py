@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 from urllib.parse import urljoin
 
-import requests
-
 DEFAULT_SERVICE = "hived"
 
 
@@ -27,6 +25,7 @@ def find_hub_service(timeout: float = 5.0) -> dict | None:
     outside one. Inside one, a service the Hub does not know is an error."""
     if not in_hub_session():
         return None
+    import requests  # here: a command outside a Hub session never pays for importing it
     api, token = os.environ["JUPYTERHUB_API_URL"].rstrip("/") + "/", os.environ["JUPYTERHUB_API_TOKEN"]
     name = os.environ.get("HIVED_HUB_SERVICE") or DEFAULT_SERVICE
     problem = f"the Hub shows no service {name!r} to this user"

@@ -320,14 +320,15 @@ class LocalLauncher:
                     "HIVED_ATTEMPT": str(attempt), "HIVED_NODE": pod.node,
                     "HIVED_JOB_DIR": str(work), "HIVED_POD": mark, "PYTHONUNBUFFERED": "1",
                 })
-                cgroup = None
+                cgroup: dict[str, object] | None = None
+                cgroup_path: str | None = None
                 if self.cgroup_base is not None and not self.cgroup_base.exists():
                     # removed when the last job ended (nothing is left behind on the host)
                     self.cgroup_base = local_cgroups.cgroup_base(self.root, self._cgroups)
                 if self.cgroup_base is not None:
                     cpus, mem = resources[pod.rank] if pod.rank < len(resources) else (None, None)
-                    cgroup = {"path": str(self.cgroup_base / f"{job_id}.a{attempt}.r{pod.rank}"),
-                              **local_cgroups.pod_limits(cpus, mem)}
+                    cgroup_path = str(self.cgroup_base / f"{job_id}.a{attempt}.r{pod.rank}")
+                    cgroup = {"path": cgroup_path, **local_cgroups.pod_limits(cpus, mem)}
                 spec = {
                     "argv": argv, "env": env, "rank": pod.rank, "attempt": attempt,
                     "workdir": request.workdir or str(work),
@@ -344,7 +345,7 @@ class LocalLauncher:
                 _atomic_write(spec_path, spec)
                 proc = self._runner(spec_path, base_env["PATH"])
                 job.pods.append(_Pod(pod.rank, proc.pid, proc_start_ticks(proc.pid), proc,
-                                     cgroup=cgroup and cgroup["path"], mark=mark))
+                                     cgroup=cgroup_path, mark=mark))
                 self._watch(proc.pid)
             self._jobs[job_id] = job
             self._events.append(LauncherEvent(job_id, "started", attempt=attempt))
@@ -500,7 +501,7 @@ class LocalLauncher:
             rc = pod.proc.poll()
             if rc is None:
                 return
-        elif _pid_alive(pod.pid, pod.start_ticks):
+        elif pod.pid is not None and _pid_alive(pod.pid, pod.start_ticks):
             return
         else:
             rc = None
@@ -530,7 +531,7 @@ class LocalLauncher:
         for pod in job.pods:
             local_cgroups.remove(pod.cgroup)
         if not self._jobs:
-            local_cgroups.remove(self.cgroup_base and str(self.cgroup_base))
+            local_cgroups.remove(None if self.cgroup_base is None else str(self.cgroup_base))
 
     @staticmethod
     def _all_done(job: _Job) -> bool:
@@ -565,15 +566,16 @@ class LocalLauncher:
                 time.sleep(0.05)
                 info = _read_json(pod_file)
             if info is None:
-                if not exit_file.exists():
+                ended = _read_json(exit_file)
+                if ended is None:   # absent, or damaged (a torn write): nothing says how it ended
                     self._kill_known(job)
                     return False
-                job.pods.append(_Pod(pod.rank, None, None, None, done=True,
-                                     exit_code=int(_read_json(exit_file)["exit_code"])))
+                job.pods.append(_Pod(pod.rank, None, None, None, done=True, exit_code=int(ended["exit_code"])))
                 continue
-            p = _Pod(pod.rank, info["pid"], info.get("start_ticks"), cgroup=info.get("cgroup"), mark=mark,
+            pid = int(info["pid"])
+            p = _Pod(pod.rank, pid, info.get("start_ticks"), cgroup=info.get("cgroup"), mark=mark,
                      legacy="cgroup" not in info)
-            alive = _pid_alive(p.pid, p.start_ticks)
+            alive = _pid_alive(pid, p.start_ticks)
             if not alive and not exit_file.exists():
                 job.pods.append(p)
                 self._kill_known(job)   # a gang with a lost member is not worth keeping

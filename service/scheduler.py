@@ -44,10 +44,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from hived.core.engine import Engine, EngineConfig, RequestError
 from hived.core.engine_records import JobRecord
-from hived.core.jobs import HOLDING, DecisionKind, JobState, state_values
+from hived.core.jobs import HOLDING, Decision, DecisionKind, JobState, state_values
 
 from .access import Access
 from .degraded import ServiceDegraded
@@ -80,7 +81,7 @@ class DataDirBusy(RuntimeError):
     """Another live service holds this data directory."""
 
 
-def _exclusive(data_dir: Path):
+def _exclusive(data_dir: Path) -> IO[str]:
     """One service per data directory: two would launch the same jobs twice.
     The kernel drops the lock when the process dies, so kill -9 leaves none behind."""
     import fcntl
@@ -133,7 +134,8 @@ def _refuse_emptied_journal(db: Path, ids: JobIds) -> None:
     """An empty database file in a directory that has had jobs: the journal was cut, not new."""
     if db.exists() and db.stat().st_size == 0 and ids.seen_before > 0:
         raise StoreDamaged(f"{db}: the database is empty (0 bytes) but this data directory has had jobs "
-                           f"(ids up to j{ids.seen_before} may have been used); hived will not write to it. Restore it from a backup, "
+                           f"(ids up to j{ids.seen_before} may have been used); hived will not write to it. "
+                           f"Restore it from a backup, "
                            f"or move it away to start an empty journal (job ids continue after "
                            f"j{ids.seen_before})")
 
@@ -170,14 +172,14 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         self.spec = _load_spec(spec_path)
         # each pod's log is rotated at $HIVED_LOG_MAX_BYTES (10 MiB); $HIVED_LOG_KEEP segments kept (5)
         log_bytes, log_keep = _env_int("HIVED_LOG_MAX_BYTES", 10 << 20, 1024), _env_int("HIVED_LOG_KEEP", 5, 1)
-        self._lockfile = _exclusive(self.data_dir)
-        self.store = None
+        self._lockfile: IO[str] | None = _exclusive(self.data_dir)
         try:
             self._open(spec_path, store, synchronous, launcher, health, log_bytes, log_keep)
         except BaseException:
             # refused (foreign store, bad spec for the stored jobs...): leave the directory free
-            if self.store is not None and store is None:
-                self.store.close()
+            opened: Store | None = getattr(self, "store", None)   # unset when the store itself was refused
+            if opened is not None and store is None:
+                opened.close()
             self._lockfile.close()
             self._lockfile = None
             raise
@@ -187,16 +189,17 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         try:
             if store is None:
                 _refuse_emptied_journal(self.data_dir / DB_NAME, JobIds(self.data_dir, jobs_dir))
-            self.store = store or SqliteStore(self.data_dir, synchronous=synchronous)
+            self.store: Store = store or SqliteStore(self.data_dir, synchronous=synchronous)
             self.job_ids = JobIds(self.data_dir, jobs_dir, stored_max=getattr(self.store, "max_job_number", int)())
         except JobIdsError as exc:   # the ids file is part of the journal: damaged means refused
             raise StoreDamaged(str(exc)) from None
-        self._pending: list = []                 # decisions decided but not yet committed: not acted on
+        self._pending: list[Decision] = []                 # decisions decided but not yet committed: not acted on
         self._intents: set[str] = set()          # jobs with a committed cancel intent not yet in their record
         self.degraded: str | None = None      # why the journal cannot be written, while it cannot
         text = _spec_text(spec_path)
         # lets `hived ... --data-dir` open this directory embedded later
-        if text is not None and getattr(self.store, "get_meta", lambda k: None)("spec") != text:
+        if (text is not None and hasattr(self.store, "set_meta")
+                and getattr(self.store, "get_meta", lambda k: None)("spec") != text):
             try:
                 self.store.set_meta("spec", text)
             except JournalWriteError as exc:   # a convenience copy: start anyway, degraded
@@ -233,7 +236,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         self.last_error: str | None = None
         self.ticks = 0
         self._unhealthy: dict[tuple, str] = {}
-        self._seen: dict[str, tuple] = {}        # job id -> fingerprint last written
+        self._seen: dict[str, tuple | None] = {}   # job id -> fingerprint last written (None: rewrite)
         self._live: set[str] = set()             # non-terminal jobs (what a step can change)
         self._launched: set[str] = set()         # jobs the launcher is running (or adopted)
         self._extra: dict[str, dict] = {}        # stored jobs the current spec cannot restore
@@ -282,14 +285,14 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 done_intents = [j for j in written if j in self._intents]
                 if done_intents:   # the records now say it: the intents are spent
                     self.store.clear_intents(done_intents)
-                for key, value in (meta or {}).items():
-                    self.store.set_meta(key, value)
-                if self.degraded is not None and hasattr(self.store, "set_meta"):
-                    # a real write, so that recovery is proven even when nothing else moved
-                    self.store.set_meta("journal_checked", repr(now))
+                if hasattr(self.store, "set_meta"):   # a store may keep no meta (the spec's copy is a convenience)
+                    for key, value in (meta or {}).items():
+                        self.store.set_meta(key, value)
+                    if self.degraded is not None:
+                        # a real write, so that recovery is proven even when nothing else moved
+                        self.store.set_meta("journal_checked", repr(now))
         except JournalWriteError as exc:
-            self._degrade(exc)
-            raise ServiceDegraded(self.degraded) from None
+            raise ServiceDegraded(self._degrade(exc)) from None
         self._seen.update(seen)
         self._intents.difference_update(done_intents)
         for jid in written:
@@ -304,7 +307,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
     def _write_live(self, now: float, also=(), meta=None) -> None:
         self._write(list(self._live) + [j for j in also if j not in self._live], now, meta)
 
-    def _degrade(self, exc: Exception) -> None:
+    def _degrade(self, exc: Exception) -> str:
         """Turn degraded. The reason is shown to every user (503) and to unauthenticated
         readiness probes: it names the failure, not paths; the log has the details."""
         if self.degraded is None:
@@ -312,6 +315,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         self.degraded = (f"the journal cannot be written ({getattr(exc, 'cause', None) or type(exc).__name__}); "
                          f"nothing was changed, and requests that change state are refused until it can be "
                          f"(the operator must free space or fix the data directory's disk; hived retries by itself)")
+        return self.degraded
 
     def _flush(self, now: float, also=()) -> bool:
         """Commit every job that moved and the pending decisions, then act on those decisions.
@@ -344,28 +348,33 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         now = self.clock()
         self._arb = self._exchange_restore()   # before the jobs: cells still lent move to their borrowers again
         rows = self.store.load_jobs_with_keys()
-        holding, queued, other = [], [], []
+        holding: list[tuple[dict, float | None]] = []
+        queued: list[tuple[dict, float | None]] = []
+        other: list[tuple[dict, float | None]] = []
         for d, qkey in rows:
             st = d.get("state")
             (holding if st in state_values(HOLDING) else
              queued if st == "queued" else other).append((d, qkey))
         # queued jobs in their queue order (preempted ones were put at the head)
         queued.sort(key=lambda r: (r[1] is None, r[1] if r[1] is not None else 0))
-        summary = {"jobs": len(rows), "adopted": [], "lost": [], "relaunch": [], "unrestorable": []}
+        adopted: list[str] = []
+        lost: list[str] = []
+        relaunch: list[str] = []
+        unrestorable: list[str] = []
         for d, _ in holding + other + queued:
             try:
-                rec = JobRecord.from_dict(d)
-                self.eng.restore(rec)
+                restored = JobRecord.from_dict(d)
+                self.eng.restore(restored)
             except Exception as exc:  # a spec change, a binding conflict: keep the record readable
                 log.error("job %s cannot be restored: %s", d.get("job_id"), exc)
                 self._extra[d["job_id"]] = d
-                summary["unrestorable"].append(f"{d.get('job_id')}: {exc}")
+                unrestorable.append(f"{d.get('job_id')}: {exc}")
                 self._seen[d["job_id"]] = ("extra",)
                 continue
-            self._seen[rec.job_id] = self._fingerprint(rec)
-            if not rec.state.terminal:
-                self._live.add(rec.job_id)
-        summary["cancelled"] = self._replay_intents(now)
+            self._seen[restored.job_id] = self._fingerprint(restored)
+            if not restored.state.terminal:
+                self._live.add(restored.job_id)
+        cancelled = self._replay_intents(now)
         for d, _ in holding:
             jid = d["job_id"]
             rec = self.eng.find(jid)
@@ -376,27 +385,27 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             alive = self.launcher.adopt(jid, rec.placement)
             if alive:
                 self._launched.add(jid)
-                summary["adopted"].append(jid)
+                adopted.append(jid)
                 if rec.state is JobState.PLACED:
                     self.eng.on_started(jid, now)
                 elif rec.state is JobState.PREEMPTING:
                     left = max(0.0, (rec.grace_deadline or now) - now)
                     self.launcher.terminate(jid, left)
             elif rec.state is JobState.PLACED:
-                summary["relaunch"].append(jid)   # the engine emits START again at the next step
+                relaunch.append(jid)   # the engine emits START again at the next step
             else:
-                summary["lost"].append(jid)
+                lost.append(jid)
                 self.eng.on_finished(jid, now, -9, LOST_TAIL)
         try:
             self._write_live(now)
         except ServiceDegraded:
             pass   # starts degraded; the timer writes it once the disk takes writes
-        summary["seconds"] = round(time.perf_counter() - t0, 3)
+        seconds = round(time.perf_counter() - t0, 3)
         if rows:
             log.info("recovered %d jobs in %.2fs: %d adopted, %d lost, %d to relaunch",
-                     len(rows), summary["seconds"], len(summary["adopted"]), len(summary["lost"]),
-                     len(summary["relaunch"]))
-        return summary
+                     len(rows), seconds, len(adopted), len(lost), len(relaunch))
+        return {"jobs": len(rows), "adopted": adopted, "lost": lost, "relaunch": relaunch,
+                "unrestorable": unrestorable, "cancelled": cancelled, "seconds": seconds}
 
     def _replay_intents(self, now: float) -> list[str]:
         """Cancels answered before the job's record said so: done now (before adoption, which
@@ -669,8 +678,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             try:
                 jid = self.job_ids.next(taken=lambda j: j in self.eng or j in self._extra)
             except JobIdsError as exc:
-                self._degrade(exc)
-                raise ServiceDegraded(self.degraded) from None
+                raise ServiceDegraded(self._degrade(exc)) from None
             try:
                 self.eng.submit(req, now, job_id=jid)
             except Exception:
@@ -781,8 +789,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         try:
             self.store.add_intent(job_id, "cancel", user, now)
         except JournalWriteError as exc:
-            self._degrade(exc)
-            raise ServiceDegraded(self.degraded) from None
+            raise ServiceDegraded(self._degrade(exc)) from None
         self._intents.add(job_id)
         self._pending.extend(self.eng.cancel(job_id, now, user))
         self._flush(now, also=[job_id])   # on failure the kill waits for the journal; the intent holds

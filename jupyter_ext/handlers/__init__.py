@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from jupyter_server.utils import url_path_join
 
-from .base import NoRouteHandler
+from .base import HivedHandler, NoRouteHandler
 from .cluster import ClusterHandler, OpenAPIHandler, SpecReloadHandler, StatusHandler, VCHandler, VCsHandler
 from .exchange import ExchangeHandler
 from .gc import GcHandler
@@ -38,7 +38,7 @@ ROUTES = [
 ]
 
 
-def handlers(base_url: str) -> list[tuple[str, type]]:
+def handlers(base_url: str) -> list[tuple[str, type[HivedHandler]]]:
     routes = [(url_path_join(base_url, "hived", "api", path) + "/?$", cls) for path, cls, _ in ROUTES]
     # last: anything else under hived/api/ is a JSON 404, not Jupyter's HTML page
     return routes + [(url_path_join(base_url, "hived", "api") + "(/.*)?$", NoRouteHandler)]

@@ -18,7 +18,8 @@ from http.client import responses
 from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
-from tornado import web
+from tornado import httputil, web
+from tornado.http1connection import HTTP1Connection
 
 from hived.service.degraded import ServiceDegraded
 
@@ -28,6 +29,15 @@ from . import schema
 # a refused request's body is read and dropped up to this size, so that the
 # refusal reaches the client cleanly; a larger one closes the connection
 DRAIN_BYTES = 64 * 1024
+
+
+def limit_body(request: httputil.HTTPServerRequest, max_bytes: int) -> None:
+    """Cap the body tornado reads for ``request``. Only tornado's HTTP/1 server streams
+    bodies this way, and it is the one jupyter-server runs."""
+    conn = request.connection
+    if not isinstance(conn, HTTP1Connection):
+        raise TypeError(f"body limit: needs tornado's HTTP/1 server, got a {type(conn).__name__} connection")
+    conn.set_max_body_size(max_bytes)
 
 
 class ApiError(web.HTTPError):
@@ -80,9 +90,10 @@ class HivedHandler(APIHandler):
     auth_resource = "hived"
     public = False  # True: answers without a token (health checks)
 
-    async def prepare(self) -> None:
+    # APIHandler.prepare already drops JupyterHandler's keyword (and ignores the same error)
+    async def prepare(self) -> None:  # type: ignore[override]
         self._body_parts: list[bytes] = []
-        self.request.connection.set_max_body_size(DRAIN_BYTES)  # until we know who asks
+        limit_body(self.request, DRAIN_BYTES)  # until we know who asks
         # every hived route needs a user: jupyter-server leaves current_user
         # None for requests without a valid token, password cookie or Hub login
         await super().prepare()
@@ -99,7 +110,7 @@ class HivedHandler(APIHandler):
             raise ApiError(400, "Content-Length is not a number", "Content-Length")
         if int(declared) > limit:
             raise ApiError(413, f"body is {int(declared)} bytes, the limit is {limit}", "body")
-        self.request.connection.set_max_body_size(limit)
+        limit_body(self.request, limit)
 
     def data_received(self, chunk: bytes) -> None:
         if not self._finished:

@@ -17,20 +17,15 @@ another extension pass through the same check.
 """
 from __future__ import annotations
 
-import functools
 import inspect
 import json
 from typing import Any
 
 from jupyter_server.base.handlers import JupyterHandler
-from tornado import web
+from tornado import httputil, web
 
 from ..auth import is_server_account
-from .base import HivedHandler
-
-# a refused request's body is read and dropped up to this size (so that the
-# answer reaches the client cleanly); anything larger closes the connection
-DRAIN_BYTES = 64 * 1024
+from .base import DRAIN_BYTES, HivedHandler, limit_body
 
 
 @web.stream_request_body
@@ -38,7 +33,7 @@ class RefusedHandler(web.RequestHandler):
     """What a non-hived route is when Jupyter's routes are not served at all."""
 
     def prepare(self) -> None:
-        self.request.connection.set_max_body_size(DRAIN_BYTES)
+        limit_body(self.request, DRAIN_BYTES)
         self.set_status(404)
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps({"error": "not found: this server serves hived only, under hived/api/",
@@ -51,7 +46,7 @@ class RefusedHandler(web.RequestHandler):
         pass  # refused anyway; never let an XSRF error replace the 404
 
 
-def _server_account_only(cls: type) -> type:
+def _server_account_only(cls: type[web.RequestHandler]) -> type[web.RequestHandler]:
     """A subclass of ``cls`` that checks the caller is the server account
     before any of the route's own code runs (its ``initialize`` included)."""
 
@@ -82,15 +77,24 @@ def _server_account_only(cls: type) -> type:
             await result
 
     # every method reaches prepare (a 405 would come first and tell what the route takes)
-    return type(cls.__name__, (cls,), {"initialize": initialize, "prepare": prepare, "SUPPORTED_METHODS": web.RequestHandler.SUPPORTED_METHODS,
+    return type(cls.__name__, (cls,), {"initialize": initialize, "prepare": prepare,
+                                       "SUPPORTED_METHODS": web.RequestHandler.SUPPORTED_METHODS,
                                        "__module__": cls.__module__,
                                        "__qualname__": cls.__qualname__, "_hived_gated": True})
 
 
-_gated = functools.lru_cache(maxsize=None)(_server_account_only)
+_gated_classes: dict[type[web.RequestHandler], type[web.RequestHandler]] = {}
 
 
-def passes(target_class: type) -> bool:
+def _gated(cls: type[web.RequestHandler]) -> type[web.RequestHandler]:
+    """One gated subclass per route class, made at its first request."""
+    gated = _gated_classes.get(cls)
+    if gated is None:
+        gated = _gated_classes[cls] = _server_account_only(cls)
+    return gated
+
+
+def passes(target_class: type[web.RequestHandler]) -> bool:
     """hived's own handlers, and tornado's bare 404 (it serves nothing)."""
     return issubclass(target_class, HivedHandler) or target_class is web.ErrorHandler
 
@@ -101,7 +105,9 @@ def install(web_app: web.Application, serve_jupyter: bool) -> None:
     provider = web_app.settings.get("identity_provider")
     login_pages = {getattr(provider, name, None) for name in ("login_handler_class", "logout_handler_class")}
 
-    def get_handler_delegate(request, target_class, target_kwargs=None, path_args=None, path_kwargs=None):
+    def get_handler_delegate(request: httputil.HTTPServerRequest, target_class: type[web.RequestHandler],
+                             target_kwargs: dict[str, Any] | None = None, path_args: list[bytes] | None = None,
+                             path_kwargs: dict[str, bytes] | None = None) -> web._HandlerDelegate:
         if not passes(target_class) and not (serve_jupyter and target_class in login_pages):
             if not serve_jupyter:
                 target_class, target_kwargs, path_args, path_kwargs = RefusedHandler, {}, [], {}
@@ -109,4 +115,5 @@ def install(web_app: web.Application, serve_jupyter: bool) -> None:
                 target_class = _gated(target_class)
         return original(request, target_class, target_kwargs, path_args, path_kwargs)
 
-    web_app.get_handler_delegate = get_handler_delegate
+    # this one application's routing is wrapped, not tornado's class
+    web_app.get_handler_delegate = get_handler_delegate  # type: ignore[method-assign]

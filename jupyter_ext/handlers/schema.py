@@ -158,7 +158,8 @@ def _explain(err) -> str:
         # the documented `field: problem` wording, as the service's own checks say it
         return f"must be between {err.schema['minimum']:g} and {err.schema['maximum']:g}, got {err.instance:g}"
     if v in ("maximum", "minimum", "maxLength", "minLength", "maxItems", "minItems", "maxProperties"):
-        return f"{v} is {err.validator_value}" + (f", got {err.instance}" if isinstance(err.instance, (int, float)) else "")
+        got = f", got {err.instance}" if isinstance(err.instance, (int, float)) else ""
+        return f"{v} is {err.validator_value}{got}"
     if v == "enum":
         return f"must be one of {', '.join(map(str, err.validator_value))}"
     if v == "not" and isinstance(err.instance, dict) and "gpus" in err.instance and "cell_type" in err.instance:

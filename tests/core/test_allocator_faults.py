@@ -14,7 +14,7 @@ def _state(a):
     lists = {c: [sorted(x.id for x in b.cells()) for b in per[1:]] for c, per in a.physical.free.items()}
     vlists = {(vc, c): [sorted(x.id for x in b.cells()) for b in per[1:]]
               for vc, v in a.vcs.items() for c, per in v.free.items()}
-    bound = {vc: {k: sorted(x.id for x in d) for k, d in per.items() if d} for vc, per in ((n, v.bound) for n, v in a.vcs.items())}
+    bound = {vc: {k: sorted(x.id for x in d) for k, d in v.bound.items() if d} for vc, v in a.vcs.items()}
     return lists, vlists, bound, {c: list(v) for c, v in a.physical.bound_count.items()}, sorted(a.grants())
 
 

@@ -168,6 +168,20 @@ def test_adopt_after_restart(tmp_path):
     assert wait_exit(second, "alive").exit_code in (-signal.SIGTERM, -signal.SIGKILL, 143)
 
 
+def test_adopt_refuses_a_torn_exit_file_without_raising(tmp_path):
+    """A pod known only by its exit file, and that file torn (a power cut mid-write):
+    nothing says how it ended, so there is nothing to adopt; a restart must not crash on it."""
+    first = LocalLauncher(tmp_path)
+    first.launch("torn", req("exit 3"), placement([0]), 1)
+    adir = tmp_path / "torn" / "attempt-1"
+    wait_until(lambda: (adir / "rank-0.exit.json").exists())
+    first._jobs.clear()
+    for name in ("rank-0.pod.json", "rank-0.spec.json"):
+        (adir / name).unlink(missing_ok=True)
+    (adir / "rank-0.exit.json").write_text('{"exit_co')
+    assert LocalLauncher(tmp_path).adopt("torn", placement([0])) is False
+
+
 def test_a_killed_runner_leaves_no_daemon_behind(tmp_path):
     """Without a cgroup, a daemon whose supervisor was killed (by the job itself, when
     hived is not root) is found by the HIVED_POD mark in its environment."""

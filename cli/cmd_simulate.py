@@ -26,7 +26,8 @@ def register(subparsers, summary: str) -> None:
     p = subparsers.add_parser(
         "simulate", help=summary, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trace", metavar="T",
-                   help="'philly' (the Philly trace), a Philly .csv.gz/folder, 'table1' (synthetic, HiveD (OSDI '20) Table 1) "
+                   help="'philly' (the Philly trace), a Philly .csv.gz/folder, "
+                        "'table1' (synthetic, HiveD (OSDI '20) Table 1) "
                         "or a CSV in our format (docs/simulator.md)")
     p.add_argument("--spec", metavar="S", help="cluster spec whose VCs are the trace's tenants "
                                                "(default: a cluster sized by --load, quotas by GPU-hours)")

@@ -198,8 +198,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         self.degraded: str | None = None      # why the journal cannot be written, while it cannot
         text = _spec_text(spec_path)
         # lets `hived ... --data-dir` open this directory embedded later
-        if (text is not None and hasattr(self.store, "set_meta")
-                and getattr(self.store, "get_meta", lambda k: None)("spec") != text):
+        if text is not None and self.store.get_meta("spec") != text:
             try:
                 self.store.set_meta("spec", text)
             except JournalWriteError as exc:   # a convenience copy: start anyway, degraded
@@ -285,12 +284,11 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 done_intents = [j for j in written if j in self._intents]
                 if done_intents:   # the records now say it: the intents are spent
                     self.store.clear_intents(done_intents)
-                if hasattr(self.store, "set_meta"):   # a store may keep no meta (the spec's copy is a convenience)
-                    for key, value in (meta or {}).items():
-                        self.store.set_meta(key, value)
-                    if self.degraded is not None:
-                        # a real write, so that recovery is proven even when nothing else moved
-                        self.store.set_meta("journal_checked", repr(now))
+                for key, value in (meta or {}).items():
+                    self.store.set_meta(key, value)
+                if self.degraded is not None:
+                    # a real write, so that recovery is proven even when nothing else moved
+                    self.store.set_meta("journal_checked", repr(now))
         except JournalWriteError as exc:
             raise ServiceDegraded(self._degrade(exc)) from None
         self._seen.update(seen)

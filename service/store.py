@@ -166,6 +166,13 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None: ...
 
+    # Meta: small named strings kept with the journal (the spec in force, the last journal check).
+    @abc.abstractmethod
+    def get_meta(self, key: str) -> str | None: ...
+
+    @abc.abstractmethod
+    def set_meta(self, key: str, value: str) -> None: ...
+
     # Intents: a request acknowledged before the job's record says so.
     def add_intent(self, job_id: str, kind: str, user: str, now: float) -> None:
         raise NotImplementedError(f"{type(self).__name__} keeps no intents")

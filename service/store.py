@@ -34,7 +34,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +176,16 @@ class Store(abc.ABC):
     def intents(self) -> list[tuple[str, str, str, float]]:
         """(job id, kind, user, time) of every intent not yet cleared, oldest first."""
         return []
+
+    # Metadata (spec text, retention policies, disk quotas) and the removal of finished jobs.
+    def get_meta(self, key: str) -> str | None:
+        return None
+
+    def set_meta(self, key: str, value: str) -> None:
+        raise NotImplementedError(f"{type(self).__name__} keeps no metadata")
+
+    def delete_jobs(self, job_ids: Iterable[str]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot remove jobs")
 
 
 def _private_dir(path: Path) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -293,4 +294,4 @@ class HivedClient:
 
 def _seg(value: str) -> str:
     """One URL path segment: ids and VC names never smuggle a '/'."""
-    return requests.utils.quote(str(value), safe="")
+    return urllib.parse.quote(str(value), safe="")

@@ -88,7 +88,8 @@ class ExchangeArbiter:
 
     def _cells(self, where: str, chain: str, level: int, count: int) -> Cells:
         if chain not in self.spec.chains:
-            raise ExchangeError(f"{where}.chain", f"unknown chain {chain!r}; known: {', '.join(sorted(self.spec.chains))}")
+            known = ", ".join(sorted(self.spec.chains))
+            raise ExchangeError(f"{where}.chain", f"unknown chain {chain!r}; known: {known}")
         n_levels = len(self.spec.chains[chain].levels)
         if isinstance(level, bool) or not isinstance(level, int) or not 1 <= level <= n_levels:
             raise ExchangeError(f"{where}.level", f"must be an integer 1..{n_levels} for chain {chain}, got {level!r}")
@@ -190,7 +191,7 @@ class ExchangeArbiter:
         raise ExchangeError(where, f"cell type {name!r} is in chains {', '.join(c for c, _ in hits)}; "
                                    f"write CHAIN.{name}")
 
-    def post_payload(self, kind: PostKind | str, payload: dict, now: float) -> Post:
+    def post_payload(self, kind: PostKind | str, payload: dict[str, Any], now: float) -> Post:
         """A post from the REST body ``{vc, cell_type, count, duration, start?, in_return?}``.
 
         ``start`` is seconds from ``now`` (default 0), ``duration`` the
@@ -225,7 +226,7 @@ class ExchangeArbiter:
                 return table.pop(post_id)
         raise ExchangeError("post", f"no open post {post_id!r} (matched, withdrawn or expired)")
 
-    def board(self) -> dict:
+    def board(self) -> dict[str, list[dict[str, object]]]:
         return {"offers": [p.to_dict() for p in sorted(self.offers.values(), key=lambda p: p.seq)],
                 "requests": [p.to_dict() for p in sorted(self.requests.values(), key=lambda p: p.seq)]}
 
@@ -320,7 +321,7 @@ class ExchangeArbiter:
             (self.offers if p.kind is PostKind.OFFER else self.requests).pop(p.id)
         return gone
 
-    def ledger_view(self) -> dict:
+    def ledger_view(self) -> dict[str, dict[str, float]]:
         return self.ledger.to_dict()
 
 
@@ -386,7 +387,7 @@ class ExchangeProxy:
     def withdraw(self, post_id: str) -> Post:
         return self.arbiter.withdraw(post_id, self.vc)
 
-    def board(self) -> dict:
+    def board(self) -> dict[str, list[dict[str, object]]]:
         return self.arbiter.board()
 
     def exchanges(self) -> list[Exchange]:

@@ -47,15 +47,16 @@ class BalancedExchange:
 
     name = "balanced"
 
-    def match(self, requests, offers, ledger, gpu_hours):
-        surplus = {}
+    def match(self, requests: list[Post], offers: list[Post], ledger: Ledger,
+              gpu_hours: Callable[[Post, Post], float]) -> list[tuple[Post, Post]]:
+        surplus: dict[str, float] = {}
         for p in list(requests) + list(offers):
             surplus.setdefault(p.vc, ledger.surplus(p.vc))
         left = {o.id: o.cells.count for o in offers}
         by_vc: dict[str, list[Post]] = {}
         for r in sorted(requests, key=lambda r: r.seq):
             by_vc.setdefault(r.vc, []).append(r)
-        pairs = []
+        pairs: list[tuple[Post, Post]] = []
         # decreasing surplus; ties by name so that runs repeat
         for vc in sorted(by_vc, key=lambda v: (-surplus[v], v)):
             for r in by_vc[vc]:
@@ -76,9 +77,10 @@ class FirstFit:
 
     name = "first_fit"
 
-    def match(self, requests, offers, ledger, gpu_hours):
+    def match(self, requests: list[Post], offers: list[Post], ledger: Ledger,
+              gpu_hours: Callable[[Post, Post], float]) -> list[tuple[Post, Post]]:
         left = {o.id: o.cells.count for o in offers}
-        pairs = []
+        pairs: list[tuple[Post, Post]] = []
         for r in sorted(requests, key=lambda r: r.seq):
             for o in sorted(offers, key=lambda o: o.seq):
                 if left[o.id] >= r.cells.count and qualifies(r, o):
@@ -88,10 +90,10 @@ class FirstFit:
         return pairs
 
 
-POLICIES = {"balanced": BalancedExchange, "first_fit": FirstFit}
+POLICIES: dict[str, Callable[[], ExchangePolicy]] = {"balanced": BalancedExchange, "first_fit": FirstFit}
 
 
-def make_policy(spec) -> ExchangePolicy:
+def make_policy(spec: ExchangePolicy | str | None) -> ExchangePolicy:
     if spec is None:
         return BalancedExchange()
     if isinstance(spec, str):

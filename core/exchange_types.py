@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -44,8 +45,8 @@ class Post:
     def hours(self) -> float:
         return (self.end - self.start) / 3600.0
 
-    def to_dict(self) -> dict:
-        d = {"id": self.id, "kind": self.kind.value, "vc": self.vc, "chain": self.cells.chain,
+    def to_dict(self) -> dict[str, object]:
+        d: dict[str, object] = {"id": self.id, "kind": self.kind.value, "vc": self.vc, "chain": self.cells.chain,
              "level": self.cells.level, "count": self.cells.count, "start": self.start, "end": self.end,
              "posted": self.posted}
         if self.in_return:
@@ -88,7 +89,7 @@ class Exchange:
     def spatial(self) -> bool:
         return len(self.legs) > 1
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {"id": self.id, "request": self.request, "offer": self.offer, "start": self.start,
                 "end": self.end, "state": self.state.value, "reason": self.reason,
                 "spatial": self.spatial, "downgraded": list(self.downgraded),
@@ -109,7 +110,7 @@ class LedgerEntry:
 class Ledger:
     """GPU-hour accounts per VC (what admins read; what the balanced policy sorts by)."""
 
-    def __init__(self, vcs=()):
+    def __init__(self, vcs: Iterable[str] = ()) -> None:
         self.entries: dict[str, LedgerEntry] = {v: LedgerEntry() for v in vcs}
 
     def entry(self, vc: str) -> LedgerEntry:
@@ -124,6 +125,6 @@ class Ledger:
         self.entry(lender).contributed += gpu_hours
         self.entry(borrower).consumed += gpu_hours
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, dict[str, float]]:
         return {vc: {"contributed": round(e.contributed, 6), "consumed": round(e.consumed, 6),
                      "surplus": round(e.surplus, 6)} for vc, e in sorted(self.entries.items())}

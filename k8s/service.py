@@ -36,7 +36,7 @@ from .launcher import KubernetesLauncher
 from .leader import Elector
 from .nodes import NodeHealth
 from .policy import load_policy
-from .recovery import reconcile
+from .recovery import RecoveryReport, reconcile
 
 log = logging.getLogger("hived.k8s.service")
 
@@ -179,7 +179,7 @@ class KubernetesSchedulerService(SchedulerService):
             tol = _env_seconds("HIVED_K8S_NOTREADY_TOLERATION", 60.0)
             health = NodeHealth(launcher.core, spec_nodes(spec_path), timeout_seconds=launcher.watch.timeout_seconds,
                                 notready_toleration=tol)
-        self.cluster_recovery = None
+        self.cluster_recovery: RecoveryReport | None = None
         self._allocatable: dict[str, tuple[float, float]] = {}   # node -> (cpus, memory GB) its kubelet admits
         if leader == "env":
             leader = leader_from_env()
@@ -209,7 +209,8 @@ class KubernetesSchedulerService(SchedulerService):
         if self.elector is not None and self._standby:
             self.elector.start()      # the timer starts when the Lease is ours (_on_lead)
             return self
-        return super().start()
+        super().start()
+        return self
 
     def _on_lead(self) -> None:
         with self._lock:
@@ -336,12 +337,12 @@ class KubernetesSchedulerService(SchedulerService):
             return {"jobs": 0, "adopted": [], "lost": [], "relaunch": [], "unrestorable": [], "standby": True}
         # The journal is open, the spec loaded, nothing restored yet: the cluster goes first.
         self.launcher.start()
-        self.cluster_recovery = reconcile(self.store, self.launcher, lambda: self._new_engine(self.spec),
-                                          self.clock())
+        report = reconcile(self.store, self.launcher, lambda: self._new_engine(self.spec), self.clock())
+        self.cluster_recovery = report
         summary = super()._recover()
-        summary["cluster"] = self.cluster_recovery.to_dict()
+        summary["cluster"] = report.to_dict()
         self._continue_job_ids()
-        self._hold_draining(self.cluster_recovery.draining, self.clock())
+        self._hold_draining(report.draining, self.clock())
         return summary
 
     def _hold_draining(self, draining: list, now: float) -> None:

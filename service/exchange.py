@@ -25,6 +25,7 @@ from hived.core.engine import RequestError
 from hived.core.exchange import ExchangeArbiter, ExchangeError, ExchangeState, TickResult
 
 from .degraded import ServiceDegraded
+from .mixin_host import MixinHost
 from .store import JournalWriteError, StoreError
 
 log = logging.getLogger("hived.service")
@@ -41,7 +42,7 @@ def make_arbiter(engine) -> ExchangeArbiter | None:
     return ExchangeArbiter(engine.alloc)
 
 
-class ExchangeMixin:
+class ExchangeMixin(MixinHost):
     _arb: ExchangeArbiter | None = None
     _exchange_unsaved = False   # the arbiter moved and the journal has not taken it yet
 
@@ -142,6 +143,7 @@ class ExchangeMixin:
                 for xid in set(arb.exchanges) - known:
                     del arb.exchanges[xid]
                 self._degrade(exc)
+                assert self.degraded is not None   # _degrade has just set it
                 raise ServiceDegraded(self.degraded) from None
             self._exchange_apply(arb.tick(now), now, write=True)
             doc = post.to_dict()

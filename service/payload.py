@@ -73,6 +73,22 @@ def _num(payload: dict, key: str, default, lo: float, hi: float) -> float | None
     return float(v)
 
 
+def _given_int(payload: dict, key: str, default: int, lo: int, hi: int) -> int:
+    """An integer with a default: absent means the default, null is refused (as the schema does)."""
+    v = _int(payload, key, default, lo, hi)
+    if v is None:
+        raise RequestError(key, "must be an integer, got None")
+    return v
+
+
+def _given_num(payload: dict, key: str, default: float, lo: float, hi: float) -> float:
+    """A number with a default: absent means the default, null is refused (as the schema does)."""
+    v = _num(payload, key, default, lo, hi)
+    if v is None:
+        raise RequestError(key, "must be a finite number, got None")
+    return v
+
+
 def _bounds(key: str) -> tuple[Any, Any]:
     return LIMITS[key]["minimum"], LIMITS[key]["maximum"]
 
@@ -89,8 +105,8 @@ def _group(d: Any, where: str) -> PodGroup:
     if cell_type is not None and (not isinstance(cell_type, str) or not cell_type):
         raise RequestError(f"{pre}cell_type", f"must be a cell type name, got {cell_type!r}")
     try:
-        pods = _int(d, "pods", 1, *_bounds("pods"))
-        gpus = _int(d, "gpus", 1, *_bounds("gpus"))
+        pods = _given_int(d, "pods", 1, *_bounds("pods"))
+        gpus = _given_int(d, "gpus", 1, *_bounds("gpus"))
         cpus = _num(d, "cpus", None, *_bounds("cpus"))
         mem = _num(d, "memory_gb", None, *_bounds("memory_gb"))
     except RequestError as e:
@@ -146,7 +162,7 @@ def parse_job(user: str, payload: Any, *, check_workdir: bool = True) -> JobRequ
     else:
         groups = [_group({k: payload[k] for k in ("pods", "gpus", "cell_type", "cpus", "memory_gb")
                           if k in payload}, "")]
-    grace = _num(payload, "grace_period", 0.0, *_bounds("grace_period"))
+    grace = _given_num(payload, "grace_period", 0.0, *_bounds("grace_period"))
     name = payload.get("name", "")
     if not isinstance(name, str) or len(name) > MAX_NAME:
         raise RequestError("name", f"must be a string of at most {MAX_NAME} characters")

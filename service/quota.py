@@ -22,6 +22,7 @@ import logging
 from hived.core.engine import RequestError
 from hived.core.jobs import HOLDING
 
+from .mixin_host import MixinHost
 from .retention import _dir_bytes, _limit
 
 log = logging.getLogger("hived.service")
@@ -37,8 +38,8 @@ def _size(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
-class QuotaMixin:
-    _quota: dict                 # vc -> max bytes
+class QuotaMixin(MixinHost):
+    _quota: dict[str, float]     # vc -> max bytes
     _last_quota: float | None = None
 
     def _load_quota(self) -> None:

@@ -25,6 +25,8 @@ import shutil
 from hived.core.engine import RequestError
 from hived.core.jobs import TERMINAL
 
+from .mixin_host import MixinHost
+
 log = logging.getLogger("hived.service")
 
 GC_INTERVAL = 600.0   # seconds between automatic collections
@@ -56,7 +58,7 @@ def _limit(name: str, value, integer: bool) -> float | None:
     return value
 
 
-class RetentionMixin:
+class RetentionMixin(MixinHost):
     _retention: dict
     _last_gc: float | None = None
 
@@ -162,6 +164,7 @@ class RetentionMixin:
             self.store.delete_jobs(ids)
         except JournalWriteError as exc:
             self._degrade(exc)
+            assert self.degraded is not None   # _degrade has just set it
             raise ServiceDegraded(self.degraded) from None
         for j in ids:
             if j in self.eng:

@@ -34,7 +34,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -166,13 +166,6 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None: ...
 
-    # Meta: small named strings kept with the journal (the spec in force, the last journal check).
-    @abc.abstractmethod
-    def get_meta(self, key: str) -> str | None: ...
-
-    @abc.abstractmethod
-    def set_meta(self, key: str, value: str) -> None: ...
-
     # Intents: a request acknowledged before the job's record says so.
     def add_intent(self, job_id: str, kind: str, user: str, now: float) -> None:
         raise NotImplementedError(f"{type(self).__name__} keeps no intents")
@@ -183,6 +176,16 @@ class Store(abc.ABC):
     def intents(self) -> list[tuple[str, str, str, float]]:
         """(job id, kind, user, time) of every intent not yet cleared, oldest first."""
         return []
+
+    # Metadata (spec text, retention policies, disk quotas, the last journal check).
+    @abc.abstractmethod
+    def get_meta(self, key: str) -> str | None: ...
+
+    @abc.abstractmethod
+    def set_meta(self, key: str, value: str) -> None: ...
+
+    def delete_jobs(self, job_ids: Iterable[str]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot remove jobs")
 
 
 def _private_dir(path: Path) -> None:

@@ -27,7 +27,7 @@ def jsonable(x: Any) -> Any:
 
 def holders(svc) -> dict:
     """(node, gpu) -> job id, for every job holding cells."""
-    out = {}
+    out: dict[tuple[str, int], str] = {}
     for rec in svc.eng.jobs(states=HOLDING):
         if rec.placement is not None:
             for pod in rec.placement.pods:

@@ -1,4 +1,5 @@
-"""AlloX (Le et al., "AlloX: Compute Allocation in Hybrid Clusters", EuroSys '20): placing jobs over interchangeable devices (GPU, CPU, ...).
+"""AlloX (Le et al., "AlloX: Compute Allocation in Hybrid Clusters", EuroSys '20): placing jobs
+over interchangeable devices (GPU, CPU, ...).
 
 - ``matching``: the cost matrix Q = [P 2P ... nP] + [D ... D] and its
   min-cost bipartite matching (scipy's ``linear_sum_assignment``).

@@ -55,7 +55,8 @@ if TYPE_CHECKING:
 
 VC_NODES = os.path.join(os.path.dirname(PHILLY), "vc_nodes.csv")
 CHAIN, LEVEL = "NODE", 4
-# HiveD (earlier version) Table 4 (default assignment) and Table 5 (balanced): tenant -> (effective, increase, gain[, RF])
+# HiveD (earlier version) Table 4 (default assignment) and Table 5 (balanced):
+# tenant -> (effective, increase, gain[, RF])
 PAPER_T4 = {"res-e": (52.3, 13.5, 25.8), "prod-a": (25.3, 2.9, 11.5), "res-d": (16.1, 1.5, 9.2),
             "prod-e": (60.0, 5.3, 8.8), "res-c": (74.9, 5.2, 7.0), "res-a": (57.6, 4.0, 6.9),
             "prod-b": (44.8, 2.5, 5.6), "prod-c": (78.6, 2.9, 3.6), "res-b": (74.8, 0.9, 1.2),

@@ -72,3 +72,14 @@ def test_sizes_at_and_over_their_bounds(where, make, limit):
 def test_env_values_are_strings_at_every_door():
     body = {**BASE, "env": {"N": 3}}
     assert rest_problem(body)[0] == service_problem(body)[0] == "env.N"
+
+
+@pytest.mark.parametrize("body,where", [({**BASE, "pods": None}, "pods"), ({**BASE, "gpus": None}, "gpus"),
+                                        ({**BASE, "groups": [{"pods": None}]}, "groups[0].pods"),
+                                        ({**BASE, "grace_period": None}, "grace_period")])
+def test_null_is_refused_where_a_field_has_a_value_by_default(body, where):
+    """pods, gpus and grace_period default to a value: null is no way to ask for that default."""
+    rest, service = rest_problem(body), service_problem(body)
+    assert rest is not None and service is not None
+    assert rest[0] == service[0] == where, (rest, service)
+    assert "None" in service[1]

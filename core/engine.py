@@ -52,7 +52,6 @@ if TYPE_CHECKING:
     from .grant import Grant
     from .policies.preemption_order import PreemptionPolicy
     from .policies.registry import QueuePolicy
-    from .spec import ClusterSpec
 
 __all__ = ["Engine", "EngineConfig", "JobRecord", "RequestError", "ClusterView", "NodeState"]
 
@@ -70,12 +69,10 @@ class EngineConfig:
 
 
 class Engine(EngineEvents):
-    def __init__(self, spec_or_allocator: EngineAllocator | ClusterSpec | SpecSource, *,
+    def __init__(self, spec_or_allocator: EngineAllocator | SpecSource, *,
                  queue_policy: str | QueuePolicy = "fifo",
                  preemption_policy: str | PreemptionPolicy | None = "fitgpp",
                  config: EngineConfig | None = None, binding: str = "dynamic"):
-        self.alloc: EngineAllocator
-        self.spec: ClusterSpec
         from .allocator import Allocator
         from .quota import QuotaAllocator
         from .spec import ClusterSpec, load_spec
@@ -83,7 +80,10 @@ class Engine(EngineEvents):
             self.alloc = spec_or_allocator
             self.spec = spec_or_allocator.spec
         else:
-            self.spec = spec_or_allocator if isinstance(spec_or_allocator, ClusterSpec) else load_spec(spec_or_allocator)
+            if isinstance(spec_or_allocator, ClusterSpec):
+                self.spec = spec_or_allocator
+            else:
+                self.spec = load_spec(spec_or_allocator)
             self.alloc = Allocator(self.spec, binding=binding)
         self.config = config or EngineConfig()
         self.queue_policy = make_queue_policy(queue_policy)

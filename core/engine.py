@@ -33,8 +33,9 @@ import heapq
 import itertools
 import math
 from collections import Counter, OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .engine_events import EngineEvents
 from .engine_reasons import behind, explain
@@ -44,6 +45,13 @@ from .engine_view import ClusterView, NodeState  # noqa: F401  (re-exported)
 from .jobs import HOLDING, TERMINAL, Affinity, Decision, DecisionKind, JobClass, JobRequest, JobState
 from .policies.preemption_order import preemption_cap
 from .policies.registry import make_preemption_policy, make_queue_policy
+
+if TYPE_CHECKING:
+    from .allocator import SpecSource
+    from .engine_validate import EngineAllocator
+    from .grant import Grant
+    from .policies.preemption_order import PreemptionPolicy
+    from .policies.registry import QueuePolicy
 
 __all__ = ["Engine", "EngineConfig", "JobRecord", "RequestError", "ClusterView", "NodeState"]
 
@@ -61,15 +69,21 @@ class EngineConfig:
 
 
 class Engine(EngineEvents):
-    def __init__(self, spec_or_allocator, *, queue_policy="fifo", preemption_policy="fitgpp",
+    def __init__(self, spec_or_allocator: EngineAllocator | SpecSource, *,
+                 queue_policy: str | QueuePolicy = "fifo",
+                 preemption_policy: str | PreemptionPolicy | None = "fitgpp",
                  config: EngineConfig | None = None, binding: str = "dynamic"):
-        if hasattr(spec_or_allocator, "place"):
+        from .allocator import Allocator
+        from .quota import QuotaAllocator
+        from .spec import ClusterSpec, load_spec
+        if isinstance(spec_or_allocator, (Allocator, QuotaAllocator)):
             self.alloc = spec_or_allocator
             self.spec = spec_or_allocator.spec
         else:
-            from .allocator import Allocator
-            from .spec import load_spec
-            self.spec = spec_or_allocator if hasattr(spec_or_allocator, "chains") else load_spec(spec_or_allocator)
+            if isinstance(spec_or_allocator, ClusterSpec):
+                self.spec = spec_or_allocator
+            else:
+                self.spec = load_spec(spec_or_allocator)
             self.alloc = Allocator(self.spec, binding=binding)
         self.config = config or EngineConfig()
         self.queue_policy = make_queue_policy(queue_policy)
@@ -81,18 +95,18 @@ class Engine(EngineEvents):
         iso = self.config.isolated_vcs
         self._isolated = bool(getattr(self.alloc, "isolated_vcs", True) if iso is None else iso)
         self._jobs: dict[str, JobRecord] = {}
-        self._lanes: dict[str, tuple[OrderedDict, OrderedDict]] = {
+        self._lanes: dict[str, tuple[OrderedDict[str, None], OrderedDict[str, None]]] = {
             v: (OrderedDict(), OrderedDict()) for v in self.spec.vcs}
         self._ids = itertools.count(1)
         self._next_key = 1                 # next queue key (JobRecord.queue_key)
         self._timer_seq = itertools.count(1)
-        self._timers: list = []            # (time, seq, kind, key): "wake" vc, "grace" job id
+        self._timers: list[tuple[float, int, str, str]] = []  # (time, seq, kind, key): "wake" vc, "grace" job id
         # job id -> (depends on every release?, allocator version) of its last failed attempt
         self._failed_at: dict[str, tuple[bool, int]] = {}
-        self._dirty: set = set(self.spec.vcs)
+        self._dirty: set[str] = set(self.spec.vcs)
         self._ready: list[str] = []        # PLACED jobs whose victims all left: START at next step
-        self._waiters: dict[str, set] = {}  # victim -> jobs PLACED waiting on it
-        self._pwaiters: dict[str, set] = {}  # victim -> TE jobs that asked the policy for it
+        self._waiters: dict[str, set[str]] = {}  # victim -> jobs PLACED waiting on it
+        self._pwaiters: dict[str, set[str]] = {}  # victim -> TE jobs that asked the policy for it
         self._gver = 0                     # bumps on every release anywhere
         self._vver = {v: 0 for v in self.spec.vcs}  # bumps on a guaranteed release in that VC
         self._nondefault = 0               # bound jobs with explicit CPU/RAM (node_ok needed)
@@ -106,17 +120,17 @@ class Engine(EngineEvents):
         self._free = dict(self._totals)    # GPUs not bound, per chain (pre-check only)
         self._vc_cap = {v: self._capacity(v) for v in self.spec.vcs}
         self._vc_used = {v: {c: 0 for c in self.spec.chains} for v in self.spec.vcs}
-        self._held: dict[str, dict] = {v: {} for v in self.spec.vcs}   # VC -> its jobs holding cells
+        self._held: dict[str, dict[str, None]] = {v: {} for v in self.spec.vcs}   # VC -> its jobs holding cells
         self._held_ver: dict[str, int] = {v: 0 for v in self.spec.vcs}  # bumps when _held[vc] changes
-        self._holders_text: dict[str, tuple] = {}                      # VC -> (_held_ver, text) cache
+        self._holders_text: dict[str, tuple[int, str]] = {}                    # VC -> (_held_ver, text) cache
         self._blocked: dict[str, str | None] = {v: None for v in self.spec.vcs}  # VC -> head that waits
         self._explain = self.config.wait_reasons
-        self.scanned: set = set()          # VCs whose queue the last step() walked
+        self.scanned: set[str] = set()     # VCs whose queue the last step() walked
         self.stats = {"attempts": 0, "starts": 0, "preempt_decisions": 0, "preempted_gpus": 0}
 
     # ------------------------------------------------------------------ requests
 
-    def _capacity(self, vc: str) -> dict:
+    def _capacity(self, vc: str) -> dict[str, int]:
         cap = {c: 0 for c in self.spec.chains}
         for (chain, level), count in self.spec.vcs[vc].cells.items():
             cap[chain] += count * self.spec.chains[chain].gpus_per_level[level - 1]
@@ -152,7 +166,7 @@ class Engine(EngineEvents):
 
     # ------------------------------------------------------------------ queues and timers
 
-    def _lane(self, rec: JobRecord) -> OrderedDict:
+    def _lane(self, rec: JobRecord) -> OrderedDict[str, None]:
         te, rest = self._lanes[rec.request.vc]
         return te if rec.request.job_class is JobClass.TE and getattr(self.queue_policy, "te_first", False) else rest
 
@@ -178,12 +192,17 @@ class Engine(EngineEvents):
         lane = self._lane(rec)
         last = next(reversed(lane), None)
         lane[rec.job_id] = None
-        if last is not None and self._jobs[last].queue_key > key:  # type: ignore[operator]
-            ordered = sorted(lane, key=lambda j: self._jobs[j].queue_key)  # stable: ties keep their order
+        if last is not None and self._queue_key(last) > key:
+            ordered = sorted(lane, key=self._queue_key)  # stable: ties keep their order
             lane.clear()
             lane.update(dict.fromkeys(ordered))
         self._failed_at.pop(rec.job_id, None)
         self._dirty.add(rec.request.vc)
+
+    def _queue_key(self, job_id: str) -> float:
+        key = self._jobs[job_id].queue_key
+        assert key is not None, f"queued job {job_id} has no queue key"   # _enqueue* set it
+        return key
 
     def _dequeue(self, rec: JobRecord) -> None:
         for lane in self._lanes[rec.request.vc]:
@@ -237,7 +256,7 @@ class Engine(EngineEvents):
                 rec = self._jobs[jid]
                 if rec.state is JobState.PLACED and not rec.waiting_for:
                     self._emit_start(rec, now, out)
-        scanned = set()
+        scanned: set[str] = set()
         for vc, (te, rest) in self._lanes.items():
             if te or rest:
                 if vc in self._dirty:  # any release, submission or timer marks it
@@ -254,19 +273,19 @@ class Engine(EngineEvents):
         glob, ver = m
         return ver == (self._gver if glob else self._vver[rec.request.vc])
 
-    def _order(self, vc: str, now: float):
+    def _order(self, vc: str, now: float) -> Iterable[str]:
         te, rest = self._lanes[vc]
         pol = self.queue_policy
         if getattr(pol, "preserves_order", False):
             if getattr(pol, "te_first", False):
                 return itertools.chain(te, rest)
-            return (j for j in heapq.merge(te, rest, key=lambda j: self._jobs[j].queue_key))
+            return (j for j in heapq.merge(te, rest, key=self._queue_key))
         recs = [self._jobs[j] for j in itertools.chain(te, rest)]
-        recs.sort(key=lambda r: r.queue_key)
+        recs.sort(key=lambda r: self._queue_key(r.job_id))
         return [r.job_id for r in pol.order(vc, recs, self.view, now)]
 
-    def _scan(self, vc: str, now: float, out: list) -> None:
-        done = []
+    def _scan(self, vc: str, now: float, out: list[Decision]) -> None:
+        done: list[str] = []
         backfill = getattr(self.queue_policy, "backfill", False)
         order = iter(self._order(vc, now))
         blocked = None
@@ -302,7 +321,7 @@ class Engine(EngineEvents):
                 for lane in lanes:
                     lane.pop(jid, None)
 
-    def _attempt(self, rec: JobRecord, now: float, out: list) -> bool:
+    def _attempt(self, rec: JobRecord, now: float, out: list[Decision]) -> bool:
         """Try to place ``rec``; on failure remember what would have to change."""
         self.stats["attempts"] += 1
         req = rec.request
@@ -355,28 +374,28 @@ class Engine(EngineEvents):
             return True
         return self.view.can_host(chain, rec.pod_gpus)
 
-    def _place(self, rec: JobRecord, opportunistic: bool):
-        node_ok = None  # only when some job states its own CPU/RAM (else GPUs decide alone)
+    def _place(self, rec: JobRecord, opportunistic: bool) -> Grant | None:
+        node_ok: Callable[[str, int], bool] | None = None  # only when some job states its own CPU/RAM
         if not (rec.default_share and self._nondefault == 0):
-            by_gpus = {}
+            by_gpus: dict[int, tuple[float, float]] = {}
             for c, m, g in rec.pod_demands:
                 old = by_gpus.get(int(g), (0.0, 0.0))
                 by_gpus[int(g)] = (max(old[0], c), max(old[1], m))
             view = self.view
 
-            def node_ok(node, pod_gpus, _d=by_gpus):
+            def node_ok(node: str, pod_gpus: int, _d: dict[int, tuple[float, float]] = by_gpus) -> bool:
                 c, m = _d.get(pod_gpus, (0.0, 0.0))
                 return view.fits(node, c, m)
         return self.alloc.place(rec.job_id, rec.request.vc, rec.pod_gpus, opportunistic=opportunistic,
                                 priority=0 if opportunistic else (2 if rec.request.job_class is JobClass.TE else 1),
                                 chain=rec.chain, within_level=rec.level, node_ok=node_ok)
 
-    def _bind_restored(self, rec: JobRecord, grant) -> None:
+    def _bind_restored(self, rec: JobRecord, grant: Grant) -> None:
         self._charge(rec, grant)
 
-    def _charge(self, rec: JobRecord, grant) -> None:
+    def _charge(self, rec: JobRecord, grant: Grant) -> None:
         """Book ``grant`` in the view and the pre-check counters."""
-        per_node: dict = {}
+        per_node: dict[str, tuple[int, float, float]] = {}
         for pod in grant.pods:
             c, m, g = rec.pod_demands[pod.rank] if pod.rank < len(rec.pod_demands) else (0.0, 0.0, len(pod.gpus))
             u = per_node.get(pod.node)
@@ -392,7 +411,7 @@ class Engine(EngineEvents):
         if not rec.default_share:
             self._nondefault += 1
 
-    def _bind(self, rec: JobRecord, grant, now: float, out: list) -> None:
+    def _bind(self, rec: JobRecord, grant: Grant, now: float, out: list[Decision]) -> None:
         self._charge(rec, grant)
         self._failed_at.pop(rec.job_id, None)
         rec.queued_time += now - (rec.queued_since if rec.queued_since is not None else now)
@@ -415,17 +434,20 @@ class Engine(EngineEvents):
             rec.log(now, JobState.PLACED, how)
             self._emit_start(rec, now, out)
 
-    def _emit_start(self, rec: JobRecord, now: float, out: list) -> None:
+    def _emit_start(self, rec: JobRecord, now: float, out: list[Decision]) -> None:
         self.stats["starts"] += 1
         rec.started_pending = True
         out.append(Decision(DecisionKind.START, rec.job_id, placement=rec.placement,
                             reason="opportunistic" if rec.opportunistic else "guaranteed"))
 
-    def _ask_policy(self, rec: JobRecord, now: float, out: list) -> bool:
+    def _ask_policy(self, rec: JobRecord, now: float, out: list[Decision]) -> bool:
         """Guaranteed TE job that does not fit: the policy picks BE victims of its VC.
         True when victims are (now or already) leaving for it."""
         if rec.policy_victims:
             return True  # victims already leaving: wait for them before asking again
+        policy = self.preemption_policy
+        if policy is None:   # "none": TE jobs wait instead
+            return False
         vc = rec.request.vc
         cap = preemption_cap(self.config, self.spec, vc)
         chain = rec.chain
@@ -442,10 +464,10 @@ class Engine(EngineEvents):
             rec.policy_note = (f"preempting every BE job under the cap would still leave VC {vc} "
                                 f"short of {rec.gpus} GPUs")
             return False
-        victims, reason = self.preemption_policy.choose(rec, cands, self.view, now)
+        victims, reason = policy.choose(rec, cands, self.view, now)
         victims = [v for v in victims if v in self._jobs and self._jobs[v].state is JobState.RUNNING]
         if victims and max(self._room_with(rec, [self._jobs[v] for v in victims]).values(), default=0) < rec.gpus:
-            rec.policy_note = f"{self.preemption_policy.name} chose {', '.join(victims)}, which cannot make room"
+            rec.policy_note = f"{policy.name} chose {', '.join(victims)}, which cannot make room"
             return False
         if not victims:
             rec.policy_note = reason
@@ -457,7 +479,7 @@ class Engine(EngineEvents):
             self._preempt(self._jobs[v], now, f"for TE job {rec.job_id}: {reason}", out)
         return True
 
-    def _room_with(self, rec: JobRecord, victims) -> dict:
+    def _room_with(self, rec: JobRecord, victims: Iterable[JobRecord]) -> dict[str, int]:
         """chain -> the VC's free guaranteed GPUs there once ``victims`` have left."""
         vc = rec.request.vc
         chains = [rec.chain] if rec.chain is not None else list(self.spec.chains)
@@ -468,10 +490,10 @@ class Engine(EngineEvents):
                 room[bound] += v.gpus
         return room
 
-    def _running_of(self, vc: str):
+    def _running_of(self, vc: str) -> list[JobRecord]:
         return [self._jobs[j] for j in self._held[vc]]
 
-    def _preempt(self, rec: JobRecord, now: float, reason: str, out: list) -> None:
+    def _preempt(self, rec: JobRecord, now: float, reason: str, out: list[Decision]) -> None:
         grace = float(rec.request.grace_period)
         rec.grace_deadline = now + grace
         rec.killed = False

@@ -10,14 +10,59 @@ by class, with back-off (``not_before``) and a cap.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 from .engine_reasons import at
 from .engine_records import JobRecord
 from .engine_validate import RequestError
 from .failures import FailureClass, classify, retry_decision
 from .jobs import HOLDING, Decision, JobState
 
+if TYPE_CHECKING:
+    from .engine import EngineConfig
+    from .engine_validate import EngineAllocator
+    from .engine_view import ClusterView
+    from .policies.registry import QueuePolicy
+    from .spec import ClusterSpec
+
 
 class EngineEvents:
+    # The engine's state, set up by Engine.__init__ (core/engine.py) and shared by
+    # both halves; declared here so that this half is checked against it.
+    alloc: EngineAllocator
+    spec: ClusterSpec
+    config: EngineConfig
+    queue_policy: QueuePolicy
+    view: ClusterView
+    stats: dict[str, int]
+    _jobs: dict[str, JobRecord]
+    _lanes: dict[str, tuple[OrderedDict[str, None], OrderedDict[str, None]]]
+    _dirty: set[str]
+    _ready: list[str]
+    _waiters: dict[str, set[str]]
+    _pwaiters: dict[str, set[str]]
+    _gver: int
+    _vver: dict[str, int]
+    _nondefault: int
+    _free: dict[str, int]
+    _vc_cap: dict[str, dict[str, int]]
+    _vc_used: dict[str, dict[str, int]]
+    _held: dict[str, dict[str, None]]
+    _held_ver: dict[str, int]
+    _blocked: dict[str, str | None]
+
+    if TYPE_CHECKING:   # the queue and the round, defined in core/engine.py
+        def _get(self, job_id: str) -> JobRecord: ...
+        def _lane(self, rec: JobRecord) -> OrderedDict[str, None]: ...
+        def _queue_key(self, job_id: str) -> float: ...
+        def _enqueue(self, rec: JobRecord, head: bool) -> None: ...
+        def _dequeue(self, rec: JobRecord) -> None: ...
+        def _timer(self, when: float, kind: str, key: str) -> None: ...
+        def _arm_relax(self, rec: JobRecord, now: float) -> None: ...
+        def _preempt(self, rec: JobRecord, now: float, reason: str, out: list[Decision]) -> None: ...
+
     # ------------------------------------------------------------------ lifecycle events
 
     def on_started(self, job_id: str, now: float) -> None:
@@ -46,7 +91,7 @@ class EngineEvents:
         self.alloc.release(rec.job_id)
         self._held[rec.request.vc].pop(rec.job_id, None)
         self._held_ver[rec.request.vc] += 1
-        chain = rec.bound_chain
+        chain = rec.placement.chain
         self.view.unbind(rec.job_id, guaranteed=not rec.opportunistic)
         self._free[chain] += rec.gpus
         if not rec.opportunistic:
@@ -110,7 +155,7 @@ class EngineEvents:
         if preemptors:
             self._behind(rec, preemptors)
 
-    def _behind(self, rec: JobRecord, anchors: list) -> None:
+    def _behind(self, rec: JobRecord, anchors: list[str]) -> None:
         """Move queued ``rec`` right behind the last of ``anchors`` if it stands before any
         of them in the same lane (a queue policy without TE-first would otherwise
         let a preempted BE job take back the very cells freed for its preemptor)."""
@@ -128,11 +173,12 @@ class EngineEvents:
             lane[j] = None
         # a key between its new neighbours keeps the lane sorted (and a restart in this order);
         # behind the tail, half a step: every later submission takes a whole key above it
-        before = self._jobs[keys[last - 1]].queue_key
-        after = self._jobs[keys[last + 1]].queue_key if last + 1 < len(keys) else None
+        before = self._queue_key(keys[last - 1])
+        after = self._queue_key(keys[last + 1]) if last + 1 < len(keys) else None
         rec.queue_key = before + 0.5 if after is None else (before + after) / 2
 
-    def _end(self, rec: JobRecord, now: float, state: JobState, reason: str, failure_class=None) -> None:
+    def _end(self, rec: JobRecord, now: float, state: JobState, reason: str,
+             failure_class: str | None = None) -> None:
         rec.ended = now
         if failure_class is not None:
             rec.failure_class = failure_class
@@ -213,7 +259,7 @@ class EngineEvents:
         if hook is not None:   # e.g. a policy ordering by estimated remaining time
             hook(rec, now)
 
-    def on_capacity_changed(self, vcs, downgraded, now: float) -> None:
+    def on_capacity_changed(self, vcs: Iterable[str], downgraded: Iterable[str], now: float) -> None:
         """VC views changed under the engine (a cell exchange window began or ended).
 
         ``vcs``: VCs whose cells moved; their queues are tried again (their
@@ -241,7 +287,7 @@ class EngineEvents:
             grant = self.alloc.grant_of(jid) if hasattr(self.alloc, "grant_of") else None
             if grant is not None:   # its binding now says opportunistic (what a restart restores)
                 rec.placement = grant.placement
-            self._vc_used[rec.request.vc][rec.bound_chain] -= rec.gpus
+            self._vc_used[rec.request.vc][rec.placement.chain] -= rec.gpus
             usage = self.view.usage.get(jid)
             if usage is not None:   # same GPUs, now counted as opportunistic work
                 self.view.unbind(jid, guaranteed=True)

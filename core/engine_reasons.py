@@ -12,8 +12,13 @@ seconds left beside them.
 from __future__ import annotations
 
 import heapq
+from typing import TYPE_CHECKING
 
 from .jobs import JobClass, JobState
+
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .engine_records import JobRecord
 
 MAX_NAMED = 4   # holders named one by one; the rest are counted
 EPOCH = 1e9     # clocks past this are Unix time (the service): shown as UTC dates, not seconds
@@ -29,7 +34,7 @@ def at(t: float, now: float) -> str:
     return f"{when} (in {max(0.0, t - now):.0f} s)"
 
 
-def shape(eng, rec) -> str:
+def shape(eng: Engine, rec: JobRecord) -> str:
     sizes = list(rec.pod_gpus)
     if len(sizes) == 1:
         text = f"1 pod of {sizes[0]} GPU{'s' if sizes[0] != 1 else ''}"
@@ -45,7 +50,7 @@ def shape(eng, rec) -> str:
     return text
 
 
-def holders_text(eng, vc: str) -> str:
+def holders_text(eng: Engine, vc: str) -> str:
     """The VC's biggest guaranteed holders, named; cached until the VC's holders change
     (a blocked head is explained every round that tries it: keep that cheap)."""
     ver = eng._held_ver[vc]
@@ -60,11 +65,11 @@ def holders_text(eng, vc: str) -> str:
     return text
 
 
-def _holders(held: list) -> str:
+def _holders(held: list[JobRecord]) -> str:
     if not held:
         return "no job"
     top = heapq.nsmallest(MAX_NAMED, held, key=lambda r: (-sum(r.pod_gpus), r.job_id))
-    named = []
+    named: list[str] = []
     for r in top:
         nodes = sorted({p.node for p in r.placement.pods}) if r.placement is not None else []
         where = f" on {', '.join(nodes[:2])}{'...' if len(nodes) > 2 else ''}" if nodes else ""
@@ -73,14 +78,14 @@ def _holders(held: list) -> str:
     return ", ".join(named) + (f" and {more} more" if more > 0 else "")
 
 
-def _failure(rec) -> str:
+def _failure(rec: JobRecord) -> str:
     for _, state, why in reversed(rec.history):
         if state == JobState.QUEUED.value and why:
             return why
     return "requeued"
 
 
-def _vc_text(eng, rec) -> tuple[str, int]:
+def _vc_text(eng: Engine, rec: JobRecord) -> tuple[str, int]:
     vc = rec.request.vc
     chains = [rec.chain] if rec.chain is not None else list(eng.spec.chains)
     cap = sum(eng._vc_cap[vc][c] for c in chains)
@@ -91,12 +96,17 @@ def _vc_text(eng, rec) -> tuple[str, int]:
     return text, free
 
 
-def _preemption_text(eng, rec, now: float) -> str:
+def _grace_ends(eng: Engine, job_ids: list[str]) -> list[float]:
+    """When the grace periods of ``job_ids`` end, for those asked to stop."""
+    deadlines = (eng._jobs[v].grace_deadline for v in job_ids)
+    return [d for d in deadlines if d is not None]
+
+
+def _preemption_text(eng: Engine, rec: JobRecord, now: float) -> str:
     if rec.request.job_class is not JobClass.TE or eng.preemption_policy is None:
         return ""
     if rec.policy_victims:
-        ends = [eng._jobs[v].grace_deadline for v in rec.policy_victims
-                if eng._jobs[v].grace_deadline is not None]
+        ends = _grace_ends(eng, rec.policy_victims)
         until = f" (grace periods end at {at(max(ends), now)})" if ends else ""
         return f"BE jobs {', '.join(rec.policy_victims)} are being preempted for it{until}"
     from .policies.preemption_order import preemption_cap
@@ -110,12 +120,12 @@ def _preemption_text(eng, rec, now: float) -> str:
     return rec.policy_note
 
 
-def explain(eng, rec, now: float) -> str:
+def explain(eng: Engine, rec: JobRecord, now: float) -> str:
     """The line for a QUEUED or PLACED job at ``now``."""
     if rec.state is JobState.PLACED:
         if not rec.waiting_for:
             return ""
-        ends = [eng._jobs[v].grace_deadline for v in rec.waiting_for if eng._jobs[v].grace_deadline is not None]
+        ends = _grace_ends(eng, rec.waiting_for)
         until = f" (grace periods end at {at(max(ends), now)})" if ends else ""
         return (f"placed on its cells; waiting for opportunistic jobs {', '.join(rec.waiting_for)} "
                 f"to leave them{until}")
@@ -123,7 +133,7 @@ def explain(eng, rec, now: float) -> str:
         return ""
     if rec.not_before > now:
         return f"retry at {at(rec.not_before, now)} after {_failure(rec)}"
-    parts = []
+    parts: list[str] = []
     need = rec.gpus
     if rec.request.job_class.guaranteed:
         vc_text, free = _vc_text(eng, rec)
@@ -146,6 +156,6 @@ def explain(eng, rec, now: float) -> str:
     return "; ".join(parts)
 
 
-def behind(head) -> str:
+def behind(head: JobRecord) -> str:
     return (f"behind {head.job_id}, the head of VC {head.request.vc}'s queue, which waits: "
             f"first in, first out, nothing passes it")

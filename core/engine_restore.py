@@ -8,26 +8,31 @@ allocator and the engine's view agree with what is really running.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .engine_records import JobRecord
 from .engine_validate import RequestError, check
 from .grant import Grant
 from .jobs import HOLDING, JobState
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 
 class Binding(Grant):
     """A grant as stored: what ``Allocator.restore`` takes back."""
 
     @property
-    def cells(self) -> list:
+    def cells(self) -> list[str]:
         return [c for p in self.pods for c in p.cells]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The plain form ``Allocator.restore`` accepts (its public input, no internals).
 
         Pods that recorded their cell address re-bind that exact cell; otherwise
         the allocator finds the smallest cell holding each pod's GPUs.
         """
-        d = {"owner": self.owner, "vc": self.vc, "chain": self.chain,
+        d: dict[str, Any] = {"owner": self.owner, "vc": self.vc, "chain": self.chain,
              "opportunistic": self.opportunistic, "priority": self.priority,
              "pods": [{"rank": p.rank, "node": p.node, "gpus": list(p.gpus)} for p in self.pods]}
         if self.pods and all(len(p.cells) == 1 for p in self.pods):
@@ -36,7 +41,7 @@ class Binding(Grant):
         return d
 
 
-def restore_record(eng, rec: JobRecord) -> None:
+def restore_record(eng: Engine, rec: JobRecord) -> None:
     if not isinstance(rec, JobRecord):
         raise RequestError("record", f"must be a JobRecord, got {type(rec).__name__}")
     if rec.job_id in eng._jobs:

@@ -10,8 +10,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .jobs import Affinity, JobClass, JobRequest, PodGroup
+
+if TYPE_CHECKING:   # the spec module is slow to import; only its types are read here
+    from typing import TypeAlias
+
+    from .allocator import Allocator
+    from .quota import QuotaAllocator
+    from .spec import Chain, ClusterSpec
+
+    # what the engine schedules on: HiveD's cell allocator or the quota baseline
+    EngineAllocator: TypeAlias = Allocator | QuotaAllocator
 
 
 class RequestError(ValueError):
@@ -25,8 +36,8 @@ class RequestError(ValueError):
 
 @dataclass
 class Resolved:
-    pod_gpus: list            # GPUs per pod
-    pod_demands: list         # (cpus, memory_gb, gpus) per pod
+    pod_gpus: list[int]       # GPUs per pod
+    pod_demands: list[tuple[float, float, float]]  # (cpus, memory_gb, gpus) per pod
     chain: str | None      # the request's chain, or the only chain there is
     want_level: int | None  # 1-based level that must hold the whole gang (None: no gang constraint)
     default_share: bool       # every pod uses the node-share CPU/RAM default
@@ -37,7 +48,7 @@ _CONTROL = {chr(c) for c in range(32)} | {"\x7f"}
 _SCRIPT_OK = {"\t", "\n", "\r"}
 
 
-def _text_problem(value: str, allow: set) -> str | None:
+def _text_problem(value: str, allow: set[str]) -> str | None:
     """What makes ``value`` unusable as a command, name or env entry, else None."""
     for k, ch in enumerate(value):
         if ch == "\x00":
@@ -93,15 +104,15 @@ def _check_texts(req: JobRequest) -> None:
             raise RequestError("workdir", f"must be an absolute path (starting with /), got {wd!r}")
 
 
-def _num(x) -> bool:
+def _num(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def node_gpus(chain) -> int:
+def node_gpus(chain: Chain) -> int:
     return chain.gpus_per_level[chain.node_level - 1]
 
 
-def gang_level(chain, pod_gpus: list) -> int | None:
+def gang_level(chain: Chain, pod_gpus: list[int]) -> int | None:
     """Smallest level whose one cell holds the whole gang; None for one pod
     (the allocator already gives a pod the smallest cell holding it) or when
     no level is big enough."""
@@ -114,7 +125,8 @@ def gang_level(chain, pod_gpus: list) -> int | None:
     return None
 
 
-def check(req: JobRequest, spec, alloc=None, totals: dict | None = None) -> Resolved:
+def check(req: JobRequest, spec: ClusterSpec, alloc: EngineAllocator | None = None,
+          totals: dict[str, int] | None = None) -> Resolved:
     """``totals``: GPUs per chain in the physical cluster (the engine caches it)."""
     if not isinstance(req, JobRequest):
         raise RequestError("request", f"must be a JobRequest, got {type(req).__name__}")
@@ -155,7 +167,8 @@ def check(req: JobRequest, spec, alloc=None, totals: dict | None = None) -> Reso
         if g.cell_type is not None:
             cname = g.cell_type.split(".", 1)[0] if "." in g.cell_type else chain_name
             if cname is None:
-                raise RequestError(f"{where}.cell_type", f"{g.cell_type!r} is ambiguous: name the chain (CHAIN.TYPE) or set chain")
+                raise RequestError(f"{where}.cell_type",
+                                   f"{g.cell_type!r} is ambiguous: name the chain (CHAIN.TYPE) or set chain")
             if req.chain is not None and cname != req.chain:
                 raise RequestError(f"{where}.cell_type", f"{g.cell_type!r} is not in chain {req.chain!r}")
             if cname not in spec.chains:
@@ -178,12 +191,12 @@ def check(req: JobRequest, spec, alloc=None, totals: dict | None = None) -> Reso
 
     chains = [spec.chains[chain_name]] if chain_name is not None else list(spec.chains.values())
     biggest = max(node_gpus(c) for c in chains)
-    for i, (g, gpus) in enumerate(groups_spec):
+    for i, (_, gpus) in enumerate(groups_spec):
         if gpus > biggest:
             raise RequestError(f"groups[{i}].gpus", f"{gpus} GPUs per pod, but a node has at most {biggest}")
     ref = chains[0] if chain_name is not None else max(chains, key=node_gpus)
     ng = node_gpus(ref)
-    demands = []
+    demands: list[tuple[float, float, float]] = []
     default_share = True
     for i, (g, gpus) in enumerate(groups_spec):
         share = gpus / ng
@@ -203,11 +216,13 @@ def check(req: JobRequest, spec, alloc=None, totals: dict | None = None) -> Reso
     return Resolved(pod_gpus, demands, chain_name, want, default_share)
 
 
-def _check_fits_at_all(req, alloc, spec, chain_name, pod_gpus, want, totals) -> None:
+def _check_fits_at_all(req: JobRequest, alloc: EngineAllocator, spec: ClusterSpec, chain_name: str | None,
+                       pod_gpus: list[int], want: int | None, totals: dict[str, int] | None) -> None:
     """A guaranteed job must fit its VC at all unless it may run opportunistically;
     any job must fit the physical cluster."""
     total = sum(pod_gpus)
-    cluster = max((totals[c] if totals else alloc_total(alloc, c)) for c in ([chain_name] if chain_name else spec.chains))
+    chains = [chain_name] if chain_name else list(spec.chains)
+    cluster = max((totals[c] if totals else alloc_total(alloc, c)) for c in chains)
     if total > cluster:
         raise RequestError("groups", f"asks {total} GPUs, the cluster has {cluster}"
                            + (f" in chain {chain_name}" if chain_name else ""))
@@ -219,7 +234,7 @@ def _check_fits_at_all(req, alloc, spec, chain_name, pod_gpus, want, totals) -> 
                                "(set allow_opportunistic to run it at low priority)")
 
 
-def alloc_total(alloc, chain: str) -> int:
+def alloc_total(alloc: EngineAllocator, chain: str) -> int:
     total = getattr(alloc, "total_gpus", None)
     if callable(total):
         return int(total(chain))

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# what one job holds on one node: (GPUs, CPUs, memory in GB)
+NodeUsage = tuple[int, float, float]
+
 
 @dataclass
 class NodeState:
@@ -26,10 +29,11 @@ class NodeState:
 
 @dataclass
 class ClusterView:
-    nodes: dict = field(default_factory=dict)   # node -> NodeState
-    usage: dict = field(default_factory=dict)   # job_id -> {node: (gpus, cpus, memory_gb)}
+    nodes: dict[str, NodeState] = field(default_factory=dict)
+    usage: dict[str, dict[str, NodeUsage]] = field(default_factory=dict)   # job -> {node: its usage}
     busy_nodes: int = 0                         # nodes with guaranteed_gpus > 0
-    hist: dict = field(default_factory=dict)    # chain -> [nodes with k GPUs unbound] (k clamped to 0..total)
+    # chain -> [nodes with k GPUs unbound] (k clamped to 0..total)
+    hist: dict[str, list[int]] = field(default_factory=dict)
 
     def add_node(self, node: str, chain: str, gpus: int, cpus: float, memory_gb: float) -> None:
         self.nodes[node] = NodeState(chain, gpus, gpus, float(cpus), float(cpus), float(memory_gb), float(memory_gb))
@@ -44,7 +48,7 @@ class ClusterView:
         h[min(top, max(0, before))] -= 1
         h[min(top, max(0, st.gpus_free))] += 1
 
-    def can_host(self, chain: str, pod_gpus: list) -> bool:
+    def can_host(self, chain: str, pod_gpus: list[int]) -> bool:
         """Could ``pod_gpus`` fit on unbound GPUs by count alone (identical pods only;
         a necessary condition the engine checks before asking the allocator for an
         opportunistic placement)."""
@@ -62,7 +66,7 @@ class ClusterView:
                 return True
         return False
 
-    def bind(self, job_id: str, per_node: dict, guaranteed: bool) -> None:
+    def bind(self, job_id: str, per_node: dict[str, NodeUsage], guaranteed: bool) -> None:
         """Charge ``per_node`` ({node: (gpus, cpus, mem)}) to the job."""
         self.usage[job_id] = per_node
         for node, (g, c, m) in per_node.items():

@@ -28,9 +28,12 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .jobs import STARTED, state_values
+
+if TYPE_CHECKING:
+    from .engine_records import JobRecord
 
 SOURCES = ("sample", "history", "hint", "progress", "oracle", "default")
 HINT_CONFIDENCE = 0.3
@@ -54,7 +57,7 @@ class Estimate:
         if not 0 < self.confidence <= 1:
             raise ValueError(f"Estimate.confidence: must be in (0, 1], got {self.confidence!r}")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, float | str | None]:
         return {"value": self.value, "source": self.source, "confidence": self.confidence,
                 "kind": self.kind, "memory_gb": self.memory_gb, "detail": self.detail}
 
@@ -68,7 +71,7 @@ class Sample:
     peak_memory_gb: float | None = None
 
 
-def _positive(what: str, x) -> float:
+def _positive(what: str, x: object) -> float:
     if isinstance(x, bool) or not isinstance(x, (int, float)) or math.isnan(x) or math.isinf(x) or x <= 0:
         raise ValueError(f"{what}: must be a finite number > 0, got {x!r}")
     return float(x)
@@ -205,7 +208,7 @@ class InMemoryHistory:
 _RANK = {"oracle": 0, "progress": 1, "sample": 2, "history": 3, "hint": 4, "default": 5}
 
 
-def record_elapsed(rec, now: float | None) -> float:
+def record_elapsed(rec: JobRecord, now: float | None) -> float:
     """Seconds a job record has run: earlier runs (``run_time``) plus the current one."""
     el = float(getattr(rec, "run_time", 0.0) or 0.0)
     started = getattr(rec, "started", None)
@@ -242,16 +245,17 @@ class Estimator:
             return None
         return min(found, key=lambda e: (-e.confidence, _RANK[e.source]))
 
-    def estimate_all(self, kinds: Iterable[str], **kw) -> dict[str, Estimate]:
+    def estimate_all(self, kinds: Iterable[str], *, signature: str | None = None,
+                     samples: Mapping[str, Sequence[Sample]] | Sequence[Sample] | None = None,
+                     total_steps: float | None = None, hint: float | None = None) -> dict[str, Estimate]:
         """One estimate per kind the job can run on (kinds with nothing known are left out).
 
         ``samples`` may be a dict kind -> samples here.
         """
-        samples = kw.pop("samples", None)
-        out = {}
+        out: dict[str, Estimate] = {}
         for k in kinds:
             s = samples.get(k) if isinstance(samples, Mapping) else samples
-            e = self.estimate(k, samples=s, **kw)
+            e = self.estimate(k, signature=signature, samples=s, total_steps=total_steps, hint=hint)
             if e is not None:
                 out[k] = e
         return out
@@ -277,7 +281,7 @@ class Estimator:
         self._base.pop(job_id, None)
 
     # --- per engine record (what policies call) -------------------------
-    def base_for(self, rec, kind: str = "gpu", *, oracle: bool = False,
+    def base_for(self, rec: JobRecord, kind: str = "gpu", *, oracle: bool = False,
                  default: float | None = None) -> Estimate | None:
         """The estimate of a job before it reports progress: its signature label
         (``labels["signature"]``) in the history, the user's hint, the simulator's
@@ -298,11 +302,12 @@ class Estimator:
             self._base[rec.job_id] = got
         return got
 
-    def for_record(self, rec, now: float | None, kind: str = "gpu", **kw) -> Estimate | None:
+    def for_record(self, rec: JobRecord, now: float | None, kind: str = "gpu", *, oracle: bool = False,
+                   default: float | None = None) -> Estimate | None:
         """The job's current estimate: its base refined by the progress it reported
         (``rec.progress`` = (done, total), set by ``Engine.report_progress``) over the
         time it has run. Idempotent: always refined from the base, never compounded."""
-        base = self.base_for(rec, kind, **kw)
+        base = self.base_for(rec, kind, oracle=oracle, default=default)
         prog = getattr(rec, "progress", None)
         el = record_elapsed(rec, now)
         if not prog or el <= 0 or (base is not None and base.source == "oracle"):
@@ -316,10 +321,11 @@ class Estimator:
             self._estimates[rec.job_id] = est
         return est
 
-    def remaining_for(self, rec, now: float | None, kind: str = "gpu", **kw) -> float | None:
+    def remaining_for(self, rec: JobRecord, now: float | None, kind: str = "gpu", *, oracle: bool = False,
+                      default: float | None = None) -> float | None:
         """Seconds the job still needs: its estimate less what it has run (at least 1 s
         while it is not done, so a late job never looks free)."""
-        est = self.for_record(rec, now, kind, **kw)
+        est = self.for_record(rec, now, kind, oracle=oracle, default=default)
         if est is None:
             return None
         return max(1.0, est.value - record_elapsed(rec, now))

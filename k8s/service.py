@@ -351,7 +351,7 @@ class KubernetesSchedulerService(SchedulerService):
         for d in draining:
             held = []
             for node, gpu in d["gpus"]:
-                if node not in self.eng.alloc.tree.nodes or (node, gpu) in self._unhealthy:
+                if node not in self.eng.view.nodes or (node, gpu) in self._unhealthy:   # either allocator
                     continue
                 self.eng.set_health(node, gpu, False, now, move=False)
                 self._unhealthy[(node, gpu)] = f"pods of ended job {d['job']} still stopping"

@@ -26,7 +26,7 @@ from .fitgpp import Vec, size
 
 if TYPE_CHECKING:
     from ..engine_records import JobRecord
-    from ..engine_view import ClusterView
+    from ..engine_view import ClusterView, NodeUsage
     from .fitgpp import Choice
 
 # best(): the eq. 4 winner as (job id, score, size, grace period)
@@ -88,7 +88,7 @@ class VectorScorer:
             self.rows.clear()                    # node indices changed: rebuild every row
             self.cols = _Columns()
 
-    def _row(self, jid: str, raw: dict[str, tuple[float, float, float]] | None, grace: float,
+    def _row(self, jid: str, raw: dict[str, NodeUsage] | None, grace: float,
              view: ClusterView) -> int | None:
         """The slot of a single-node job, (re)built when its usage object changed; None if multi-node."""
         hit = self.rows.get(jid)

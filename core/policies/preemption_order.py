@@ -45,7 +45,10 @@ if TYPE_CHECKING:   # the engine imports this module; these are only read
 class PreemptionPolicy(Protocol):
     """Stage 2: which running BE jobs of the VC give way to a TE job that does not fit."""
 
-    def choose(self, job: JobRecord, candidates: Sequence[JobRecord], view: ClusterView | None,
+    @property
+    def name(self) -> str: ...   # shown in the wait reasons ("fitgpp chose ...")
+
+    def choose(self, job: JobRecord, candidates: Sequence[JobRecord], view: ClusterView,
                now: float) -> tuple[list[str], str]: ...
 
 # higher preempts lower: TE > BE > opportunistic, but see may_preempt
@@ -142,6 +145,8 @@ def plan(job: JobRecord, *, opportunistic_victims: Iterable[str] = (), fits_with
             out.stages.append(Stage(STAGE_POLICY, [],
                                     f"no running BE job of VC {job.request.vc} below the cap P={cap}"))
         return out
+    if view is None:   # every policy weighs the candidates against the nodes' free resources
+        raise ValueError("view: the preemption policy needs the cluster view to choose victims")
     victims, reason = policy.choose(job, cands, view, now)
     out.stages.append(Stage(STAGE_POLICY, list(victims), reason))
     return out

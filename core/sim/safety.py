@@ -10,8 +10,15 @@ baseline's (unused quota GPUs, which is all quota promises).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-def vc_room(eng, rec) -> bool:
+if TYPE_CHECKING:
+    from ..engine import Engine
+    from ..engine_records import JobRecord
+
+
+def vc_room(eng: Engine, rec: JobRecord) -> bool:
     """True if ``rec``'s VC could host it now by its own reservation."""
     alloc = eng.alloc
     vc = rec.request.vc
@@ -26,14 +33,15 @@ def vc_room(eng, rec) -> bool:
     return False
 
 
-def _fits(free: dict, per_level: list, levels: list) -> bool:
+def _fits(free: dict[int, int], per_level: list[int], levels: list[int | None]) -> bool:
     """Can pods of these levels take free cells (a level-k cell holds
     gpus(k)/gpus(l) cells of level l)? Largest pods first, each from the
     smallest free cell that holds it, the remainder of a split cell kept."""
-    if any(lv is None for lv in levels):
+    sized = [lv for lv in levels if lv is not None]
+    if len(sized) < len(levels):   # a pod bigger than a top cell
         return False
     free = dict(free)
-    for lv in sorted(levels, reverse=True):
+    for lv in sorted(sized, reverse=True):
         k = next((k for k in sorted(free) if k >= lv and free[k] > 0), None)
         if k is None:
             return False
@@ -44,14 +52,14 @@ def _fits(free: dict, per_level: list, levels: list) -> bool:
     return True
 
 
-def blocked_heads(eng, now: float, vcs=None) -> list:
+def blocked_heads(eng: Engine, now: float, vcs: Iterable[str] | None = None) -> list[str]:
     """Guaranteed jobs heading their VC's queue (the first not in retry back-off)
     that fit their VC's free cells after the round at ``now`` and yet wait.
 
     HiveD's guarantee says this list is always empty. Read after ``step(now)``;
     a count of free GPUs is checked first, the cells only when it passes.
     ``vcs``: only these VCs (those the round scanned: nothing changed elsewhere)."""
-    out = []
+    out: list[str] = []
     for vc in (eng.spec.vcs if vcs is None else vcs):
         head = eng.head(vc, now)
         if head is None or not head.request.job_class.guaranteed:

@@ -283,3 +283,20 @@ def test_journal_only_job_on_cells_the_pods_hold_ends_as_lost(hv):
     assert "pods of other jobs hold" in cl["ended"][0]
     assert svc2.get_job(a)["state"] == "running" and svc2.eng.job(b).state.value == "failed"
     svc2.eng.alloc.check_invariants()
+
+
+def test_quota_scheme_recovery_holds_the_gpus_of_a_gang_it_ended(hv):
+    # the GPU-quota baseline has no cell tree: recovery must still hold the ended gang's GPUs
+    svc = hv.service(scheme="quota")
+    (b,) = hv.start_jobs(svc, JOB_B, users=("bob",))
+    gpus = [(q["node"], g) for q in svc.get_job(b)["placement"]["pods"] for g in q["gpus"]]
+    svc.close()
+    without_vcb = hv.spec("spec2.yaml", vcs=(("vca", "T-NODE", 1),), users={"vca": ["alice"]})
+    svc2 = hv.service(without_vcb, scheme="quota")
+    assert [e.split(":")[0] for e in svc2.recovered["cluster"]["ended"]] == [b]
+    assert svc2.get_job(b)["state"] == "failed"
+    assert all(p.metadata.deletion_timestamp is not None for p in hv.pods(b))
+    chain = next(iter(svc2.cluster()["chains"].values()))
+    for node, g in gpus:
+        gpu = chain["nodes"][node]["gpus"][g]
+        assert not gpu["healthy"] and f"pods of ended job {b} still stopping" in gpu["problem"]

@@ -6,12 +6,10 @@ follow the editable install's import hook, so this script builds a view of
 symlinks (``hived/core -> ../../core`` ...) under ``.mypy_cache`` and points
 mypy at it. The view's path is stable so mypy's cache stays valid between runs.
 
-Paths listed in ``.ci/lint_pending.txt`` (glob patterns, if that file exists)
-are skipped by both checkers.
+Every file is checked; there is no list of exceptions.
 """
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 import shutil
@@ -26,16 +24,8 @@ else:  # Python 3.10: pytest brings tomli
     import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[1]
-PENDING = REPO / ".ci" / "lint_pending.txt"
 VIEW = REPO / ".mypy_cache" / "hived_view"
 BIN = Path(sys.executable).parent
-
-
-def _pending() -> list[str]:
-    if not PENDING.exists():
-        return []
-    lines = (line.strip() for line in PENDING.read_text().splitlines())
-    return [line for line in lines if line and not line.startswith("#")]
 
 
 def _folders() -> dict[str, str]:
@@ -50,10 +40,8 @@ def _tool(name: str) -> str:
     return str(found) if found.exists() else name
 
 
-def run_ruff(pending: list[str]) -> bool:
+def run_ruff() -> bool:
     cmd = [_tool("ruff"), "check", "."]
-    if pending:
-        cmd += ["--extend-exclude", ",".join(pending)]
     started = time.monotonic()
     listed = subprocess.run([*cmd, "--show-files"], cwd=REPO, capture_output=True, text=True).stdout
     files = sum(1 for line in listed.splitlines() if line.strip().endswith(".py"))
@@ -71,7 +59,7 @@ def _build_view(folders: dict[str, str]) -> None:
         link.symlink_to(os.path.relpath(REPO / folder, link.parent), target_is_directory=True)
 
 
-def run_mypy(pending: list[str]) -> bool:
+def run_mypy() -> bool:
     folders = _folders()
     _build_view(folders)
     # mypy prints paths through the view; map them back onto the real folders
@@ -84,30 +72,21 @@ def run_mypy(pending: list[str]) -> bool:
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     errors = 0
-    skipped = 0
     for line in proc.stdout.splitlines():
         line = pattern.sub(lambda m: prefixes[m.group(0)], line, count=1)
-        path = line.split(":", 1)[0]
-        if any(fnmatch.fnmatch(path, p) for p in pending):
-            skipped += ": error:" in line
-            continue
         errors += ": error:" in line
         print(line)
     if proc.stderr.strip():
         print(proc.stderr.strip(), file=sys.stderr)
     crashed = proc.returncode not in (0, 1)
     took = time.monotonic() - started
-    print(f"mypy: checked {', '.join(folders)} (strict on hived.core): {errors} errors"
-          + (f", {skipped} more in pending files" if skipped else "") + f" ({took:.1f} s)", flush=True)
-    return errors == 0 and not crashed
+    print(f"mypy: checked {', '.join(folders)} (strict on hived.core): {errors} errors ({took:.1f} s)", flush=True)
+    return proc.returncode == 0 and errors == 0 and not crashed
 
 
 def main() -> int:
-    pending = _pending()
-    if pending:
-        print(f"lint: skipping {len(pending)} pending patterns listed in {PENDING.relative_to(REPO)}")
-    ok = run_ruff(pending)
-    ok = run_mypy(pending) and ok
+    ok = run_ruff()
+    ok = run_mypy() and ok
     return 0 if ok else 1
 
 

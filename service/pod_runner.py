@@ -22,13 +22,15 @@ Usage: ``python pod_runner.py SPEC.json``; SPEC holds argv, env, workdir,
 account, cgroup, log_dir, max_bytes, keep, pod_file, exit_file and a header
 line. Standard library only, so it starts fast and does not depend on the
 service's imports. ``python pod_runner.py --standby`` is a fork server: it
-starts once, imports what a runner needs, then for each SPEC path read from
-its standard input forks a runner (a new session) and answers the runner's pid
-on its standard output, then ``x PID STATUS`` when that runner ends (its
-status as ``Popen.returncode`` gives it). A job's runner is thus a fork of a
-ready interpreter: no interpreter start-up (about 25 ms of CPU) per pod, on
-the start path or competing with it. An end of input (the launcher gone) ends
-the server; the runners it forked go on.
+starts once, imports what a runner needs, and keeps one runner forked ahead
+(in its own session) reading its standard input; that spare takes the next
+SPEC path, answers its pid on the server's standard output and runs the pod,
+while the server forks the next spare. When a runner ends, the server
+answers ``x PID STATUS`` (its status as ``Popen.returncode`` gives it). A
+job's runner is thus a fork of a ready interpreter, already waiting: no
+interpreter start-up (about 25 ms of CPU) per pod, on the start path or
+competing with it. An end of input (the launcher gone) ends the server; the
+runners it forked go on.
 """
 from __future__ import annotations
 
@@ -410,23 +412,32 @@ def _run(spec: dict, cgroup: str | None) -> int:
     return rc if rc >= 0 else 128 - rc
 
 
-def _fork_runner(spec_path: str, keep_out: list[int]) -> int:
-    """Fork a runner for ``spec_path``; the child never returns."""
-    pid = os.fork()
-    if pid:
-        return pid
+def _spare(server_fds: list[int], taken: int) -> None:
+    """A runner forked ahead, in its own session: it takes the next SPEC path from
+    the server's input, answers its pid, tells the server to fork the next spare,
+    and runs the pod. Never returns."""
     rc = 1
     try:
         os.setsid()   # its own session and group: the launcher signals the group
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in keep_out:   # the server's pipes: a runner must not hold them open
+        for fd in server_fds:
             os.close(fd)
+        line = b""
+        while not line.endswith(b"\n"):   # the launcher sends one path, then waits for the pid
+            data = os.read(0, 1)
+            if not data:
+                os.write(taken, b"e")   # end of input: the server ends too
+                os._exit(0)
+            line += data
+        os.write(1, f"{os.getpid()}\n".encode())
+        os.write(taken, b"t")
+        os.close(taken)
         null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
+        for fd in (0, 1, 2):   # the server's pipes: a runner must not hold them open
             os.dup2(null, fd)
         os.close(null)
-        rc = main(spec_path)
+        rc = main(line.decode().strip())
     finally:
         os._exit(rc & 0xFF)
 
@@ -447,32 +458,33 @@ def standby() -> int:
     """The fork server (see the module docstring)."""
     import ctypes  # noqa: F401  (what _become_subreaper needs, imported before any fork)
     wake_r, wake_w = os.pipe()
+    taken_r, taken_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)   # wakes the select through the wakeup fd
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sel = selectors.DefaultSelector()
-    sel.register(0, selectors.EVENT_READ, "spec")
     sel.register(wake_r, selectors.EVENT_READ, "child")
-    buf = b""
+    sel.register(taken_r, selectors.EVENT_READ, "taken")
+    spare = True   # fork one now
     while True:
+        if spare:
+            spare = False
+            if os.fork() == 0:
+                _spare([wake_r, wake_w, taken_r, sel.fileno()], taken_w)
         for key, _ in sel.select():
+            data = os.read(key.fd, 4096) if key.data == "taken" else b""
             if key.data == "child":
                 try:
                     os.read(wake_r, 4096)
                 except BlockingIOError:
                     pass
-                continue
-            data = os.read(0, 65536)
-            if not data:
+            if b"e" in data:
+                _reap(1)
                 return 0
-            buf += data
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                if line.strip():
-                    pid = _fork_runner(line.decode().strip(), [wake_r, wake_w, sel.fileno()])
-                    os.write(1, f"{pid}\n".encode())
+            if b"t" in data:
+                spare = True
         _reap(1)
 
 

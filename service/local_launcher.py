@@ -167,13 +167,14 @@ class _Spawner:
     interpreter. A reader thread takes its answers: runner pids, and the exit
     status of each runner when it ends (a runner is the server's child, not ours)."""
 
-    def __init__(self, python: str, path: str) -> None:
-        self.path = path   # the PATH it was started with
-        self.proc = subprocess.Popen([python, "-I", "-S", RUNNER, "--standby"], env={"PATH": path},
+    def __init__(self, python: str, path: str, cgroup_base: Path | None) -> None:
+        self.path, self.cgroup_base = path, cgroup_base   # what it was started with
+        base = [str(cgroup_base)] if cgroup_base is not None else []
+        self.proc = subprocess.Popen([python, "-I", "-S", RUNNER, "--standby", *base], env={"PATH": path},
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
         self.ended: dict[int, int] = {}
-        self._pids: queue.Queue[int | None] = queue.Queue()
+        self._pids: queue.Queue[tuple[int, str | None] | None] = queue.Queue()
         self.reading = True
         threading.Thread(target=self._read, name="hived-runner-spawner", daemon=True).start()
 
@@ -184,24 +185,25 @@ class _Spawner:
                 parts = line.split()
                 if parts[:1] == [b"x"] and len(parts) == 3:
                     self.ended[int(parts[1])] = int(parts[2])
-                elif len(parts) == 1:
-                    self._pids.put(int(parts[0]))
+                elif len(parts) == 2:   # a runner: its pid and the cgroup it waited in
+                    self._pids.put((int(parts[0]), None if parts[1] == b"-" else parts[1].decode()))
         finally:
             self.reading = False
             self._pids.put(None)
 
-    def spawn(self, spec_path: Path) -> int:
-        """A runner for ``spec_path``; its pid. OSError when the server is gone."""
+    def spawn(self, spec_path: Path) -> tuple[int, str | None]:
+        """A runner for ``spec_path``: its pid, and the cgroup it joined ahead (the pod's
+        when the spec asks for one). OSError when the server is gone."""
         assert self.proc.stdin is not None
         self.proc.stdin.write(f"{spec_path}\n".encode())
         self.proc.stdin.flush()
         try:
-            pid = self._pids.get(timeout=30)
+            answer = self._pids.get(timeout=30)
         except queue.Empty:
-            pid = None
-        if pid is None:
+            answer = None
+        if answer is None:
             raise OSError("the pod runner fork server did not answer")
-        return pid
+        return answer
 
     def close(self) -> None:
         if self.proc.stdin is not None:
@@ -293,29 +295,31 @@ class LocalLauncher:
             if self._spawner is None:
                 self._make_spawner(job_environment(dict(os.environ), None, self.root)["PATH"])
 
-    def _runner(self, spec_path: Path, path: str) -> subprocess.Popen | _ForkedRunner:
+    def _runner(self, spec_path: Path, path: str) -> tuple[subprocess.Popen | _ForkedRunner, str | None]:
         """The pod's runner: a fork of the fork server (started with the same PATH), else
         a new interpreter. -I -S: the runner needs the standard library only; skipping
         site and user paths saves a third of its start-up. Its own environment is
         minimal: the job's goes through the spec file, so nothing of it (LD_PRELOAD ...)
         reaches the runner, root or not."""
-        if self._spawner is not None and (self._spawner.path != path or self._spawner.proc.poll() is not None):
+        if self._spawner is not None and (self._spawner.path != path or self._spawner.cgroup_base != self.cgroup_base
+                                          or self._spawner.proc.poll() is not None):
             self._drop_spawner()
         if self._spawner is None:
             self._make_spawner(path)
         if self._spawner is not None:
             try:
-                return _ForkedRunner(self._spawner, self._spawner.spawn(spec_path))
+                pid, cgroup = self._spawner.spawn(spec_path)
+                return _ForkedRunner(self._spawner, pid), cgroup
             except OSError as exc:
                 log.warning("pod runner fork server failed (%s): starting the runner on its own", exc)
                 self._drop_spawner()
         return subprocess.Popen([self.python, "-I", "-S", RUNNER, str(spec_path)], env={"PATH": path},
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+                                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True), None
 
     def _make_spawner(self, path: str) -> None:
         try:
-            self._spawner = _Spawner(self.python, path)
+            self._spawner = _Spawner(self.python, path, self.cgroup_base)
         except OSError as exc:   # launches start their runners themselves
             log.warning("no pod runner fork server: %s", exc)
 
@@ -403,7 +407,9 @@ class LocalLauncher:
                 }
                 spec_path = adir / f"rank-{pod.rank}.spec.json"
                 _atomic_write(spec_path, spec)
-                proc = self._runner(spec_path, base_env["PATH"])
+                proc, ready = self._runner(spec_path, base_env["PATH"])
+                if cgroup_path is not None and ready is not None:
+                    cgroup_path = ready   # the runner's own, joined ahead: the pod is born in it
                 job.pods.append(_Pod(pod.rank, proc.pid, proc_start_ticks(proc.pid), proc,
                                      cgroup=cgroup_path, mark=mark))
                 self._watch(proc.pid)

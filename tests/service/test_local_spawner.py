@@ -4,6 +4,7 @@ import signal
 import sys
 import time
 
+import pytest
 from service_helpers import wait_until
 
 from hived.core.jobs import JobRequest, Placement, PodPlacement
@@ -83,3 +84,31 @@ def test_closing_the_launcher_leaves_running_pods_alone(tmp_path):
         assert wait_exit(again, "d").exit_code == -signal.SIGKILL
     finally:
         again.close()
+
+
+def cgroup_of(pid):
+    with open(f"/proc/{pid}/cgroup") as f:
+        return next(line[3:].strip() for line in f if line.startswith("0::"))
+
+
+def test_the_command_is_born_in_the_pods_cgroup_and_the_runner_leaves_it(tmp_path):
+    la = LocalLauncher(tmp_path, cgroups="auto")
+    if la.cgroup_base is None:
+        pytest.skip("no writable cgroup v2 on this host: pods are swept by process tree")
+    try:
+        la.warm()
+        la.launch("e", req([PY, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(30)"]),
+                  placement([0]), 1)
+        wait_until(lambda: la.logs("e")[0].count("\n") >= 3)
+        pod = la._jobs["e"].pods[0]
+        command = int(la.logs("e")[0].splitlines()[2])
+        assert pod.cgroup is not None and os.path.isdir(pod.cgroup)
+        assert pod.cgroup.endswith(cgroup_of(command))          # born in the pod's cgroup
+        wait_until(lambda: not pod.cgroup.endswith(cgroup_of(pod.pid)))   # the runner left it
+        with open(os.path.join(pod.cgroup, "cgroup.procs")) as f:
+            assert [int(p) for p in f.read().split()] == [command]
+        la.terminate("e", 0)
+        assert wait_exit(la, "e").exit_code == -signal.SIGKILL
+        assert not os.path.exists(pod.cgroup)
+    finally:
+        la.close()

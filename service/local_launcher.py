@@ -598,8 +598,8 @@ class LocalLauncher:
         del self._jobs[job.job_id]
         for pod in job.pods:
             local_cgroups.remove(pod.cgroup)
-        if not self._jobs:
-            local_cgroups.remove(None if self.cgroup_base is None else str(self.cgroup_base))
+        if not self._jobs:   # not waiting: the spare runner's cgroup keeps it while the spawner lives
+            local_cgroups.remove(None if self.cgroup_base is None else str(self.cgroup_base), wait=0)
 
     @staticmethod
     def _all_done(job: _Job) -> bool:

@@ -261,7 +261,7 @@ class LocalLauncher:
         self._warn_if_unreachable()
         self._cgroups = cgroups
         self.cgroup_base = local_cgroups.cgroup_base(self.root, cgroups)   # None: process-tree sweep
-        if self.cgroup_base is not None:   # made again at the next launch: none left while idle
+        if self.cgroup_base is not None:   # made again at the next launch (it holds the spare runner's)
             local_cgroups.remove(str(self.cgroup_base), wait=0)
         self.tag = hashlib.sha256(self.root.resolve().as_posix().encode()).hexdigest()[:12]   # HIVED_POD
         self.max_log_bytes, self.keep_logs = max_log_bytes, keep_logs

@@ -112,3 +112,26 @@ def test_the_command_is_born_in_the_pods_cgroup_and_the_runner_leaves_it(tmp_pat
         assert not os.path.exists(pod.cgroup)
     finally:
         la.close()
+
+
+def test_the_end_of_the_last_job_does_not_block_poll(tmp_path):
+    """The spare runner's cgroup keeps the cgroup folder: poll must not wait for it to empty."""
+    la = LocalLauncher(tmp_path, cgroups="auto")
+    if la.cgroup_base is None:
+        pytest.skip("no writable cgroup v2 on this host: pods are swept by process tree")
+    try:
+        la.warm()
+        la.launch("f", req(["true"]), placement([0]), 1)
+        longest, deadline = 0.0, time.monotonic() + 15
+        while time.monotonic() < deadline:
+            t0 = time.monotonic()
+            events = la.poll()
+            longest = max(longest, time.monotonic() - t0)
+            if any(e.kind == "exited" for e in events):
+                break
+            time.sleep(0.01)
+        else:
+            raise AssertionError("f did not exit")
+        assert longest < 0.5, f"a poll took {longest:.2f} s"
+    finally:
+        la.close()

@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import pwd
+import queue
 import shlex
 import signal
 import subprocess
@@ -99,7 +100,7 @@ class _Pod:
     rank: int
     pid: int | None = None
     start_ticks: int | None = None
-    proc: subprocess.Popen | None = None   # None when adopted after a restart
+    proc: subprocess.Popen | _ForkedRunner | None = None   # None when adopted after a restart
     cgroup: str | None = None
     mark: str = ""                             # HIVED_POD value in its processes' environment
     legacy: bool = False                       # adopted from a runner that predates SIGTERM forwarding
@@ -161,6 +162,81 @@ def _atomic_write(path: Path, obj: dict) -> None:
     os.replace(tmp, path)
 
 
+class _Spawner:
+    """The fork server (``pod_runner.py --standby``): runners are forks of one ready
+    interpreter. A reader thread takes its answers: runner pids, and the exit
+    status of each runner when it ends (a runner is the server's child, not ours)."""
+
+    def __init__(self, python: str, path: str, cgroup_base: Path | None) -> None:
+        self.path, self.cgroup_base = path, cgroup_base   # what it was started with
+        base = [str(cgroup_base)] if cgroup_base is not None else []
+        self.proc = subprocess.Popen([python, "-I", "-S", RUNNER, "--standby", *base], env={"PATH": path},
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        self.ended: dict[int, int] = {}
+        self._pids: queue.Queue[tuple[int, str | None] | None] = queue.Queue()
+        self.reading = True
+        threading.Thread(target=self._read, name="hived-runner-spawner", daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        try:
+            for line in self.proc.stdout:
+                parts = line.split()
+                if parts[:1] == [b"x"] and len(parts) == 3:
+                    self.ended[int(parts[1])] = int(parts[2])
+                elif len(parts) == 2:   # a runner: its pid and the cgroup it waited in
+                    self._pids.put((int(parts[0]), None if parts[1] == b"-" else parts[1].decode()))
+        finally:
+            self.reading = False
+            self._pids.put(None)
+
+    def spawn(self, spec_path: Path) -> tuple[int, str | None]:
+        """A runner for ``spec_path``: its pid, and the cgroup it joined ahead (the pod's
+        when the spec asks for one). OSError when the server is gone."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{spec_path}\n".encode())
+        self.proc.stdin.flush()
+        try:
+            answer = self._pids.get(timeout=30)
+        except queue.Empty:
+            answer = None
+        if answer is None:
+            raise OSError("the pod runner fork server did not answer")
+        return answer
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()   # end of input: it exits, its runners go on
+            except OSError:
+                pass
+        try:
+            self.proc.wait(2)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class _ForkedRunner:
+    """A runner forked by the spawner; its exit status comes from the spawner's reports."""
+
+    def __init__(self, spawner: _Spawner, pid: int) -> None:
+        self.spawner, self.pid = spawner, pid
+
+    def status(self, start_ticks: int | None) -> tuple[bool, int | None]:
+        """(still running, exit status); the status is None when nobody can tell (the spawner gone)."""
+        rc = self.spawner.ended.pop(self.pid, None)
+        if rc is None and _pid_alive(self.pid, start_ticks):
+            return True, None
+        # it ended: the spawner reaps it, then reports, a moment later
+        deadline = time.monotonic() + 1.0
+        while rc is None and self.spawner.reading and time.monotonic() < deadline:
+            time.sleep(0.002)
+            rc = self.spawner.ended.pop(self.pid, None)
+        return False, rc
+
+
 class LocalLauncher:
     """Runs gangs as local processes; see the module docstring for the files.
 
@@ -185,7 +261,7 @@ class LocalLauncher:
         self._warn_if_unreachable()
         self._cgroups = cgroups
         self.cgroup_base = local_cgroups.cgroup_base(self.root, cgroups)   # None: process-tree sweep
-        if self.cgroup_base is not None:   # made again at the next launch: none left while idle
+        if self.cgroup_base is not None:   # made again at the next launch (it holds the spare runner's)
             local_cgroups.remove(str(self.cgroup_base), wait=0)
         self.tag = hashlib.sha256(self.root.resolve().as_posix().encode()).hexdigest()[:12]   # HIVED_POD
         self.max_log_bytes, self.keep_logs = max_log_bytes, keep_logs
@@ -195,8 +271,7 @@ class LocalLauncher:
         self._events: list[LauncherEvent] = []
         self._lock = threading.RLock()
         self._exits: ExitWatcher | None = None
-        self._spare: subprocess.Popen | None = None   # a runner started ahead, waiting for a spec
-        self._spare_path = ""                            # the PATH it was started with
+        self._spawner: _Spawner | None = None   # the fork server the runners come from
 
     def on_change(self, notify) -> None:
         """Have ``notify()`` called (from another thread) as soon as a pod's runner ends,
@@ -206,63 +281,52 @@ class LocalLauncher:
         self._exits = ExitWatcher(notify)
 
     def close(self) -> None:
-        """Stop watching for exits and end the spare runner (the pods run on; a restarted
-        service adopts them)."""
+        """Stop watching for exits and end the runners' fork server (the pods run on; a
+        restarted service adopts them)."""
         if self._exits is not None:
             self._exits.close()
             self._exits = None
         with self._lock:
-            self._drop_spare()
+            self._drop_spawner()
 
     def warm(self) -> None:
-        """Start the spare runner now rather than at the first launch."""
+        """Start the runners' fork server now rather than at the first launch."""
         with self._lock:
-            if self._spare is None:
-                self._make_spare(job_environment(dict(os.environ), None, self.root)["PATH"])
+            if self._spawner is None:
+                self._make_spawner(job_environment(dict(os.environ), None, self.root)["PATH"])
 
-    def _runner(self, spec_path: Path, path: str) -> subprocess.Popen:
-        """The pod's runner: the spare one when it is ready, told its spec, else a new one.
-        -I -S: the runner needs the standard library only; skipping site and user paths
-        saves a third of its start-up. Its own environment is minimal: the job's goes
-        through the spec file, so nothing of it (LD_PRELOAD ...) reaches the runner,
-        root or not."""
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            if spare.poll() is None and self._spare_path == path and spare.stdin is not None:
-                try:
-                    spare.stdin.write(f"{spec_path}\n".encode())
-                    spare.stdin.close()
-                    return spare
-                except OSError:
-                    pass
-            self._spare = spare
-            self._drop_spare()
+    def _runner(self, spec_path: Path, path: str) -> tuple[subprocess.Popen | _ForkedRunner, str | None]:
+        """The pod's runner: a fork of the fork server (started with the same PATH), else
+        a new interpreter. -I -S: the runner needs the standard library only; skipping
+        site and user paths saves a third of its start-up. Its own environment is
+        minimal: the job's goes through the spec file, so nothing of it (LD_PRELOAD ...)
+        reaches the runner, root or not."""
+        if self._spawner is not None and (self._spawner.path != path or self._spawner.cgroup_base != self.cgroup_base
+                                          or self._spawner.proc.poll() is not None):
+            self._drop_spawner()
+        if self._spawner is None:
+            self._make_spawner(path)
+        if self._spawner is not None:
+            try:
+                pid, cgroup = self._spawner.spawn(spec_path)
+                return _ForkedRunner(self._spawner, pid), cgroup
+            except OSError as exc:
+                log.warning("pod runner fork server failed (%s): starting the runner on its own", exc)
+                self._drop_spawner()
         return subprocess.Popen([self.python, "-I", "-S", RUNNER, str(spec_path)], env={"PATH": path},
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+                                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True), None
 
-    def _make_spare(self, path: str) -> None:
+    def _make_spawner(self, path: str) -> None:
         try:
-            self._spare = subprocess.Popen([self.python, "-I", "-S", RUNNER, "--standby"], env={"PATH": path},
-                                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                           stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
-            self._spare_path = path
+            self._spawner = _Spawner(self.python, path, self.cgroup_base)
         except OSError as exc:   # launches start their runners themselves
-            log.warning("no spare pod runner: %s", exc)
+            log.warning("no pod runner fork server: %s", exc)
 
-    def _drop_spare(self) -> None:
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            if spare.stdin is not None:
-                try:
-                    spare.stdin.close()   # end of input: it exits
-                except OSError:
-                    pass
-            try:
-                spare.wait(2)
-            except subprocess.TimeoutExpired:
-                spare.kill()
-                spare.wait()
+    def _drop_spawner(self) -> None:
+        spawner, self._spawner = self._spawner, None
+        if spawner is not None:
+            spawner.close()
 
     def _watch(self, pid: int | None) -> None:
         if self._exits is not None and pid:
@@ -343,14 +407,14 @@ class LocalLauncher:
                 }
                 spec_path = adir / f"rank-{pod.rank}.spec.json"
                 _atomic_write(spec_path, spec)
-                proc = self._runner(spec_path, base_env["PATH"])
+                proc, ready = self._runner(spec_path, base_env["PATH"])
+                if cgroup_path is not None and ready is not None:
+                    cgroup_path = ready   # the runner's own, joined ahead: the pod is born in it
                 job.pods.append(_Pod(pod.rank, proc.pid, proc_start_ticks(proc.pid), proc,
                                      cgroup=cgroup_path, mark=mark))
                 self._watch(proc.pid)
             self._jobs[job_id] = job
             self._events.append(LauncherEvent(job_id, "started", attempt=attempt))
-            if self._spare is None:   # ready for the next launch, started after this one's
-                self._make_spare(base_env["PATH"])
 
     def _job_dirs(self, job_id: str, account: Account | None) -> tuple[Path, Path]:
         """``<job>`` (0711) and ``<job>/logs`` (0700), ours; ``<job>/work`` (0700), the job's account's."""
@@ -497,7 +561,11 @@ class LocalLauncher:
             return events
 
     def _check_pod(self, job: _Job, pod: _Pod) -> None:
-        if pod.proc is not None:
+        if isinstance(pod.proc, _ForkedRunner):
+            running, rc = pod.proc.status(pod.start_ticks)
+            if running:
+                return
+        elif pod.proc is not None:
             rc = pod.proc.poll()
             if rc is None:
                 return
@@ -530,8 +598,8 @@ class LocalLauncher:
         del self._jobs[job.job_id]
         for pod in job.pods:
             local_cgroups.remove(pod.cgroup)
-        if not self._jobs:
-            local_cgroups.remove(None if self.cgroup_base is None else str(self.cgroup_base))
+        if not self._jobs:   # not waiting: the spare runner's cgroup keeps it while the spawner lives
+            local_cgroups.remove(None if self.cgroup_base is None else str(self.cgroup_base), wait=0)
 
     @staticmethod
     def _all_done(job: _Job) -> bool:

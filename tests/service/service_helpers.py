@@ -14,6 +14,16 @@ def wait_until(pred, timeout=15.0, what="condition"):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def dead_or_zombie(pid: int) -> bool:
+    """The process is gone or a zombie; a process reaped between opening and reading its
+    /proc entry (ESRCH) counts as gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def foreign_database(folder):
     """``folder``/hived.db: an SQLite file some other program wrote (hived must refuse it untouched)."""
     folder.mkdir()

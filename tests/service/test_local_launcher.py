@@ -5,7 +5,7 @@ import sys
 import time
 
 import pytest
-from service_helpers import wait_until
+from service_helpers import dead_or_zombie, wait_until
 
 from hived.core.jobs import JobRequest, Placement, PodPlacement
 from hived.service.local_launcher import LocalLauncher
@@ -83,8 +83,7 @@ def test_sigterm_grace_then_sigkill_to_the_whole_group(tmp_path, cgroups):
     ev = wait_exit(la, "s")
     assert ev.exit_code == -signal.SIGKILL
     assert 0.9 <= time.time() - t0 < 5
-    wait_until(lambda: not os.path.exists(f"/proc/{gc_pid}") or
-             open(f"/proc/{gc_pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z")
+    wait_until(lambda: dead_or_zombie(gc_pid))
 
     # a polite program checkpoints on SIGTERM and exits inside the grace period
     polite = ("import signal, sys, time\n"
@@ -155,8 +154,7 @@ def test_adopt_after_restart(tmp_path):
     first._jobs.clear()
 
     second = LocalLauncher(tmp_path)
-    wait_until(lambda: not os.path.exists(f"/proc/{pid}") or
-             open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z")
+    wait_until(lambda: dead_or_zombie(pid))
     assert second.adopt("alive", placement([0], [1])) is True
     assert second.adopt("done", placement([2])) is True
     assert second.adopt("gone", placement([3])) is False
@@ -204,5 +202,4 @@ def test_a_killed_runner_leaves_no_daemon_behind(tmp_path):
     os.kill(runner, signal.SIGKILL)
     ev = wait_exit(la, "k")
     assert ev.exit_code == -signal.SIGKILL
-    wait_until(lambda: not os.path.exists(f"/proc/{pid}") or
-               open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z", timeout=5)
+    wait_until(lambda: dead_or_zombie(pid), timeout=5)

@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from service_helpers import foreign_database, wait_until
+from service_helpers import dead_or_zombie, foreign_database, wait_until
 
 from hived.core.engine import RequestError
 from hived.service.scheduler import DataDirBusy, NotAuthorized, NotFound
@@ -157,8 +157,7 @@ def test_restart_adopts_running_marks_lost_and_keeps_queue_order(make_service, t
     svc._lockfile.close()
     pod = json.loads((data / "jobs" / gone / "attempt-1" / "rank-0.pod.json").read_text())
     os.killpg(pod["pid"], signal.SIGKILL)
-    wait_until(lambda: not os.path.exists(f"/proc/{pod['pid']}") or
-               open(f"/proc/{pod['pid']}/stat").read().rsplit(")", 1)[1].split()[0] == "Z", what="dead")
+    wait_until(lambda: dead_or_zombie(pod["pid"]), what="dead")
 
     again = make_service(data, start=False)
     assert again.recovered["adopted"] == [run] and again.recovered["lost"] == [gone]

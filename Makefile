@@ -62,7 +62,7 @@ GPU_PLATFORMS := $(foreach p,manylinux_2_28 manylinux_2_27 manylinux_2_26 manyli
                    linux,--platform $(p)_x86_64)
 gpu-wheels: install
 	rm -rf .whl && mkdir -p .whl
-	$(PY) -m pip wheel -q --no-deps -w .whl .
+	$(PY) -m pip wheel -q --no-deps -w .whl . && rm -rf build
 	$(PY) -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp $(GPU_PLATFORMS) \
 	    -d .whl -r tests/gpu/wheels.txt
 	@du -sh .whl

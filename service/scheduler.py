@@ -256,9 +256,11 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 rec.killed, len(rec.waiting_for), rec.queue_key, rec.not_before,
                 rec.cancel_requested)
 
-    def _write(self, ids, now: float, meta: dict | None = None) -> None:
+    def _write(self, ids, now: float, meta: dict | None = None, *, sync: bool = True) -> int:
         """Write the jobs among ``ids`` whose state moved since last written and ``meta`` in
-        one commit (each record holds its placement, queue key and history).
+        one commit (each record holds its placement, queue key and history). Returns the
+        store's commit ticket; with ``sync=False`` the caller makes it durable with
+        ``store.sync_through(ticket)`` after letting go of the lock (group commit).
 
         The bookkeeping of what was written changes only once the commit succeeded, so a
         failed commit is written again in full next time. On failure the service turns
@@ -266,7 +268,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         eng = self.eng
         seen, written = {}, []
         try:
-            with self.metrics.commit_seconds.time(), self.store.transaction():
+            with self.metrics.commit_seconds.time(), self.store.transaction(sync=sync):
                 for jid in dict.fromkeys(ids):
                     rec = eng.find(jid)
                     if rec is None:
@@ -301,6 +303,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         if self.degraded is not None:
             log.warning("the journal is written again; service no longer degraded")
             self.degraded = None
+        return self.store.commit_ticket
 
     def _write_live(self, now: float, also=(), meta=None) -> None:
         self._write(list(self._live) + [j for j in also if j not in self._live], now, meta)
@@ -683,7 +686,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 self.job_ids.give_back(jid)   # a refused request uses no id
                 raise
             try:
-                self._write([jid], now)
+                ticket = self._write([jid], now, sync=False)
             except Exception:
                 # not stored = not accepted: take it back out of the engine
                 self.eng.cancel(jid, now, user)
@@ -691,8 +694,20 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 raise
             rec = self.eng.job(jid)
             out = job_dict(rec, self._tail_position(rec))
-        self._wake.set()
+        self._wake.set()   # the round's own commit is synced before it acts: no start before durable
+        self._sync_submitted(ticket, jid, user)
         return out
+
+    def _sync_submitted(self, ticket: int, jid: str, user: str) -> None:
+        """Group commit: wait, outside the lock, for the fsync that covers this submission;
+        submissions made meanwhile share it. Answered only once durable; if the disk fails,
+        the job is cancelled (it may or may not have reached the disk) and refused."""
+        try:
+            self.store.sync_through(ticket)
+        except JournalWriteError as exc:
+            with self._lock:
+                self.eng.cancel(jid, self.clock(), user)
+                raise ServiceDegraded(self._degrade(exc)) from None
 
     def _check_for_launcher(self, req) -> None:
         """Refuse at submission what the launcher would refuse at launch (a job's own Kubernetes

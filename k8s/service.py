@@ -41,7 +41,8 @@ from .recovery import RecoveryReport, reconcile
 log = logging.getLogger("hived.k8s.service")
 
 ENV = {
-    "HIVED_K8S_NAMESPACE": "hived's own namespace, where its Lease lives (default: the pod's own namespace); "
+    "HIVED_K8S_NAMESPACE": "hived's own namespace, where its Lease and pod signing key live (default: the pod's "
+                           "own namespace, else the policy's schedulerNamespace); "
                            "jobs never run there: each VC's run in the namespace the pod policy names",
     "HIVED_K8S_TEMPLATE": "path of the default job template (JSON or YAML)",
     "HIVED_K8S_BIND": "node_name (default) or binding",
@@ -127,6 +128,7 @@ def launcher_from_env(nodes=None, **kw) -> KubernetesLauncher:
         pending_timeout=_env_seconds("HIVED_K8S_PENDING_TIMEOUT", 600.0),
         teardown_margin=_env_seconds("HIVED_K8S_TEARDOWN_MARGIN", 30.0),
         finished_pod_ttl=_env_seconds("HIVED_K8S_FINISHED_POD_TTL", 3600.0),
+        namespace=env.get("HIVED_K8S_NAMESPACE") or _own_namespace(),
         nodes=nodes, **{"pipeline": True, **kw})
 
 

@@ -315,7 +315,7 @@ def test_rbac_allows_every_call_hived_makes_and_nothing_unused(kube, core, ns, u
     core.create_namespace({"metadata": {"name": lease_ns}})
     calls = []
     lau = KubernetesLauncher(kube.kubeconfig, template={"image": "img"}, namespace_prefix=vc_prefix(ns), instance=uid,
-                             bind="binding", nodes=[n1, n2], watch_timeout=1)
+                             bind="binding", nodes=[n1, n2], watch_timeout=1, namespace=lease_ns)
     lock = LeaseLock("hived-scheduler", lease_ns, "me")
     lock.api_instance = client.CoordinationV1Api(lau.api)           # the same recorded pool
     # Every call, generated or raw (k8s/rest_raw.py), goes through the client's urllib3 pool.
@@ -368,6 +368,7 @@ def test_rbac_allows_every_call_hived_makes_and_nothing_unused(kube, core, ns, u
         {("list", "pods"), ("watch", "pods")}, "pods are written in VC namespaces only, and read everywhere"
     assert not any(res in ("services", "events") and scope != "vc" for _, _, res, scope in used)
     assert not any(g == "coordination.k8s.io" and scope != "own" for _, g, _, scope in used)
+    assert not any(res == "secrets" and scope != "own" for _, _, res, scope in used)
 
 
 # ---------------------------------------------------------------- the image

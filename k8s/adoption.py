@@ -44,6 +44,9 @@ class _Gang:
     failing: tuple | None = None    # (rank, PodState) of the member that ended the gang badly
     release_at: float = 0.0        # monotonic time after which a failing gang is over regardless
     pending_since: float = 0.0     # monotonic time its pods were created (or adopted), for the Pending timeout
+    nodes: list = field(default_factory=list)     # rank -> the node its pod is bound to
+    forced: set = field(default_factory=set)      # pod names force-deleted (their node is not Ready)
+    stuck: str = ""                # why a member outlives its grace period on a Ready node (REST shows it)
 
 
 def _send(call, *args, **kw) -> bytes:
@@ -74,6 +77,25 @@ class Adoption:
     _by_job: dict
     _by_job_key: tuple | None
     signer: Any
+    _drain_forced: set
+    core: Any
+    raw: Any
+    instance: str
+    bind: str
+    spec_version: str
+    watch_namespace: str | None
+    teardown_margin: float
+    validate: Any
+    namespace_for: Any
+    start: Any
+    grace_of: Any
+    _sealed: Any
+    _create_all: Any
+    _node_ready: Any
+    _force_delete: Any
+    _delete_pods: Any
+    _delete_service: Any
+    _evaluate: Any
     events: Any
     watch: Any
 
@@ -114,22 +136,26 @@ class Adoption:
 
 
     def drained(self) -> list[str]:
-        """Jobs given to ``drain`` whose pods are all gone (or ended), or past the lost-node bound."""
+        """Jobs given to ``drain`` whose pods are all gone (or ended). Past grace period + margin, a pod
+        on a node that is not Ready is force-deleted; one on a Ready node is waited for, however long."""
         if not self._draining:
             return []
         present = {pod_key(p): p for p in self.watch.snapshot()}
-        now, out = time.monotonic(), []
+        now, out, force = time.monotonic(), [], []
         with self._lock:
             for jid, (ns, names, give_up) in list(self._draining.items()):
                 live = [n for n in names if (ns, n) in present and not pod_state(present[(ns, n)]).terminal]
-                if not live or now >= give_up:
-                    if live:
-                        log.warning("job %s: pods %s not confirmed gone after the grace period; their GPUs "
-                                    "are handed on", jid, live)
+                if not live:
                     del self._draining[jid]
                     out.append(jid)
+                elif now >= give_up:
+                    nodes = {n: (present[(ns, n)].get("spec") or {}).get("nodeName") or "" for n in live}
+                    force += [(ns, n, jid) for n in live if (ns, n) not in self._drain_forced
+                              and not (nodes[n] and self._node_ready(nodes[n]))]
+            self._drain_forced.update((ns, n) for ns, n, _ in force)
+        for ns, n, jid in force:
+            self._force_delete(ns, [n], jid)
         return out
-
 
     def delete_gang(self, job_id: str, ns: str, names: list[str], grace_period: float) -> None:
         """Delete pods hived no longer tracks (recovery: leftovers of a job that ended), with the job's grace,
@@ -183,7 +209,8 @@ class Adoption:
             pods = [p for p in of_job(self.trusted(self.watch.list_now()[0]))
                     if int(p["metadata"]["annotations"].get(pb.A_ATTEMPT, 0)) == attempt]
         names = [pb.pod_name(job_id, attempt, q["rank"]) for q in binding["pods"]]
-        gang = _Gang(job_id, attempt, ns, names, self.grace_of(float(request.get("grace_period", 0.0))))
+        gang = _Gang(job_id, attempt, ns, names, self.grace_of(float(request.get("grace_period", 0.0))),
+                     nodes=[q["node"] for q in sorted(binding["pods"], key=lambda q: q["rank"])])
         present = {p["metadata"]["name"]: p for p in pods}
         with self._lock:
             self._gangs[job_id] = gang
@@ -200,6 +227,19 @@ class Adoption:
             self._evaluate(gang)
         return True
 
+
+    def has_live_gang(self, job_id: str) -> bool:
+        """hived follows pods of ``job_id`` that have not ended (launched, or adopted after a restart)."""
+        with self._lock:
+            gang = self._gangs.get(job_id)
+            return gang is not None and not gang.ended
+
+    def gang_started(self, job_id: str) -> bool:
+        """The gang of ``job_id`` has been seen with every member Running (an adopted gang still
+        Pending has not: its ``started`` event comes when it has)."""
+        with self._lock:
+            gang = self._gangs.get(job_id)
+            return gang is not None and gang.started
 
     def _cache_by_job(self) -> dict[str, list[dict]]:
         """The pod cache grouped by job, rebuilt only when the cache changed: a restart adopts every

@@ -55,7 +55,7 @@ from . import pod_builder as pb
 from .adoption import Adoption, _api_message, _Gang, _send
 from .events import EventRecorder
 from .gc import FinishedPods
-from .nodes import NodeHealth
+from .nodes import NodeHealth, node_ready
 from .policy import DEFAULT_PREFIX, DEFAULT_SCHEDULER_NAMESPACE, AdminPolicy
 from .rest_raw import TRANSIENT, RawApi
 from .template import JobTemplate, TemplateError, check_for_vc
@@ -69,6 +69,7 @@ RETIRED_KEPT = 10_000            # ended jobs whose pod names are remembered for
 EXIT_LAUNCH_REFUSED = 127        # what a gang the API server refused exits with (as a bad command)
 DEFAULT_GRACE = 30.0             # a job without a grace period of its own gets Kubernetes' default
 EXIT_PENDING_TIMEOUT = 124       # a gang whose pods never all started (timeout(1)'s code)
+NODE_READ_EVERY = 5.0            # seconds a Node read answers "is it Ready?" for a lingering pod
 APPLY_NAMESPACES = "python -m hived.k8s.policy SPEC POLICY | kubectl apply -f -"
 
 
@@ -84,6 +85,7 @@ class JobEvent:
     reason: str = ""
     rank: int | None = None        # the pod that decided it
     attempt: int = 0
+    ran: bool = True                  # False: refused before any pod existed (nothing started)
 
 
 class LaunchError(RuntimeError):
@@ -161,7 +163,7 @@ class KubernetesLauncher(Adoption):
         # hived's own namespace (the policy refuses that); the admin creates them (policy.py's tool).
         self._namespaces = policy if policy is not None else AdminPolicy(namespace_prefix=namespace_prefix)
         # hived's own namespace (its signing key's Secret; never a VC's): default the policy's
-        self.own_namespace = namespace or getattr(policy, "scheduler_namespace", DEFAULT_SCHEDULER_NAMESPACE)
+        self.own_namespace = str(namespace or getattr(policy, "scheduler_namespace", DEFAULT_SCHEDULER_NAMESPACE))
         self.signer = PodSigner(self.core, self.own_namespace, self.namespace_for)
         self.instance = instance
         self.bind = bind
@@ -190,6 +192,10 @@ class KubernetesLauncher(Adoption):
         self._by_job: dict[str, list[dict]] = {}
         self._by_job_key: tuple | None = None
         self.gc = FinishedPods(finished_pod_ttl, self._delete_finished, every=gc_every)
+        # node -> Ready? (the service's node watch sets it; else _node_ready reads the Node)
+        self.node_ready: Callable[[str], bool | None] | None = None
+        self._ready_cache: dict[str, tuple[bool, float]] = {}
+        self._drain_forced: set = set()      # (ns, pod) force-deleted while draining (recovery)
 
     # -- lifecycle -------------------------------------------------------
     def start(self) -> KubernetesLauncher:
@@ -265,7 +271,8 @@ class KubernetesLauncher(Adoption):
                                                   instance=self.instance, bind=self.bind,
                                                   spec_version=self.spec_version, priority=priority))
         names = [pb.pod_name(job_id, attempt, p.rank) for p in placement.pods]
-        gang = _Gang(job_id, attempt, ns, names, self.grace_of(request.grace_period), launching=True)
+        gang = _Gang(job_id, attempt, ns, names, self.grace_of(request.grace_period), launching=True,
+                     nodes=[p.node for p in placement.pods])
         with self._lock:
             self._gangs[job_id] = gang
         if self.pipeline:
@@ -337,8 +344,9 @@ class KubernetesLauncher(Adoption):
         """What ``launch`` raises in sync mode, as the job's exited event (pipeline mode)."""
         self.events.job(gang.namespace, gang.job_id, "LaunchRefused", str(e), warning=True)
         with self._lock:
-            self._events.append(JobEvent(gang.job_id, "exited", EXIT_LAUNCH_REFUSED, f"hived: launch failed: {e}",
-                                         FAILED, "LaunchRefused", None, gang.attempt))
+            self._events.append(JobEvent(gang.job_id, "exited", EXIT_LAUNCH_REFUSED,
+                                         f"LaunchRefused: hived: launch failed: {e}", FAILED, "LaunchRefused",
+                                         None, gang.attempt, ran=False))
 
     def flush(self, timeout: float = 60.0) -> bool:
         """Wait until every queued API call was made (pipeline mode); True when drained."""
@@ -598,10 +606,9 @@ class KubernetesLauncher(Adoption):
         states = [gang.states.get(r) for r in range(size)]
         if gang.terminating:
             gone = all(s is not None and s.terminal for s in states)
-            if gone or (gang.release_at and time.monotonic() >= gang.release_at and not gang.launching):
-                if not gone:
-                    log.warning("job %s: pods not confirmed gone %.0fs after their grace period (node lost?); "
-                                "its cells are handed on", gang.job_id, self.teardown_margin)
+            if not gone and gang.release_at and time.monotonic() >= gang.release_at and not gang.launching:
+                self._lingering(gang, states)      # never hands cells on while a pod may still run
+            if gone:
                 codes = [s for s in states if s is not None and s.state not in (DELETED, SUCCEEDED)
                          and s.terminal]
                 first = codes[0] if codes else PodState(DELETED, "Deleted", EXIT_DELETED)
@@ -623,10 +630,9 @@ class KubernetesLauncher(Adoption):
             # The job is over, but its cells are free only when no member can still use a GPU:
             # a job placed there at once would share GPUs with members still stopping.
             gone = all(s is not None and s.terminal for s in states)
-            if gone or time.monotonic() >= gang.release_at:
-                if not gone:
-                    log.warning("job %s: members still terminating %.0fs after the grace period; "
-                                "releasing its cells", gang.job_id, self.teardown_margin)
+            if not gone and time.monotonic() >= gang.release_at:
+                self._lingering(gang, states)
+            if gone:
                 rank, s = gang.failing
                 gang.ended = True
                 self._failing.discard(gang)
@@ -638,6 +644,67 @@ class KubernetesLauncher(Adoption):
         if all(s is not None and s.state == SUCCEEDED for s in states):
             gang.ended = True
             self._emit(gang, "exited", PodState(SUCCEEDED, "Completed", 0), None, "")
+
+    def _lingering(self, gang: _Gang, states: list) -> None:
+        """Members outlive grace period + margin (lock held). On a Ready node the kubelet may still
+        run them: their cells stay held however long (``stuck``, shown by REST). On a node that is
+        NotReady, unreachable or gone, nothing confirms the end: those pods are force-deleted (an
+        Event says so), and the gang ends once the API server has them gone."""
+        left = [r for r, s in enumerate(states) if not (s is not None and s.terminal)]
+        stuck = [r for r in left if r < len(gang.nodes) and self._node_ready(gang.nodes[r])]
+        if stuck and not gang.stuck:
+            gang.stuck = (f"terminating (stuck): pod {gang.names[stuck[0]]} on Ready node {gang.nodes[stuck[0]]} has "
+                          f"not stopped {gang.grace + self.teardown_margin:g}s after deletion (grace period "
+                          f"{gang.grace:g}s + {self.teardown_margin:g}s); its GPUs stay held until it is gone")
+            log.warning("job %s: %s", gang.job_id, gang.stuck)
+            self.events.job(gang.namespace, gang.job_id, "TerminationStuck", gang.stuck, warning=True)
+        force = [gang.names[r] for r in left if r not in stuck and gang.names[r] not in gang.forced]
+        if force:
+            gang.forced.update(force)
+            threading.Thread(target=self._force_delete, args=(gang.namespace, force, gang.job_id),
+                             name="hived-force-delete", daemon=True).start()
+
+    def _force_delete(self, ns: str, names: list[str], job_id: str) -> None:
+        for name in names:
+            self.events.pod(ns, name, "ForceDeleted", f"hived force-deletes pod {name} of job {job_id}: its node is "
+                            "NotReady or unreachable and confirmed nothing within the grace period + margin",
+                            warning=True)
+            log.warning("job %s: force-deleting pod %s/%s (its node is not Ready)", job_id, ns, name)
+        self._delete_pods(ns, names, 0, f"force delete {job_id}", job_id=job_id)
+
+    def _node_ready(self, node: str) -> bool:
+        """The node's kubelet reports Ready (the service's node watch, else a read, cached briefly)."""
+        known = self.node_ready(node) if self.node_ready is not None else None
+        if known is None and self.node_health is not None:
+            known = self.node_health.ready(node)
+        if known is not None:
+            return known
+        now = time.monotonic()
+        hit = self._ready_cache.get(node)
+        if hit is not None and now - hit[1] < NODE_READ_EVERY:
+            return hit[0]
+        try:
+            ready = node_ready(json.loads(_send(self.core.read_node, node)))
+        except Exception:       # gone (404) or unreachable: nothing there confirms anything
+            ready = False
+        self._ready_cache[node] = (ready, now)
+        return ready
+
+    def gang_note(self, job_id: str) -> str | None:
+        """What REST shows of a launched gang beyond its job state: stuck, or still starting."""
+        with self._lock:
+            gang = self._gangs.get(job_id)
+            if gang is None or gang.ended:
+                return None
+            if gang.stuck:
+                return gang.stuck
+            if gang.started or gang.launching or gang.terminating or gang.failing or not gang.pending_since:
+                return None
+            states = [gang.states.get(r) for r in range(len(gang.names))]
+            running = sum(1 for s in states if s is not None and s.state in (RUNNING, SUCCEEDED))
+            waiting = sorted({s.reason or s.state for s in states if s is not None and s.state == PENDING})
+            return (f"starting: {running} of {len(states)} pods Running"
+                    + (f" (waiting: {', '.join(waiting)})" if waiting else ""))
 
     def _emit(self, gang: _Gang, kind: str, s: PodState, rank: int | None, note: str) -> None:
         tail = ""

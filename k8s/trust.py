@@ -114,7 +114,11 @@ class PodSigner:
 
     # -- signing and checking --------------------------------------------
     def signature(self, pod: dict) -> str:
-        msg = json.dumps(signed_fields(pod), separators=(",", ":")).encode()
+        return self.mac(signed_fields(pod))
+
+    def mac(self, fields: list) -> str:
+        """The HMAC-SHA256 (hex) of ``fields`` (JSON) under hived's key."""
+        msg = json.dumps(fields, separators=(",", ":")).encode()
         return hmac.new(self.key(), msg, hashlib.sha256).hexdigest()
 
     def sign(self, pods: list[dict]) -> list[dict]:

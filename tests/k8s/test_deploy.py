@@ -343,6 +343,13 @@ def test_rbac_allows_every_call_hived_makes_and_nothing_unused(kube, core, ns, u
         lau.delete_gang("j1", ns, names, 0)                           # pods and the gang's Service
         lau.health_changes()
         assert lau.events.flush()
+        # accepted jobs and the job id counter, in hived's namespace (k8s/durable.py)
+        from hived.k8s.durable import ClusterJobs
+        jobs = ClusterJobs(lau.core, lease_ns, uid, lau.signer)
+        assert jobs.reserve(1) == 1 and jobs.reserve(1) == 2          # create, then read + update
+        jobs.put("j1", {"user": "alice", "vc": "vc-a", "groups": [{"pods": 1, "gpus": 2}]}, 1.0)
+        assert list(jobs.load()) == ["j1"]                             # list
+        jobs.delete("j1")
         # leader election: read (none yet), create, read, renew
         assert lock.get("hived-scheduler", lease_ns)[0] is False
         rec = LeaderElectionRecord("me", "15", "2026-01-01 00:00:00.123456", "2026-01-01 00:00:00.123456")
@@ -368,7 +375,7 @@ def test_rbac_allows_every_call_hived_makes_and_nothing_unused(kube, core, ns, u
         {("list", "pods"), ("watch", "pods")}, "pods are written in VC namespaces only, and read everywhere"
     assert not any(res in ("services", "events") and scope != "vc" for _, _, res, scope in used)
     assert not any(g == "coordination.k8s.io" and scope != "own" for _, g, _, scope in used)
-    assert not any(res == "secrets" and scope != "own" for _, _, res, scope in used)
+    assert not any(res in ("secrets", "configmaps") and scope != "own" for _, _, res, scope in used)
 
 
 # ---------------------------------------------------------------- the image

@@ -30,8 +30,9 @@ def test_binding_and_preemption_events(hv):
 
 def test_a_refused_launch_keeps_the_api_message_in_last_error_and_an_event(hv):
     svc = hv.service()
-    jid = svc.job_ids.next()                        # the id the next job gets (ids follow the cluster's)
-    svc.job_ids.give_back(jid)
+    local = svc.job_ids.next()                      # the id the next job gets: the cluster's counter decides
+    svc.job_ids.give_back(local)
+    jid = f"j{max(int(local[1:]), svc.cluster_jobs.peek())}"
     taken = pb.pod_name(jid, 1, 0)
     hv.core.create_namespaced_pod(hv.vca, {"metadata": {"name": taken},
                                           "spec": {"containers": [{"name": "c", "image": "x"}]}})

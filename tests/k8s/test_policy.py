@@ -375,7 +375,8 @@ def test_every_device_plugin_resource_is_refused(res):
 @pytest.mark.parametrize("bad,where", [
     ({"volumes": [TOKEN_VOLUME], "volume_mounts": TOKEN_MOUNT},
      "k8s_template.volumes[0].projected.sources[0].serviceAccountToken"),
-    ({"resources": {"limits": {"nvidia.com/mig-1g.10gb": "7"}}}, "k8s_template.resources.limits.nvidia.com/mig-1g.10gb"),
+    ({"resources": {"limits": {"nvidia.com/mig-1g.10gb": "7"}}},
+     "k8s_template.resources.limits.nvidia.com/mig-1g.10gb"),
     ({"resources": {"limits": {"nvidia.com/gpu.shared": "8"}}}, "k8s_template.resources.limits.nvidia.com/gpu.shared"),
     ({"volumes": [{"name": "v", "configMap": {"name": "c"}, "nfs": {"server": "s", "path": "/"}}]},
      "k8s_template.volumes[0]"),

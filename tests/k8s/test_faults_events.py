@@ -38,8 +38,9 @@ def test_a_refused_launch_keeps_the_api_message_in_last_error_and_an_event(hv):
                                           "spec": {"containers": [{"name": "c", "image": "x"}]}})
     got = svc.submit("alice", {**JOB, "pods": 1})["id"]
     assert got == jid
-    hv.tick_until(svc, lambda: svc.get_job(jid)["state"] in ("queued", "failed") and svc.get_job(jid)["attempts"])
+    hv.tick_until(svc, lambda: svc.get_job(jid)["state"] in ("queued", "failed") and svc.get_job(jid)["failure_class"])
     job = svc.get_job(jid)
+    assert job["failure_class"] == "infrastructure" and job["attempts"] == 0      # refused: nothing ran
     assert f'pods "{taken}" already exists' in job["last_error"], job
     assert svc.launcher.events.flush()
     (ev,) = [e for e in _events(hv.core, hv.vca, jid) if e[2] == "LaunchRefused"]

@@ -28,7 +28,7 @@ import logging
 import os
 import re
 import threading
-from typing import Any
+from typing import Any, cast
 
 from hived.core.engine_records import JobRecord, request_from_dict, request_to_dict
 from hived.core.jobs import DecisionKind, JobState
@@ -276,14 +276,15 @@ class KubernetesSchedulerService(SchedulerService):
             self._durable.add(out["id"])
         return out
 
-    def _write(self, ids, now: float, meta: dict | None = None) -> None:
-        super()._write(ids, now, meta)
+    def _write(self, ids, now: float, meta: dict | None = None, **kw: Any) -> Any:
+        out = cast(Any, super()._write)(ids, now, meta, **kw)     # **kw: the service's own options (sync=...)
         for jid in [j for j in ids if j in self._durable]:
             rec = self.eng.find(jid)
             if rec is not None and rec.state.terminal:     # ended: its record in the cluster goes
                 self._durable.discard(jid)
                 threading.Thread(target=self.cluster_jobs.delete, args=(jid,),
                                  name="hived-k8s-forget", daemon=True).start()
+        return out
 
     def _queue_accepted(self, now: float) -> list[str]:
         """Jobs accepted by any leader and recorded in the cluster that neither the journal nor the

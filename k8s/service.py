@@ -413,6 +413,8 @@ class KubernetesSchedulerService(SchedulerService):
         note = self.launcher.gang_note(d["id"]) if d["state"] in ("placed", "preempting", "running") else None
         if note:
             d["reason"] = note
+            if d["state"] == "placed":
+                d["wait_reason"] = note          # what a placed job waits for (the dashboards show it)
         return d
 
     def get_job(self, job_id: str) -> dict:

@@ -25,6 +25,8 @@ def test_a_pod_terminating_on_a_ready_node_keeps_its_gpus(hv, core):
     # past grace period + margin, the old pod still exists on a Ready node: a's GPUs stay held
     hv.tick_until(svc, lambda: svc.get_job(a)["reason"].startswith("terminating (stuck)"))
     assert node in svc.get_job(a)["reason"]
+    from hived.jupyter_ext.widgets_job import status_facts
+    assert any("terminating (stuck)" in f for f in status_facts(svc.get_job(a)))     # the dashboards too
     assert any(j["reason"].startswith("terminating (stuck)") for j in svc.list_jobs() if j["id"] == a)
     for _ in range(20):
         svc.tick()

@@ -39,6 +39,8 @@ def test_an_adopted_gang_whose_pods_are_pending_is_starting_not_running(hv, jour
     job = svc2.get_job(jid)
     assert job["state"] == "placed" and job["started"] is None, job["history"]
     assert "starting" in job["reason"], job
+    from hived.jupyter_ext.widgets_job import status_facts
+    assert any(f.startswith("starting: 0 of 2 pods Running") for f in status_facts(job)), status_facts(job)
     assert not any(h["reason"] == "started" for h in job["history"])
     hv.kubelet.run(hv.vca, hv.pods(jid)[0].metadata.name)   # one of two: still starting
     for _ in range(3):

@@ -388,7 +388,9 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 self._launched.add(jid)
                 adopted.append(jid)
                 if rec.state is JobState.PLACED:
-                    self.eng.on_started(jid, now)
+                    # a launcher that can tell (Kubernetes: pods still Pending) says "started" later
+                    if getattr(self.launcher, "gang_started", lambda _j: True)(jid):
+                        self.eng.on_started(jid, now)
                 elif rec.state is JobState.PREEMPTING:
                     left = max(0.0, (rec.grace_deadline or now) - now)
                     self.launcher.terminate(jid, left)
@@ -579,8 +581,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 self._launched.discard(ev.job_id)
                 if rec.state not in HOLDING:
                     continue
-                if rec.state is JobState.PLACED and not rec.waiting_for:
-                    self.eng.on_started(ev.job_id, now)
+                if rec.state is JobState.PLACED and not rec.waiting_for and getattr(ev, "ran", True):
+                    self.eng.on_started(ev.job_id, now)     # it ran, however briefly (not a refused launch)
                 if rec.state is JobState.PREEMPTING:
                     # we asked it to stop: whatever its exit code, it goes back to its queue
                     self.eng.on_preempted(ev.job_id, now)

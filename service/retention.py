@@ -67,13 +67,13 @@ class RetentionMixin(MixinHost):
         self._retention = json.loads(raw) if raw else {}
 
     def _administered(self, user: str, vc: str | None, groups=()) -> list[str]:
-        from .scheduler import NotAuthorized, NotFound
+        from .scheduler import NotAuthorized
         if vc is not None:
             if vc not in self.spec.vcs:
-                raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
+                raise self.unknown_vc(vc, user, groups)
             if not self._is_admin(user, vc, groups):
-                raise NotAuthorized(f"user {user!r} may not set or apply the retention of VC {vc!r} "
-                                    f"(VC admins only: {self._admins(vc)})")
+                raise NotAuthorized(f"user {user!r} may not set or apply the retention of VC {vc!r}"
+                                    f"{self.access.admins_for(user, vc, groups)}")
             return [vc]
         mine = [v for v in sorted(self.spec.vcs) if self._is_admin(user, v, groups)]
         if not mine:

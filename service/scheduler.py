@@ -77,6 +77,11 @@ class NotFound(RequestError, LookupError):
     """Unknown job or VC (``field`` says which); a LookupError too, so doors answer 404."""
 
 
+def unknown_job(job_id) -> NotFound:
+    """What a job that does not exist answers, and so also one the caller may not see."""
+    return NotFound("job_id", f"unknown job {job_id!r}")
+
+
 class DataDirBusy(RuntimeError):
     """Another live service holds this data directory."""
 
@@ -647,19 +652,19 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         return cached[1]
 
     def _authorize_vc(self, user: str, vc: str, groups=()) -> None:
-        """``groups``: the caller's JupyterHub groups, for VCs that name groups."""
+        """``groups``: the caller's JupyterHub groups, for VCs that name groups. The refusals
+        name no member of the VC and list only the caller's own VCs (docs/security.md)."""
         if vc not in self.spec.vcs:
-            raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
+            raise self.unknown_vc(vc, user, groups)
         if not self.access.is_member(user, vc, groups):
-            raise NotAuthorized(f"user {user!r} is not a member of VC {vc!r} "
-                                f"(members: {self.access.members_text(vc)})")
+            raise NotAuthorized(f"user {user!r} is not a member of VC {vc!r}")
+
+    def unknown_vc(self, vc, user: str, groups=()) -> NotFound:
+        return NotFound("vc", f"unknown VC {vc!r}; your VCs: {self.access.vcs_text(user, groups)}")
 
     def _is_admin(self, user: str, vc: str, groups=()) -> bool:
         """An admin of ``vc`` (cluster admins are admins of every VC)."""
         return self.access.is_vc_admin(user, vc, groups)
-
-    def _admins(self, vc: str) -> str:
-        return self.access.admins_text(vc)
 
     def submit(self, user: str, payload: dict, groups=()) -> dict:
         """Validate, queue and durably store one job; returns its job dict.
@@ -739,7 +744,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
     def _rec(self, job_id: str) -> JobRecord:
         rec = self.eng.find(job_id) if isinstance(job_id, str) else None
         if rec is None:
-            raise NotFound("job_id", f"unknown job {job_id!r}")
+            raise unknown_job(job_id)
         return rec
 
     def get_job(self, job_id: str) -> dict:
@@ -753,7 +758,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                   user: str | None = None) -> list[dict]:
         with self._lock:
             if vc is not None and vc not in self.spec.vcs:
-                raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
+                raise NotFound("vc", f"unknown VC {vc!r}")
             if state is not None:
                 try:
                     JobState(state)
@@ -855,7 +860,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
     def vc(self, name: str) -> dict:
         with self._lock:
             if name not in self.spec.vcs:
-                raise NotFound("vc", f"unknown VC {name!r}; known: {', '.join(sorted(self.spec.vcs))}")
+                raise NotFound("vc", f"unknown VC {name!r}")
             return vc_dict(self, name)
 
     def reload_spec(self, path_or_text) -> dict:

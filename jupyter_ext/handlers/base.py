@@ -22,6 +22,7 @@ from tornado import httputil, web
 from tornado.http1connection import HTTP1Connection
 
 from hived.service.degraded import ServiceDegraded
+from hived.service.scheduler import unknown_job
 
 from ..auth import caller_groups, job_resource
 from . import schema
@@ -159,15 +160,16 @@ class HivedHandler(APIHandler):
     async def job_or_404(self, job_id: str, action: str = "read") -> dict:
         """The job, after checking the user may ``action`` it.
 
-        A job the user may not even read answers 403 (not 404): the id space
-        is not secret, and a clear refusal is easier to act on. The refusal
-        names neither the job's owner nor its VC: those are not the caller's
-        to know.
+        A job the user may not even read answers exactly as a job that does not
+        exist (404, same body): otherwise anyone could count everyone's jobs. A
+        job the user sees but may not change answers 403.
         """
-        with service_errors(f"jobs/{job_id}"):
+        where = f"jobs/{job_id}"
+        with service_errors(where):
             job = await self.run(self.svc.get_job, job_id)
-        resource, where = job_resource(job["vc"], job["user"]), f"jobs/{job_id}"
-        await self.require("read", resource, f"see job {job_id}", where)
+            resource = job_resource(job["vc"], job["user"])
+            if not await self.allowed("read", resource):
+                raise unknown_job(job_id)
         if action != "read":
             await self.require(action, resource, f"cancel job {job_id}", where)
         return job

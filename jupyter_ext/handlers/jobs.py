@@ -18,7 +18,8 @@ class JobsHandler(HivedHandler):
         body = await self.json_body("JobSubmit")
         vc = body["vc"]
         if vc not in self.hived.access.vc_users:
-            raise ApiError(404, f"no VC named {vc!r}; VCs: {', '.join(sorted(self.hived.access.vc_users))}", "body.vc")
+            raise ApiError(404, f"no VC named {vc!r}; your VCs: {self.hived.access.vcs_text(self.username, self.groups)}",
+                           "body.vc")
         await self.require("write", vc_resource(vc), f"submit to VC {vc!r} (not in its users)", "body.vc")
         svc, user, groups = self.svc, self.username, self.groups
         with service_errors("body"):

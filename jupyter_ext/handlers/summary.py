@@ -12,6 +12,8 @@ _ADMIN_ONLY = ("data_dir", "pid", "last_error")
 
 class SummaryHandler(HivedHandler):
     async def get(self):
+        # cluster-wide counts: for people in a VC (docs/security.md: others get status and openapi.json only)
+        await self.require("read", "hived:cluster", "see the summary (not in any VC)", "summary")
         with service_errors("summary"):
             doc = dict(await self.run(self.svc.status))
         if not self.hived.access.is_admin(self.username, self.groups):

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from hived.core.spec import ClusterSpec
 
     from .access import Access
+    from .quota import QuotaMeter
     from .store import Store
 
 
@@ -36,6 +37,10 @@ class MixinHost:
         _live: set[str]
         # QuotaMixin (quota.py), which RetentionMixin calls after removing jobs
         _quota: dict[str, float]
+        _used: dict[str, int]
+        _job_bytes: dict[str, int]
+        _aside_pending: bool
+        _meter: QuotaMeter
 
         # SchedulerService
         def _is_admin(self, user: str, vc: str, groups: Iterable[str] = ()) -> bool: ...
@@ -49,5 +54,4 @@ class MixinHost:
         def _cancel(self, job_id: str, user: str) -> None: ...
         # RetentionMixin and QuotaMixin call each other
         def _administered(self, user: str, vc: str | None, groups: Iterable[str] = ()) -> list[str]: ...
-        def _measure(self, now: float, vcs: list[str]) -> list[str]: ...
         def _forget_sizes(self, job_id: str) -> None: ...

@@ -441,6 +441,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             if warm is not None:
                 warm()
             self._launchq.start()
+            self._meter.start()   # disk quotas, measured off the lock (quota.py)
             self._thread = threading.Thread(target=self._run, name="hived-scheduler", daemon=True)
             self._thread.start()
         return self
@@ -473,6 +474,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             self._thread.join(timeout=10)
             self._thread = None
         self._launchq.stop()   # what was decided and committed is still carried out
+        self._meter.stop()
 
     def close(self) -> None:
         """Stop the loop and release the store and the data directory."""
@@ -531,6 +533,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             out = self._round()
         if inline:
             self._launchq.run_pending()
+            if not self._meter.running:   # disk quotas: measured outside the lock (quota.py)
+                self._meter.run_inline()
         return out
 
     def _round(self) -> list[dict]:
@@ -546,7 +550,6 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         self._pending.extend(decisions)
         if self._flush(now, also=touched):
             self._gc_tick(now)
-            self._quota_tick(now)
         self._next_wakeup = self.eng.next_wakeup()
         return [{"kind": d.kind.value, "job_id": d.job_id, "reason": d.reason} for d in decisions]
 

@@ -5,8 +5,9 @@ A hived running as root never runs a job as root unless the operator says so:
 1. the spec's account mapping (``ClusterSpec.unix_account(user, vc)``: a name,
    a numeric ``uid`` or ``uid:gid``) decides when it names an account;
 2. otherwise ``$HIVED_JOB_ACCOUNT`` decides: ``vc`` (the default) gives each VC
-   its own uid from ``$HIVED_JOB_UIDS`` (default 1900000000-1900099999), kept
-   in ``accounts.json`` beside the jobs so a VC keeps its uid across restarts;
+   its own uid from the service's range (``$HIVED_JOB_UIDS``, else a block of
+   100,000 from 1900000000 claimed in a host-wide registry: :func:`claim_uids`),
+   kept in ``accounts.json`` beside the jobs so a VC keeps its uid across restarts;
    ``refuse`` fails such jobs with the reason; ``server`` runs them as the
    server's own account (root), an explicit opt-in.
 
@@ -212,6 +213,16 @@ def _free_block(others: dict, stored: list[int]) -> tuple[int, int]:
             return (lo, lo + BLOCK - 1)
     raise AccountError(f"no free block of {BLOCK} uids left in {DEFAULT_UIDS[0]}-"
                        f"{DEFAULT_UIDS[0] + BLOCKS * BLOCK - 1} for this service; set $HIVED_JOB_UIDS")
+
+
+def shared_account_note(accounts: JobAccounts, vcs: list[str]) -> str | None:
+    """Why the jobs of several VCs share one account, when they do (for the operator and admins)."""
+    if len(vcs) < 2 or (accounts.euid == 0 and accounts.mode != "server"):
+        return None
+    why = ("hived does not run as root" if accounts.euid != 0 else "HIVED_JOB_ACCOUNT=server")
+    return (f"{why}: the jobs of all {len(vcs)} VCs ({', '.join(vcs)}) run as one account (uid {accounts.euid}), "
+            f"so they can read each other's files and environments and signal each other "
+            f"(docs/security.md, local mode)")
 
 
 def _exists(uid: int) -> bool:

@@ -932,6 +932,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             return {"ok": True, "degraded": self.degraded,
                     "data_dir": str(self.data_dir), "jobs": counts, "ticks": self.ticks,
                     "pid": os.getpid(), "last_error": self.last_error,
+                    "shared_account": getattr(self.launcher, "shared_account", lambda vcs: None)(sorted(self.spec.vcs)),
                     "health_checks": None if self.health is None else list(getattr(self.health, "notes", [])),
                     "unhealthy": [{"node": n, "gpu": g, "reason": r} for (n, g), r in self._unhealthy.items()],
                     "recovered": {

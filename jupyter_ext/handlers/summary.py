@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .base import HivedHandler, service_errors
 
-_ADMIN_ONLY = ("data_dir", "pid", "last_error")
+_ADMIN_ONLY = ("data_dir", "pid", "last_error", "shared_account")
 
 
 class SummaryHandler(HivedHandler):

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from hived.core.spec import ClusterSpec
 
     from .access import Access
+    from .admission import AdmissionControl
     from .quota import QuotaMeter
     from .store import Store
 
@@ -41,6 +42,7 @@ class MixinHost:
         _job_bytes: dict[str, int]
         _aside_pending: bool
         _meter: QuotaMeter
+        _admission: AdmissionControl
 
         # SchedulerService
         def _is_admin(self, user: str, vc: str, groups: Iterable[str] = ()) -> bool: ...

@@ -174,6 +174,7 @@ class RetentionMixin(MixinHost):
             self._seen.pop(j, None)
             self._live.discard(j)
             self._forget_sizes(j)
+            self._admission.forget(j)
             aside = jobs_dir / f"{TRASH_PREFIX}{j}"
             try:
                 os.rename(jobs_dir / j, aside)

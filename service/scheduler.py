@@ -51,6 +51,7 @@ from hived.core.engine_records import JobRecord
 from hived.core.jobs import HOLDING, Decision, DecisionKind, JobState, state_values
 
 from .access import Access
+from .admission import AdmissionControl
 from .degraded import ServiceDegraded
 from .exchange import ExchangeMixin, make_arbiter
 from .job_ids import JobIds, JobIdsError
@@ -245,6 +246,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         self._launched: set[str] = set()         # jobs the launcher is running (or adopted)
         self._extra: dict[str, dict] = {}        # stored jobs the current spec cannot restore
         self.recovered = self._recover()
+        self._admission = AdmissionControl()
+        self._admission.rebuild(self.eng.jobs())
 
     def _new_engine(self, spec) -> Engine:
         qp, pp, cfg = self._policies
@@ -679,6 +682,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         with self._lock:
             self._authorize_vc(user, req.vc, groups)
             self._check_quota(req.vc)
+            self._admission.check(req, self.spec.vcs[req.vc].admission, self.eng)   # admission.py
             now = self.clock()
             self._require_journal(now)
             try:
@@ -697,6 +701,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 self.eng.cancel(jid, now, user)
                 self.eng.forget(jid)
                 raise
+            self._admission.add(jid, req)
             rec = self.eng.job(jid)
             out = job_dict(rec, self._tail_position(rec))
         self._wake.set()

@@ -21,6 +21,7 @@ from jupyter_server.base.handlers import APIHandler
 from tornado import httputil, web
 from tornado.http1connection import HTTP1Connection
 
+from hived.service.admission import LimitReached
 from hived.service.degraded import ServiceDegraded
 from hived.service.scheduler import unknown_job
 
@@ -45,6 +46,7 @@ class ApiError(web.HTTPError):
     def __init__(self, status: int, message: str, where: str | None = None):
         super().__init__(status, log_message=message.replace("%", "%%"))
         self.message, self.where = message, where
+        self.headers: dict[str, str] = {}
 
 
 def _reject_constant(name: str):
@@ -65,6 +67,11 @@ def service_errors(where_default: str | None = None) -> Iterator[None]:
         yield
     except ApiError:
         raise
+    except LimitReached as exc:   # an admission limit (service/admission.py): try again later
+        error = ApiError(429, str(exc.problem), str(exc.field) if exc.field else where_default)
+        if exc.retry_after is not None:
+            error.headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
+        raise error from None
     except ServiceDegraded as exc:
         raise ApiError(503, f"service degraded, nothing was changed; try again later: {exc.reason}",
                        "service") from None
@@ -215,6 +222,8 @@ class HivedHandler(APIHandler):
         where = None
         if isinstance(exc, ApiError):
             message, where = exc.message, exc.where
+            for name, value in exc.headers.items():
+                self.set_header(name, value)
         elif isinstance(exc, web.HTTPError) and exc.log_message:
             message = exc.log_message % exc.args if exc.args else exc.log_message
         elif status_code == 403:

@@ -146,16 +146,15 @@ class Chain:
 @dataclass(frozen=True)
 class Admission:
     """What a VC's members may ask of the service (the spec's per-VC ``admission`` block); the
-    service enforces it at submission. Rates are submissions per second (a bucket that holds
-    ``BURST_SECONDS`` seconds' worth); bytes count each job's command, env and name as stored."""
-    max_queued: int = 10_000                    # queued jobs of the VC
-    max_queued_per_user: int = 5_000            # queued jobs of one user in the VC
-    submits_per_second: float = 100.0           # the VC's members together
-    submits_per_second_per_user: float = 50.0   # one user
-    max_journal_bytes: int = 1 << 30            # command, env and name of the VC's stored jobs
-    max_journal_bytes_per_user: int = 256 << 20  # ... of one user's jobs in the VC
+    service enforces it at submission (service/admission.py). Rates are submissions per second,
+    in bursts of 10 seconds' worth; bytes count each job's command, env and name as stored."""
+    max_queued: int = 2_000                     # queued jobs of the VC
+    max_queued_per_user: int = 1_000            # queued jobs of one user in the VC
+    submits_per_second: float = 20.0            # the VC's members together
+    submits_per_second_per_user: float = 5.0    # one user
+    max_journal_bytes: int = 256 << 20          # command, env and name of the VC's stored jobs
+    max_journal_bytes_per_user: int = 64 << 20  # ... of one user's jobs in the VC
 
-    BURST_SECONDS: ClassVar[float] = 10.0
     KEYS: ClassVar[dict[str, str]] = {"maxQueued": "max_queued", "maxQueuedPerUser": "max_queued_per_user",
             "submitsPerSecond": "submits_per_second", "submitsPerSecondPerUser": "submits_per_second_per_user",
             "maxJournalBytes": "max_journal_bytes", "maxJournalBytesPerUser": "max_journal_bytes_per_user"}

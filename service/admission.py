@@ -3,8 +3,9 @@
 Checked at submission, under the service lock, before anything is stored:
 
 - queued jobs, per VC and per user in the VC (``maxQueued``, ``maxQueuedPerUser``);
-- submissions per second, per VC and per user in it (``submitsPerSecond``,
-  ``submitsPerSecondPerUser``): token buckets holding ``Admission.BURST_SECONDS`` seconds'
+- submissions per second, per VC and per user (``submitsPerSecond``, and
+  ``submitsPerSecondPerUser`` of the VC submitted to; one bucket per user across VCs, so that
+  it can be checked before a request's body is read): token buckets holding ``BURST`` seconds'
   worth; a refusal says when to try again (HTTP 429 with ``Retry-After``);
 - journal bytes: the command, env and name of the VC's stored jobs (finished ones too, until
   ``hived gc`` removes them), per VC and per user (``maxJournalBytes``,
@@ -39,6 +40,13 @@ def journal_bytes(req) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
+BURST = 10.0   # seconds' worth of submissions a bucket holds (a burst of 10 x the rate)
+
+
+def rate_refusal(who: str, rate: float, spec_key: str, wait: float) -> str:
+    return f"{who} submits more than {rate:g} jobs per second (admission.{spec_key}); try again in {math.ceil(wait)} s"
+
+
 class _Bucket:
     def __init__(self, rate: float, now: float):
         self.rate, self.level, self.at = rate, 0.0, now
@@ -59,7 +67,7 @@ class AdmissionControl:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.clock = clock
-        self._buckets: dict[tuple[str, str | None], _Bucket] = {}
+        self._buckets: dict[tuple[str | None, str | None], _Bucket] = {}   # (vc, None) or (None, user)
         self._bytes: dict[str, tuple[str, str, int]] = {}   # job id -> (vc, user, bytes)
         self._vc_bytes: dict[str, int] = {}
         self._user_bytes: dict[tuple[str, str], int] = {}
@@ -84,20 +92,29 @@ class AdmissionControl:
             self._vc_bytes[vc] -= n
             self._user_bytes[vc, user] -= n
 
+    def early_refusal(self, user: str) -> LimitReached | None:
+        """The refusal ``user``'s next submission gets for its rate, if it would (as of their last
+        submission's limit); asked before a request's body is even read, so that a flood costs
+        the server little."""
+        bucket = self._buckets.get((None, user))
+        wait = 0.0 if bucket is None else bucket.wait(bucket.rate, self.clock(), BURST)
+        if wait <= 0 or bucket is None:
+            return None
+        return LimitReached("vc", rate_refusal(f"user {user!r}", bucket.rate, "submitsPerSecondPerUser", wait),
+                            retry_after=wait)
+
     def check(self, req, limits, eng) -> None:
         """Raise ``LimitReached`` when ``req`` is beyond a limit of its VC; else take its tokens."""
         vc, user = req.vc, req.user
         now = self.clock()
-        burst = type(limits).BURST_SECONDS
         waits = []
-        for key, rate, who in ((vc, limits.submits_per_second, f"VC {vc!r}"),
-                               ((vc, user), limits.submits_per_second_per_user, f"user {user!r} in VC {vc!r}")):
-            bucket = self._buckets.setdefault(key if isinstance(key, tuple) else (key, None), _Bucket(rate, now))
-            wait = bucket.wait(rate, now, burst)
+        for key, rate, who, spec_key in (
+                ((vc, None), limits.submits_per_second, f"VC {vc!r}", "submitsPerSecond"),
+                ((None, user), limits.submits_per_second_per_user, f"user {user!r}", "submitsPerSecondPerUser")):
+            bucket = self._buckets.setdefault(key, _Bucket(rate, now))
+            wait = bucket.wait(rate, now, BURST)
             if wait > 0:
-                spec_key = "submitsPerSecond" if who.startswith("VC") else "submitsPerSecondPerUser"
-                raise LimitReached("vc", f"{who} submits more than {rate:g} jobs per second (admission."
-                                         f"{spec_key}); try again in {math.ceil(wait)} s", retry_after=wait)
+                raise LimitReached("vc", rate_refusal(who, rate, spec_key, wait), retry_after=wait)
             waits.append(bucket)
         queued = _queued(eng, vc)
         if len(queued) >= limits.max_queued:

@@ -707,6 +707,12 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         self._wake.set()
         return out
 
+    def refuse_early(self, user: str) -> None:
+        """Raise ``LimitReached`` now when ``user`` submits faster than allowed (no lock taken)."""
+        refusal = self._admission.early_refusal(user)
+        if refusal is not None:
+            raise refusal
+
     def _check_for_launcher(self, req) -> None:
         """Refuse at submission what the launcher would refuse at launch (a job's own Kubernetes
         template fields), so a bad job is never queued only to fail when its turn comes."""

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_rest import load, start_server, summary  # noqa: E402
+from bench_rest import SPEC, load, start_server, summary  # noqa: E402
 
 TARGET_RATIO = 2.0
 BIG_ENV = {f"BLOB{k}": "x" * 60_000 for k in range(3)}
@@ -75,7 +75,7 @@ def main() -> int:
     args = ap.parse_args()
     n = 40 if args.quick else args.n
     with tempfile.TemporaryDirectory(prefix="hived-flood-") as tmp:
-        proc, api = start_server(Path(tmp) / "data")
+        proc, api = start_server(Path(tmp) / "data", spec=SPEC)   # the default admission limits
         try:
             rows = {}
             for name, flooders in (("no flood", 0), ("flood", args.flooders)):

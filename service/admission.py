@@ -18,6 +18,7 @@ set a key. Clocks: ``time.monotonic`` (rates are about the service's own pace, n
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable
 
@@ -68,6 +69,8 @@ class AdmissionControl:
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.clock = clock
         self._buckets: dict[tuple[str | None, str | None], _Bucket] = {}   # (vc, None) or (None, user)
+        self._paid: dict[str, int] = {}   # user -> tokens taken at the door, not yet used by a submission
+        self._guard = threading.Lock()     # the doors' threads and the service's share the buckets
         self._bytes: dict[str, tuple[str, str, int]] = {}   # job id -> (vc, user, bytes)
         self._vc_bytes: dict[str, int] = {}
         self._user_bytes: dict[tuple[str, str], int] = {}
@@ -93,26 +96,42 @@ class AdmissionControl:
             self._user_bytes[vc, user] -= n
 
     def early_refusal(self, user: str) -> LimitReached | None:
-        """The refusal ``user``'s next submission gets for its rate, if it would (as of their last
-        submission's limit); asked before a request's body is even read, so that a flood costs
-        the server little."""
-        bucket = self._buckets.get((None, user))
-        wait = 0.0 if bucket is None else bucket.wait(bucket.rate, self.clock(), BURST)
-        if wait <= 0 or bucket is None:
+        """Before a request's body is even read: the refusal ``user``'s submission gets for their
+        rate (as of their last submission's limit), or None having taken its token then (so that
+        several requests in flight cannot pass on one token, and a refused body is never parsed).
+        A flood of large bodies then costs the server little."""
+        with self._guard:
+            bucket = self._buckets.get((None, user))
+            if bucket is None:
+                return None
+            wait = bucket.wait(bucket.rate, self.clock(), BURST)
+            if wait > 0:
+                return LimitReached("vc", rate_refusal(f"user {user!r}", bucket.rate, "submitsPerSecondPerUser",
+                                                       wait), retry_after=wait)
+            bucket.take()
+            self._paid[user] = min(self._paid.get(user, 0) + 1, max(1, int(bucket.rate * BURST)))
             return None
-        return LimitReached("vc", rate_refusal(f"user {user!r}", bucket.rate, "submitsPerSecondPerUser", wait),
-                            retry_after=wait)
 
     def check(self, req, limits, eng) -> None:
-        """Raise ``LimitReached`` when ``req`` is beyond a limit of its VC; else take its tokens."""
+        """Raise ``LimitReached`` when ``req`` is beyond a limit of its VC; else take its tokens
+        (the user's was taken already when ``early_refusal`` let the request in)."""
+        with self._guard:
+            self._check(req, limits, eng)
+
+    def _check(self, req, limits, eng) -> None:
         vc, user = req.vc, req.user
         now = self.clock()
+        paid = self._paid.get(user, 0) > 0
+        if paid:
+            self._paid[user] -= 1
         waits = []
         for key, rate, who, spec_key in (
                 ((vc, None), limits.submits_per_second, f"VC {vc!r}", "submitsPerSecond"),
                 ((None, user), limits.submits_per_second_per_user, f"user {user!r}", "submitsPerSecondPerUser")):
             bucket = self._buckets.setdefault(key, _Bucket(rate, now))
             wait = bucket.wait(rate, now, BURST)
+            if key[0] is None and paid:
+                continue   # its token went at the door
             if wait > 0:
                 raise LimitReached("vc", rate_refusal(who, rate, spec_key, wait), retry_after=wait)
             waits.append(bucket)

@@ -130,7 +130,7 @@ class QuotaMeter:
                 log.exception("disk quota measurement failed")
                 busy = False
             if not busy:
-                due = min(self._due.values(), default=time.monotonic() + QUOTA_INTERVAL)
+                due = min(list(self._due.values()), default=time.monotonic() + QUOTA_INTERVAL)   # poke() may change it
                 self._wake.wait(max(0.01, min(QUOTA_INTERVAL, due - time.monotonic())))
                 self._wake.clear()
 

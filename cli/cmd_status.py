@@ -72,6 +72,8 @@ def _summary(args, backend) -> int:
         f"\n    {cs.visible(u.get('node'))} GPU {u.get('gpu')}: {cs.visible(u.get('reason'))}" for u in bad))
     for note in st.get("health_checks") or []:
         print(f"  health check: {cs.visible(note)}")
+    if st.get("shared_account"):
+        print(f"  warning: {cs.visible(st['shared_account'])}")
     if st.get("last_error"):
         print(f"  last error: {cs.visible(st['last_error'])}")
     return cs.OK

@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
 
@@ -143,6 +143,23 @@ class Chain:
         return None
 
 
+@dataclass(frozen=True)
+class Admission:
+    """What a VC's members may ask of the service (the spec's per-VC ``admission`` block); the
+    service enforces it at submission (service/admission.py). Rates are submissions per second,
+    in bursts of 10 seconds' worth; bytes count each job's command, env and name as stored."""
+    max_queued: int = 2_000                     # queued jobs of the VC
+    max_queued_per_user: int = 1_000            # queued jobs of one user in the VC
+    submits_per_second: float = 20.0            # the VC's members together
+    submits_per_second_per_user: float = 5.0    # one user
+    max_journal_bytes: int = 256 << 20          # command, env and name of the VC's stored jobs
+    max_journal_bytes_per_user: int = 64 << 20  # ... of one user's jobs in the VC
+
+    KEYS: ClassVar[dict[str, str]] = {"maxQueued": "max_queued", "maxQueuedPerUser": "max_queued_per_user",
+            "submitsPerSecond": "submits_per_second", "submitsPerSecondPerUser": "submits_per_second_per_user",
+            "maxJournalBytes": "max_journal_bytes", "maxJournalBytesPerUser": "max_journal_bytes_per_user"}
+
+
 @dataclass
 class VCSpec:
     name: str
@@ -156,6 +173,7 @@ class VCSpec:
     weight_given: bool = False
     max_preemptions: int | None = None  # times one job may be preempted; None: the service default
     account: str | None = None          # Unix account its jobs run as in local mode (a name, uid or uid:gid)
+    admission: Admission = field(default_factory=Admission)   # submission limits (service/admission.py)
 
 
 @dataclass
@@ -535,6 +553,8 @@ class _Builder:
             vc.max_preemptions = raw.get("maxPreemptions")
             if "account" in raw:
                 vc.account = str(raw["account"])
+            if "admission" in raw:
+                vc.admission = Admission(**{Admission.KEYS[k]: v for k, v in raw["admission"].items()})
             for i, vcell in enumerate(raw.get("virtualCells", [])):
                 path = f"{base}.virtualCells[{i}].cellType"
                 chain, level = _resolve_type(chains, vcell["cellType"], path)

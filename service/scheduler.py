@@ -51,6 +51,7 @@ from hived.core.engine_records import JobRecord
 from hived.core.jobs import HOLDING, Decision, DecisionKind, JobState, state_values
 
 from .access import Access
+from .admission import AdmissionControl
 from .degraded import ServiceDegraded
 from .exchange import ExchangeMixin, make_arbiter
 from .job_ids import JobIds, JobIdsError
@@ -75,6 +76,11 @@ class NotAuthorized(PermissionError):
 
 class NotFound(RequestError, LookupError):
     """Unknown job or VC (``field`` says which); a LookupError too, so doors answer 404."""
+
+
+def unknown_job(job_id) -> NotFound:
+    """What a job that does not exist answers, and so also one the caller may not see."""
+    return NotFound("job_id", f"unknown job {job_id!r}")
 
 
 class DataDirBusy(RuntimeError):
@@ -240,6 +246,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         self._launched: set[str] = set()         # jobs the launcher is running (or adopted)
         self._extra: dict[str, dict] = {}        # stored jobs the current spec cannot restore
         self.recovered = self._recover()
+        self._admission = AdmissionControl()
+        self._admission.rebuild(self.eng.jobs())
 
     def _new_engine(self, spec) -> Engine:
         qp, pp, cfg = self._policies
@@ -441,6 +449,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             if warm is not None:
                 warm()
             self._launchq.start()
+            self._meter.start()   # disk quotas, measured off the lock (quota.py)
             self._thread = threading.Thread(target=self._run, name="hived-scheduler", daemon=True)
             self._thread.start()
         return self
@@ -473,6 +482,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             self._thread.join(timeout=10)
             self._thread = None
         self._launchq.stop()   # what was decided and committed is still carried out
+        self._meter.stop()
 
     def close(self) -> None:
         """Stop the loop and release the store and the data directory."""
@@ -531,6 +541,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             out = self._round()
         if inline:
             self._launchq.run_pending()
+            if not self._meter.running:   # disk quotas: measured outside the lock (quota.py)
+                self._meter.run_inline()
         return out
 
     def _round(self) -> list[dict]:
@@ -546,7 +558,6 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         self._pending.extend(decisions)
         if self._flush(now, also=touched):
             self._gc_tick(now)
-            self._quota_tick(now)
         self._next_wakeup = self.eng.next_wakeup()
         return [{"kind": d.kind.value, "job_id": d.job_id, "reason": d.reason} for d in decisions]
 
@@ -652,19 +663,19 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         return cached[1]
 
     def _authorize_vc(self, user: str, vc: str, groups=()) -> None:
-        """``groups``: the caller's JupyterHub groups, for VCs that name groups."""
+        """``groups``: the caller's JupyterHub groups, for VCs that name groups. The refusals
+        name no member of the VC and list only the caller's own VCs (docs/security.md)."""
         if vc not in self.spec.vcs:
-            raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
+            raise self.unknown_vc(vc, user, groups)
         if not self.access.is_member(user, vc, groups):
-            raise NotAuthorized(f"user {user!r} is not a member of VC {vc!r} "
-                                f"(members: {self.access.members_text(vc)})")
+            raise NotAuthorized(f"user {user!r} is not a member of VC {vc!r}")
+
+    def unknown_vc(self, vc, user: str, groups=()) -> NotFound:
+        return NotFound("vc", f"unknown VC {vc!r}; your VCs: {self.access.vcs_text(user, groups)}")
 
     def _is_admin(self, user: str, vc: str, groups=()) -> bool:
         """An admin of ``vc`` (cluster admins are admins of every VC)."""
         return self.access.is_vc_admin(user, vc, groups)
-
-    def _admins(self, vc: str) -> str:
-        return self.access.admins_text(vc)
 
     def submit(self, user: str, payload: dict, groups=()) -> dict:
         """Validate, queue and durably store one job; returns its job dict.
@@ -676,6 +687,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         with self._lock:
             self._authorize_vc(user, req.vc, groups)
             self._check_quota(req.vc)
+            self._admission.check(req, self.spec.vcs[req.vc].admission, self.eng)   # admission.py
             now = self.clock()
             self._require_journal(now)
             try:
@@ -694,6 +706,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 self.eng.cancel(jid, now, user)
                 self.eng.forget(jid)
                 raise
+            self._admission.add(jid, req)
             rec = self.eng.job(jid)
             out = job_dict(rec, self._tail_position(rec))
         self._wake.set()   # the round's own commit is synced before it acts: no start before durable
@@ -710,6 +723,12 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             with self._lock:
                 self.eng.cancel(jid, self.clock(), user)
                 raise ServiceDegraded(self._degrade(exc)) from None
+
+    def refuse_early(self, user: str) -> None:
+        """Raise ``LimitReached`` now when ``user`` submits faster than allowed (no lock taken)."""
+        refusal = self._admission.early_refusal(user)
+        if refusal is not None:
+            raise refusal
 
     def _check_for_launcher(self, req) -> None:
         """Refuse at submission what the launcher would refuse at launch (a job's own Kubernetes
@@ -756,7 +775,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
     def _rec(self, job_id: str) -> JobRecord:
         rec = self.eng.find(job_id) if isinstance(job_id, str) else None
         if rec is None:
-            raise NotFound("job_id", f"unknown job {job_id!r}")
+            raise unknown_job(job_id)
         return rec
 
     def get_job(self, job_id: str) -> dict:
@@ -770,7 +789,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                   user: str | None = None) -> list[dict]:
         with self._lock:
             if vc is not None and vc not in self.spec.vcs:
-                raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
+                raise NotFound("vc", f"unknown VC {vc!r}")
             if state is not None:
                 try:
                     JobState(state)
@@ -872,7 +891,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
     def vc(self, name: str) -> dict:
         with self._lock:
             if name not in self.spec.vcs:
-                raise NotFound("vc", f"unknown VC {name!r}; known: {', '.join(sorted(self.spec.vcs))}")
+                raise NotFound("vc", f"unknown VC {name!r}")
             return vc_dict(self, name)
 
     def reload_spec(self, path_or_text) -> dict:
@@ -941,6 +960,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             return {"ok": True, "degraded": self.degraded,
                     "data_dir": str(self.data_dir), "jobs": counts, "ticks": self.ticks,
                     "pid": os.getpid(), "last_error": self.last_error,
+                    "shared_account": getattr(self.launcher, "shared_account", lambda vcs: None)(sorted(self.spec.vcs)),
                     "health_checks": None if self.health is None else list(getattr(self.health, "notes", [])),
                     "unhealthy": [{"node": n, "gpu": g, "reason": r} for (n, g), r in self._unhealthy.items()],
                     "recovered": {

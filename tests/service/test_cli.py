@@ -236,7 +236,7 @@ def test_served_exit_codes_and_error_lines(served):
          "hived submit: grace_period: must be between 0 and 86400, got -1\n"),
         (["submit", "--vc", "vca", "--grace", "nan", "--", "true"], 2,   # JSON has no NaN: refused before sending
          "hived submit: grace_period: must be a finite number\n"),
-        (["submit", "--vc", "nope", "--", "true"], 4, "hived submit: vc: no VC named 'nope'; VCs: vca, vcb\n"),
+        (["submit", "--vc", "nope", "--", "true"], 4, "hived submit: vc: no VC named 'nope'; your VCs: vca\n"),
         (["submit", "--vc", "vca", "--workdir", "/no/such/dir", "--", "true"], 2,
          "hived submit: workdir: /no/such/dir does not exist or is not a directory\n"),
         (["submit", "--vc", "vcb", "--", "true"], 3,

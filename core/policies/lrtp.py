@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..jobs import STARTED, JobState
-from .preemption_order import under_cap
 from .fitgpp import (
     DEFAULT_CAP,
     Candidate,
@@ -25,6 +24,7 @@ from .fitgpp import (
     preempt_until_fits,
     restrict_to_chain,
 )
+from .preemption_order import under_cap
 
 if TYPE_CHECKING:
     from ..engine_records import JobRecord

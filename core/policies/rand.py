@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .preemption_order import under_cap
 from .fitgpp import (
     DEFAULT_CAP,
     Candidate,
@@ -24,6 +23,7 @@ from .fitgpp import (
     preempt_until_fits,
     restrict_to_chain,
 )
+from .preemption_order import under_cap
 
 if TYPE_CHECKING:
     from ..engine_records import JobRecord

@@ -78,7 +78,8 @@ def test_only_jobrecord_writes_a_job_state_or_wait_reason():
 
 STATE_NAMES = "queued|placed|running|preempting|succeeded|failed|cancelled"
 # two or more job states side by side in a tuple, list or set literal: a group spelled by hand
-GROUP = re.compile(rf"""[(\[{{]\s*(JobState\.[A-Z]+|["']({STATE_NAMES})["'])\s*,\s*(JobState\.[A-Z]+|["']({STATE_NAMES})["'])""")
+ONE = rf"""(JobState\.[A-Z]+|["']({STATE_NAMES})["'])"""
+GROUP = re.compile(rf"[(\[{{]\s*{ONE}\s*,\s*{ONE}")
 
 
 def test_job_state_groups_come_only_from_core_jobs():

@@ -5,6 +5,7 @@ import shlex
 import time
 
 from hived.cli import support as cs
+from hived.core.jobs import JobState
 
 
 def register(subparsers, summary: str) -> None:
@@ -21,7 +22,7 @@ def _t(t) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t)) if t else "-"
 
 
-STATE_ORDER = ("queued", "placed", "running", "preempting", "succeeded", "failed", "cancelled")
+STATE_ORDER = tuple(s.value for s in JobState)   # the engine's order: waiting, holding, ended
 
 
 def run(args, backend) -> int:

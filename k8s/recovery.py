@@ -211,14 +211,12 @@ def reconcile(store, launcher, new_engine: Callable[[], object], now: float) -> 
                 rec = JobRecord(job_id=jid, request=req, state=JobState.RUNNING, submitted=now, started=now,
                                 first_started=now, placement=placement_from_dict(pl), attempts=g.attempt,
                                 opportunistic=pl["opportunistic"])
-                rec.log(now, JobState.RUNNING, f"rebuilt from its pods (attempt {g.attempt}); "
-                        "the journal had no record")
+                rec.note(now, f"rebuilt from its pods (attempt {g.attempt}); the journal had no record")
             else:   # launched, not all Running: starting; the launcher's "started" makes it running
                 rec = JobRecord(job_id=jid, request=req, state=JobState.PLACED, submitted=now,
                                 placement=placement_from_dict(pl), attempts=g.attempt - 1,
                                 opportunistic=pl["opportunistic"])
-                rec.log(now, JobState.PLACED, f"rebuilt from its pods (attempt {g.attempt}); the journal had no "
-                        f"record; {STARTING}")
+                rec.note(now, f"rebuilt from its pods (attempt {g.attempt}); the journal had no record; {STARTING}")
             d = rec.to_dict()
             writes[jid] = (d, None, [])
             added.add(jid)

@@ -307,8 +307,8 @@ class KubernetesSchedulerService(SchedulerService):
             if d is not None:
                 continue
             rec = JobRecord(job_id=jid, request=request_from_dict(req), state=JobState.QUEUED, submitted=submitted)
-            rec.log(now, JobState.QUEUED, "accepted by a hived instance that stopped; recorded in the cluster, "
-                                          "queued here under the same id")
+            rec.note(now, "accepted by a hived instance that stopped; recorded in the cluster, "
+                          "queued here under the same id")
             self.store.add_job(rec.to_dict(), now)
             added.append(jid)
             log.warning("recovery: job %s was accepted before the last leader stopped and is in no journal; "

@@ -31,7 +31,7 @@ import threading
 from typing import Any, cast
 
 from hived.core.engine_records import JobRecord, request_from_dict, request_to_dict
-from hived.core.jobs import DecisionKind, JobState
+from hived.core.jobs import HOLDING, DecisionKind, JobState
 from hived.service.degraded import ServiceDegraded
 from hived.service.scheduler import SchedulerService
 
@@ -410,7 +410,7 @@ class KubernetesSchedulerService(SchedulerService):
     def _shown(self, d: dict) -> dict:
         """A REST job dict with the pods' truth: ``starting`` while a launched gang's pods are not all
         Running, ``terminating (stuck)`` while a pod outlives its grace period on a Ready node."""
-        note = self.launcher.gang_note(d["id"]) if d["state"] in ("placed", "preempting", "running") else None
+        note = self.launcher.gang_note(d["id"]) if JobState(d["state"]) in HOLDING else None
         if note:
             d["reason"] = note
             if d["state"] == "placed":

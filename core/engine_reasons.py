@@ -93,6 +93,10 @@ def _vc_text(eng: Engine, rec: JobRecord) -> tuple[str, int]:
     free = max(eng._vc_cap[vc][c] - eng._vc_used[vc][c] for c in chains)
     text = (f"VC {vc}'s quota is {cap} GPUs{'' if rec.chain is None else ' in ' + rec.chain}: "
             f"{used} held by {holders_text(eng, vc)}, {max(0, cap - used)} free")
+    spec_cap = eng._capacity(vc)
+    lent = sum(spec_cap[c] for c in chains) - cap
+    if lent > 0:
+        text += f"; {lent} more GPUs are lent by cell exchange and come back when the window ends"
     return text, free
 
 

@@ -35,6 +35,7 @@ class EngineEvents:
     spec: ClusterSpec
     config: EngineConfig
     queue_policy: QueuePolicy
+    vc_policies: dict[str, QueuePolicy]
     view: ClusterView
     stats: dict[str, int]
     _jobs: dict[str, JobRecord]
@@ -255,7 +256,7 @@ class EngineEvents:
         if not (isinstance(done, (int, float)) and 0 <= done <= total):
             raise RequestError("done", f"must be within [0, {total}], got {done!r}")
         rec.progress = (done, total)
-        hook = getattr(self.queue_policy, "on_progress", None)
+        hook = getattr(self.vc_policies[rec.request.vc], "on_progress", None)
         if hook is not None:   # e.g. a policy ordering by estimated remaining time
             hook(rec, now)
 

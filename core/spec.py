@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from .policies.registry import QUEUE_POLICIES
+
 if TYPE_CHECKING:   # fastjsonschema is imported on first use (see _validator)
     from fastjsonschema import JsonSchemaValueException
 
@@ -156,6 +158,7 @@ class VCSpec:
     weight_given: bool = False
     max_preemptions: int | None = None  # times one job may be preempted; None: the service default
     account: str | None = None          # Unix account its jobs run as in local mode (a name, uid or uid:gid)
+    queue_policy: str | None = None     # queuePolicy: how its queue is ordered (fifo|allox); None: the engine's
 
 
 @dataclass
@@ -535,6 +538,7 @@ class _Builder:
             vc.max_preemptions = raw.get("maxPreemptions")
             if "account" in raw:
                 vc.account = str(raw["account"])
+            vc.queue_policy = _queue_policy(raw, base)
             for i, vcell in enumerate(raw.get("virtualCells", [])):
                 path = f"{base}.virtualCells[{i}].cellType"
                 chain, level = _resolve_type(chains, vcell["cellType"], path)
@@ -663,3 +667,14 @@ def invariant_violation(chain: Chain, free: list[int], reserved: list[int], allo
     k, need, supply = hit
     return (f"chain {chain.name} level {k} ({chain.levels[k - 1]}): VCs reserve {need} more cells, "
             f"the chain can supply {supply} once higher-level reservations are counted")
+
+
+def _queue_policy(raw: dict[str, Any], base: str) -> str | None:
+    """A VC's ``queuePolicy``: a name of the engine's queue policies (docs/spec.md)."""
+    if "queuePolicy" not in raw:
+        return None
+    name = raw["queuePolicy"]
+    if name not in QUEUE_POLICIES:
+        known = ", ".join(sorted(QUEUE_POLICIES))
+        raise SpecError(f"{base}.queuePolicy", f"unknown queue policy {name!r}; known: {known}")
+    return str(name)

@@ -52,6 +52,7 @@ from hived.core.jobs import HOLDING, Decision, DecisionKind, JobState, state_val
 
 from .access import Access
 from .degraded import ServiceDegraded
+from .estimates import estimate_view
 from .exchange import ExchangeMixin, make_arbiter
 from .job_ids import JobIds, JobIdsError
 from .launch_queue import LaunchQueue
@@ -690,7 +691,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 self.eng.forget(jid)
                 raise
             rec = self.eng.job(jid)
-            out = job_dict(rec, self._tail_position(rec))
+            out = job_dict(rec, self._tail_position(rec), estimate_view(self.eng, rec, now))
         self._wake.set()
         return out
 
@@ -719,7 +720,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
     def _tail_position(self, rec: JobRecord) -> int | None:
         """Position of a job just queued, without listing the queue (O(1) for
         order-keeping policies; submissions stay fast with long queues)."""
-        pol = self.eng.queue_policy
+        pol = self.eng.vc_policies[rec.request.vc]
         lanes = getattr(self.eng, "_lanes", {}).get(rec.request.vc)
         if rec.state is not JobState.QUEUED or lanes is None or not getattr(pol, "preserves_order", False):
             return self._position(rec)
@@ -747,7 +748,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             if job_id in self._extra:
                 return job_dict(JobRecord.from_dict(self._extra[job_id]))
             rec = self._rec(job_id)
-            return job_dict(rec, self._position(rec))
+            return job_dict(rec, self._position(rec), estimate_view(self.eng, rec, self.clock()))
 
     def list_jobs(self, vc: str | None = None, state: str | None = None,
                   user: str | None = None) -> list[dict]:
@@ -763,8 +764,9 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             positions: dict = {}
             for v in ([vc] if vc else self.spec.vcs):
                 positions.update({j: i for i, j in enumerate(self.eng.queue(v))})
-            return [job_dict(r, positions.get(r.job_id)) for r in self.eng.jobs(vc, state)
-                    if user is None or r.request.user == user]
+            now = self.clock()
+            return [job_dict(r, positions.get(r.job_id), estimate_view(self.eng, r, now))
+                    for r in self.eng.jobs(vc, state) if user is None or r.request.user == user]
 
     def cancel(self, job_id: str, user: str, groups=()) -> dict:
         with self._lock:
@@ -818,7 +820,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 self._write([job_id], now)
             except ServiceDegraded:
                 rec.progress = before   # not stored: not taken
-                hook = getattr(self.eng.queue_policy, "on_progress", None)
+                hook = getattr(self.eng.vc_policies[rec.request.vc], "on_progress", None)
                 if hook is not None:
                     hook(rec, now)
                 raise

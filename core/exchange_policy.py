@@ -20,7 +20,6 @@ from typing import Protocol
 
 from .exchange_types import Ledger, Post
 
-
 MATCH_TOLERANCE = 60.0   # seconds an offer's window may miss a request's at either end
 
 

@@ -70,7 +70,7 @@ def test_allox_vc_starts_short_first_and_fifo_vc_in_submit_order(served):
         long = submit(served, vc, user, "--estimate", "36000")
         short = submit(served, vc, user, "--estimate", "5")
         jobs[vc] = (client, blockers, long, short)
-    for vc, (client, blockers, long, short) in jobs.items():
+    for client, blockers, long, short in jobs.values():
         assert client.job(long)["estimate"] == 36000 and client.job(short)["estimate"] == 5
         client.cancel(blockers[0])                       # one socket frees
     a_client, _, a_long, a_short = jobs["vca"]

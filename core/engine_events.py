@@ -44,6 +44,7 @@ class EngineEvents:
     _ready: list[str]
     _waiters: dict[str, set[str]]
     _pwaiters: dict[str, set[str]]
+    _vc_cap: dict[str, dict[str, int]]
     _gver: int
     _vver: dict[str, int]
     _nondefault: int
@@ -259,6 +260,10 @@ class EngineEvents:
         hook = getattr(self.vc_policies[rec.request.vc], "on_progress", None)
         if hook is not None:   # e.g. a policy ordering by estimated remaining time
             hook(rec, now)
+
+    def capacity(self, vc: str) -> int:
+        """Guaranteed GPUs the VC holds now: its spec's, plus cells borrowed, less cells lent."""
+        return sum(self._vc_cap[vc].values())
 
     def on_capacity_changed(self, vcs: Iterable[str], downgraded: Iterable[str], now: float) -> None:
         """VC views changed under the engine (a cell exchange window began or ended).

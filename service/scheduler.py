@@ -598,11 +598,10 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             if d.kind is DecisionKind.START:
                 if rec.state is not JobState.PLACED:
                     continue
+                self.metrics.observe_start(rec, now)
                 self._launchq.launch(d.job_id, rec.request, rec.placement, rec.attempts + 1)
                 self._launched.add(d.job_id)
             elif d.kind in (DecisionKind.PREEMPT, DecisionKind.KILL):
-                if d.kind is DecisionKind.PREEMPT:
-                    self.metrics.preemptions.labels(rec.request.vc).inc()
                 if d.job_id in self._launched:
                     self._launchq.terminate(d.job_id, d.grace_period if d.kind is DecisionKind.PREEMPT else 0.0)
                 elif rec.state in HOLDING:

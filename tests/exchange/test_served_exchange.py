@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-SPEC = Path(__file__).parents[1] / "service" / "spec_small.yaml"   # vca, vcb: two 4-GPU sockets each
+SPEC = Path(__file__).parents[1] / "service" / "spec_small.yaml"   # two 8-GPU nodes of two 4-GPU sockets
 EXE = [sys.executable, "-m", "hived.cli.main"]
 WINDOW = 20   # seconds: long enough for the commands below, short enough to wait for its end
 
@@ -24,6 +24,8 @@ WINDOW = 20   # seconds: long enough for the commands below, short enough to wai
 def hived(tmp_path):
     doc = yaml.safe_load(SPEC.read_text())
     doc["virtualClusters"]["vcb"]["admins"] = ["bea"]
+    for vc in ("vca", "vcb"):    # one whole node each
+        doc["virtualClusters"][vc]["virtualCells"] = [{"cellType": "T-NODE", "cellNumber": 1}]
     spec = tmp_path / "cluster.yaml"
     spec.write_text(yaml.safe_dump(doc))
     d = tmp_path / "data"
@@ -48,7 +50,7 @@ def hived(tmp_path):
 
 
 def test_two_admins_trade_a_socket_and_the_lender_keeps_its_queue(hived):
-    post = ["--cell-type", "T-SOCKET", "--count", "1", "--duration", str(WINDOW)]
+    post = ["--cell-type", "T-NODE", "--count", "1", "--duration", str(WINDOW)]
     code, out, err = hived("exchange", "offer", "--vc", "vca", "--user", "ada", *post)
     assert code == 0, err
     code, out, err = hived("exchange", "request", "--vc", "vcb", "--user", "bea", "--json", *post)
@@ -59,14 +61,14 @@ def test_two_admins_trade_a_socket_and_the_lender_keeps_its_queue(hived):
     assert code == 0 and "active" in out and "no open posts" in out
     stamp = time.strftime("%Z", time.localtime(ex["end"]))
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d " + re.escape(stamp), out), out
-    # the lender's gang of its full spec size is accepted during the loan ...
+    # the lender's gang of its full spec size (its whole node) is accepted during the loan ...
     code, out, err = hived("submit", "--vc", "vca", "--user", "alice", "--pods", "2", "--gpus", "4",
-                           "--affinity", "soft", "--json", "--", "sleep", "600")
+                           "--json", "--", "sleep", "600")
     assert code == 0, err
     job = json.loads(out)
     assert job["state"] == "queued"
     code, out, _ = hived("vc", "vca", "--user", "alice", "--json")
-    assert json.loads(out)["gpus_total"] == 4                 # the view counts the loan
+    assert json.loads(out)["gpus_total"] == 0                 # the view counts the loan
     # ... and starts when the window ends and the socket comes back
     deadline = time.time() + WINDOW + 60
     while True:
@@ -80,11 +82,11 @@ def test_two_admins_trade_a_socket_and_the_lender_keeps_its_queue(hived):
 
 
 def test_withdraw_unknown_vc_and_the_ledger(hived):
-    code, out, err = hived("exchange", "offer", "--vc", "nope", "--user", "root", "--cell-type", "T-SOCKET",
+    code, out, err = hived("exchange", "offer", "--vc", "nope", "--user", "root", "--cell-type", "T-NODE",
                            "--count", "1", "--duration", "1h")
     assert code == 4 and "no VC named 'nope'" in err
-    code, out, err = hived("exchange", "offer", "--vc", "vca", "--user", "ada", "--cell-type", "T-SOCKET",
-                           "--count", "2", "--duration", "1h", "--json")
+    code, out, err = hived("exchange", "offer", "--vc", "vca", "--user", "ada", "--cell-type", "T-NODE",
+                           "--count", "1", "--duration", "1h", "--json")
     assert code == 0, err
     pid = json.loads(out)["id"]
     code, out, err = hived("exchange", "withdraw", pid, "--user", "bea")      # another VC's admin

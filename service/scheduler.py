@@ -61,6 +61,7 @@ from .metrics import ServiceMetrics
 from .payload import job_dict, parse_job
 from .quota import QuotaMixin
 from .retention import RetentionMixin
+from .spec_journal import SOURCE_RELOAD, SOURCE_START, spec_at_start
 from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged
 from .views import cluster_dict, vc_dict
 
@@ -197,13 +198,15 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         self._pending: list[Decision] = []                 # decisions decided but not yet committed: not acted on
         self._intents: set[str] = set()          # jobs with a committed cancel intent not yet in their record
         self.degraded: str | None = None      # why the journal cannot be written, while it cannot
-        text = _spec_text(spec_path)
-        # lets `hived ... --data-dir` open this directory embedded later
-        if text is not None and self.store.get_meta("spec") != text:
-            try:
-                self.store.set_meta("spec", text)
-            except JournalWriteError as exc:   # a convenience copy: start anyway, degraded
-                self._degrade(exc)
+        # the journaled spec in force (service/spec_journal.py): a reloaded one outlives a restart
+        self.spec_source = SOURCE_START
+        try:
+            kept, self.spec_source = spec_at_start(self.store, _spec_text(spec_path), str(spec_path))
+        except JournalWriteError as exc:   # the given spec could not be journaled: start on it, degraded
+            kept = None
+            self._degrade(exc)
+        if kept is not None:
+            self.spec = _load_spec(kept)
         self._load_retention()
         self._load_quota()
         self.eng = self._new_engine(self.spec)
@@ -902,16 +905,17 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 new = eng.job(jid)
                 new.history.append((now, new.state.value, "downgraded to opportunistic: its cells no "
                                     "longer fit the reloaded spec"))
-            before = (self.eng, self.spec, self._arb, self._seen)
+            before = (self.eng, self.spec, self._arb, self._seen, self.spec_source)
             self.eng, self.spec = eng, new_spec
             self._exchange_after_reload()
             text = _spec_text(path_or_text)
             self._seen = {j: None for j in self._seen}   # rewrite all: queue keys changed
             try:
-                self._write_live(now, meta=None if text is None else {"spec": text})
+                self._write_live(now, meta=None if text is None else {"spec": text, "spec_source": SOURCE_RELOAD})
             except ServiceDegraded:
-                self.eng, self.spec, self._arb, self._seen = before   # not stored: not taken
+                self.eng, self.spec, self._arb, self._seen, self.spec_source = before   # not stored: not taken
                 raise
+            self.spec_source = SOURCE_RELOAD
             for jid in downgraded:
                 log.warning("spec reload: job %s downgraded to opportunistic", jid)
             return {"ok": True, "vcs": sorted(new_spec.vcs), "chains": sorted(new_spec.chains),

@@ -44,7 +44,6 @@ class EngineEvents:
     _ready: list[str]
     _waiters: dict[str, set[str]]
     _pwaiters: dict[str, set[str]]
-    _vc_cap: dict[str, dict[str, int]]
     _gver: int
     _vver: dict[str, int]
     _nondefault: int

@@ -49,7 +49,8 @@ from traitlets import Bool, Dict, Unicode, default
 from hived.service.access import SERVER_ACCOUNT, Access
 from hived.service.client import USER_HEADER
 
-__all__ = ["EXCHANGE_ADMINS", "SERVER_ACCOUNT", "Access", "HivedAuthorizer", "HivedIdentityProvider", "caller_groups", "decide"]
+__all__ = ["EXCHANGE_ADMINS", "SERVER_ACCOUNT", "Access", "HivedAuthorizer", "HivedIdentityProvider",
+           "caller_groups", "decide"]
 
 
 def groups_of(user) -> tuple[str, ...]:

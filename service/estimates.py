@@ -22,6 +22,6 @@ def estimate_view(eng: Any, rec: Any, now: float) -> dict[str, Any] | None:
     est = refresh(rec, now) if refresh is not None else Estimator().for_record(rec, now)
     if est is None:
         return None
-    doc = est.to_dict()
-    doc["value"] = round(float(doc["value"]), 3)
+    doc: dict[str, Any] = est.to_dict()
+    doc["value"] = round(est.value, 3)
     return doc

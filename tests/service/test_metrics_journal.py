@@ -3,7 +3,6 @@ restarts), job counts read 0 rather than vanish, cell exchange has its series.""
 import sys
 
 import pytest
-
 from prometheus_client.parser import text_string_to_metric_families
 from service_helpers import wait_until
 

@@ -88,6 +88,8 @@ def test_a_job_without_an_estimate_shows_the_policys_default(served):
     job = submit(served, "vca", "alice")
     est = client.job(job)["estimated"]
     assert client.job(job)["estimate"] is None and est["source"] == "default" and est["value"] == 3600
+    assert "  run time none given; estimated 3600 s (default, confidence 0.05)" in served("status", job, "--user",
+                                                                                         "alice").splitlines()
 
 
 def test_an_unknown_queue_policy_is_refused_naming_the_field(tmp_path):

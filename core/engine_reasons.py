@@ -15,13 +15,13 @@ import heapq
 from typing import TYPE_CHECKING
 
 from .jobs import JobClass, JobState
+from .timefmt import EPOCH  # clocks past it are Unix time (the service): shown as UTC dates, not seconds
 
 if TYPE_CHECKING:
     from .engine import Engine
     from .engine_records import JobRecord
 
 MAX_NAMED = 4   # holders named one by one; the rest are counted
-EPOCH = 1e9     # clocks past this are Unix time (the service): shown as UTC dates, not seconds
 
 
 def at(t: float, now: float) -> str:

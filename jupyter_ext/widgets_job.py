@@ -55,6 +55,8 @@ def status_facts(job: dict) -> list[str]:
         facts.append(visible(job["wait_reason"]))  # what it waits for, when the service says
     elif state == "queued" and job.get("attempts") and job.get("reason"):
         facts.append(visible(job["reason"]))  # why it is back in the queue (retry, preemption)
+    elif state == "preempting" and str(job.get("reason", "")).startswith("terminating (stuck)"):
+        facts.append(visible(job["reason"]))  # a pod outlives its grace period; its GPUs stay held
     where = placement_text(job)
     if where:
         facts.append(where)

@@ -260,9 +260,11 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 rec.killed, len(rec.waiting_for), rec.queue_key, rec.not_before,
                 rec.cancel_requested)
 
-    def _write(self, ids, now: float, meta: dict | None = None) -> None:
+    def _write(self, ids, now: float, meta: dict | None = None, *, sync: bool = True) -> int:
         """Write the jobs among ``ids`` whose state moved since last written and ``meta`` in
-        one commit (each record holds its placement, queue key and history).
+        one commit (each record holds its placement, queue key and history). Returns the
+        store's commit ticket; with ``sync=False`` the caller makes it durable with
+        ``store.sync_through(ticket)`` after letting go of the lock (group commit).
 
         The bookkeeping of what was written changes only once the commit succeeded, so a
         failed commit is written again in full next time. On failure the service turns
@@ -270,7 +272,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         eng = self.eng
         seen, written = {}, []
         try:
-            with self.metrics.commit_seconds.time(), self.store.transaction():
+            with self.metrics.commit_seconds.time(), self.store.transaction(sync=sync):
                 for jid in dict.fromkeys(ids):
                     rec = eng.find(jid)
                     if rec is None:
@@ -305,6 +307,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         if self.degraded is not None:
             log.warning("the journal is written again; service no longer degraded")
             self.degraded = None
+        return self.store.commit_ticket
 
     def _write_live(self, now: float, also=(), meta=None) -> None:
         self._write(list(self._live) + [j for j in also if j not in self._live], now, meta)
@@ -389,7 +392,9 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 self._launched.add(jid)
                 adopted.append(jid)
                 if rec.state is JobState.PLACED:
-                    self.eng.on_started(jid, now)
+                    # a launcher that can tell (Kubernetes: pods still Pending) says "started" later
+                    if getattr(self.launcher, "gang_started", lambda _j: True)(jid):
+                        self.eng.on_started(jid, now)
                 elif rec.state is JobState.PREEMPTING:
                     left = max(0.0, (rec.grace_deadline or now) - now)
                     self.launcher.terminate(jid, left)
@@ -580,8 +585,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 self._launched.discard(ev.job_id)
                 if rec.state not in HOLDING:
                     continue
-                if rec.state is JobState.PLACED and not rec.waiting_for:
-                    self.eng.on_started(ev.job_id, now)
+                if rec.state is JobState.PLACED and not rec.waiting_for and getattr(ev, "ran", True):
+                    self.eng.on_started(ev.job_id, now)     # it ran, however briefly (not a refused launch)
                 if rec.state is JobState.PREEMPTING:
                     # we asked it to stop: whatever its exit code, it goes back to its queue
                     self.eng.on_preempted(ev.job_id, now)
@@ -686,7 +691,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 self.job_ids.give_back(jid)   # a refused request uses no id
                 raise
             try:
-                self._write([jid], now)
+                ticket = self._write([jid], now, sync=False)
             except Exception:
                 # not stored = not accepted: take it back out of the engine
                 self.eng.cancel(jid, now, user)
@@ -694,8 +699,20 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 raise
             rec = self.eng.job(jid)
             out = job_dict(rec, self._tail_position(rec), estimate_view(self.eng, rec, now))
-        self._wake.set()
+        self._wake.set()   # the round's own commit is synced before it acts: no start before durable
+        self._sync_submitted(ticket, jid, user)
         return out
+
+    def _sync_submitted(self, ticket: int, jid: str, user: str) -> None:
+        """Group commit: wait, outside the lock, for the fsync that covers this submission;
+        submissions made meanwhile share it. Answered only once durable; if the disk fails,
+        the job is cancelled (it may or may not have reached the disk) and refused."""
+        try:
+            self.store.sync_through(ticket)
+        except JournalWriteError as exc:
+            with self._lock:
+                self.eng.cancel(jid, self.clock(), user)
+                raise ServiceDegraded(self._degrade(exc)) from None
 
     def _check_for_launcher(self, req) -> None:
         """Refuse at submission what the launcher would refuse at launch (a job's own Kubernetes

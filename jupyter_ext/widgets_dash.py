@@ -90,7 +90,7 @@ class _Dashboard(W.VBox):
     def _exchange_panel(self, status: dict, vcs: dict) -> None:
         """Board, loans and ledger for those who trade cells; nothing where exchange is off."""
         user = status.get("user", "")
-        self._posts: list[dict] = []
+        self._posts = []
         if not (status.get("admin") or any(user in (d.get("admins") or []) for d in vcs.values())):
             self.exchange.value = ""
             return

@@ -43,7 +43,8 @@ def run(args, backend) -> int:
         if args.json:
             cs.print_json(v)
             return cs.OK
-        print(f"VC {cs.visible(v['name'])}: {v['gpus_used']}/{v['gpus_total']} guaranteed GPUs in use; "
+        print(f"VC {cs.visible(v['name'])}: {v['gpus_used']}/{v['gpus_total']} guaranteed GPUs in use"
+              f"{_loans(v)}; "
               f"users {cs.visible(', '.join(v['users'])) or 'anyone'}; "
               f"admins {cs.visible(', '.join(v['admins'])) or '-'}")
         print("  cells: " + ", ".join(f"{cs.visible(k)} x{n}" for k, n in v["cells"].items()))
@@ -56,7 +57,16 @@ def run(args, backend) -> int:
     if args.json:
         cs.print_json({"vcs": vcs})
         return cs.OK
-    rows = [[n, f"{v['gpus_used']}/{v['gpus_total']}", len(v["running"]), len(v["queue"]),
+    rows = [[n, f"{v['gpus_used']}/{v['gpus_total']}{_loans(v)}", len(v["running"]), len(v["queue"]),
              ", ".join(f"{k} x{c}" for k, c in v["cells"].items())] for n, v in vcs.items()]
     print(cs.table(rows, ["VC", "GPUS USED", "RUNNING", "QUEUED", "CELLS"], shrink=("CELLS",)))
     return cs.OK
+
+
+def _loans(v: dict) -> str:
+    """`` (spec 8: 4 lent)`` while cell exchange moved some of the VC's cells; empty otherwise."""
+    lent, borrowed = v.get("gpus_lent") or 0, v.get("gpus_borrowed") or 0
+    if not lent and not borrowed:
+        return ""
+    moved = ", ".join(t for t in (f"{lent} lent" if lent else "", f"{borrowed} borrowed" if borrowed else "") if t)
+    return f" (spec {v.get('gpus_spec', '?')}: {moved})"

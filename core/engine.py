@@ -44,7 +44,7 @@ from .engine_validate import RequestError, alloc_total, check, node_gpus
 from .engine_view import ClusterView, NodeState  # noqa: F401  (re-exported)
 from .jobs import HOLDING, TERMINAL, Affinity, Decision, DecisionKind, JobClass, JobRequest, JobState
 from .policies.preemption_order import lender_grace, max_grace, policy_candidates, preemption_cap
-from .policies.registry import make_preemption_policy, make_queue_policy
+from .policies.registry import make_preemption_policy, make_queue_policy, vc_queue_policies
 
 if TYPE_CHECKING:
     from .allocator import SpecSource
@@ -86,7 +86,8 @@ class Engine(EngineEvents):
                 self.spec = load_spec(spec_or_allocator)
             self.alloc = Allocator(self.spec, binding=binding)
         self.config = config or EngineConfig()
-        self.queue_policy = make_queue_policy(queue_policy)
+        self.queue_policy = make_queue_policy(queue_policy)   # VCs without a queuePolicy of their own
+        self.vc_policies = vc_queue_policies(self.spec, self.queue_policy)
         # P is applied by the engine to the candidates (one definition), never by the policy
         self.preemption_policy = make_preemption_policy(preemption_policy)
         if getattr(self.preemption_policy, "cap", None) is not None:
@@ -168,7 +169,8 @@ class Engine(EngineEvents):
 
     def _lane(self, rec: JobRecord) -> OrderedDict[str, None]:
         te, rest = self._lanes[rec.request.vc]
-        return te if rec.request.job_class is JobClass.TE and getattr(self.queue_policy, "te_first", False) else rest
+        te_first = getattr(self.vc_policies[rec.request.vc], "te_first", False)
+        return te if rec.request.job_class is JobClass.TE and te_first else rest
 
     def _enqueue(self, rec: JobRecord, head: bool) -> None:
         lane = self._lane(rec)
@@ -292,7 +294,7 @@ class Engine(EngineEvents):
 
     def _order(self, vc: str, now: float) -> Iterable[str]:
         te, rest = self._lanes[vc]
-        pol = self.queue_policy
+        pol = self.vc_policies[vc]
         if getattr(pol, "preserves_order", False):
             if getattr(pol, "te_first", False):
                 return itertools.chain(te, rest)
@@ -303,7 +305,7 @@ class Engine(EngineEvents):
 
     def _scan(self, vc: str, now: float, out: list[Decision]) -> None:
         done: list[str] = []
-        backfill = getattr(self.queue_policy, "backfill", False)
+        backfill = getattr(self.vc_policies[vc], "backfill", False)
         order = iter(self._order(vc, now))
         blocked = None
         for jid in order:

@@ -35,6 +35,7 @@ class EngineEvents:
     spec: ClusterSpec
     config: EngineConfig
     queue_policy: QueuePolicy
+    vc_policies: dict[str, QueuePolicy]
     view: ClusterView
     stats: dict[str, int]
     _jobs: dict[str, JobRecord]
@@ -254,9 +255,13 @@ class EngineEvents:
         if not (isinstance(done, (int, float)) and 0 <= done <= total):
             raise RequestError("done", f"must be within [0, {total}], got {done!r}")
         rec.progress = (done, total)
-        hook = getattr(self.queue_policy, "on_progress", None)
+        hook = getattr(self.vc_policies[rec.request.vc], "on_progress", None)
         if hook is not None:   # e.g. a policy ordering by estimated remaining time
             hook(rec, now)
+
+    def capacity(self, vc: str) -> int:
+        """Guaranteed GPUs the VC holds now: its spec's, plus cells borrowed, less cells lent."""
+        return sum(self._vc_cap[vc].values())
 
     def on_capacity_changed(self, vcs: Iterable[str], downgraded: Iterable[str], now: float) -> None:
         """VC views changed under the engine (a cell exchange window began or ended).

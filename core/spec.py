@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
 
+from .policies.registry import QUEUE_POLICIES
+
 if TYPE_CHECKING:   # fastjsonschema is imported on first use (see _validator)
     from fastjsonschema import JsonSchemaValueException
 
@@ -182,6 +184,7 @@ class VCSpec:
     max_grace: float = DEFAULT_MAX_GRACE                      # most grace a BE job preempted for a TE job gets
     account: str | None = None          # Unix account its jobs run as in local mode (a name, uid or uid:gid)
     admission: Admission = field(default_factory=Admission)   # submission limits (service/admission.py)
+    queue_policy: str | None = None     # queuePolicy: how its queue is ordered (fifo|allox); None: the engine's
 
 
 @dataclass
@@ -569,6 +572,7 @@ class _Builder:
                 vc.account = str(raw["account"])
             if "admission" in raw:
                 vc.admission = Admission(**{Admission.KEYS[k]: v for k, v in raw["admission"].items()})
+            vc.queue_policy = _queue_policy(raw, base)
             for i, vcell in enumerate(raw.get("virtualCells", [])):
                 path = f"{base}.virtualCells[{i}].cellType"
                 chain, level = _resolve_type(chains, vcell["cellType"], path)
@@ -697,3 +701,14 @@ def invariant_violation(chain: Chain, free: list[int], reserved: list[int], allo
     k, need, supply = hit
     return (f"chain {chain.name} level {k} ({chain.levels[k - 1]}): VCs reserve {need} more cells, "
             f"the chain can supply {supply} once higher-level reservations are counted")
+
+
+def _queue_policy(raw: dict[str, Any], base: str) -> str | None:
+    """A VC's ``queuePolicy``: a name of the engine's queue policies (docs/spec.md)."""
+    if "queuePolicy" not in raw:
+        return None
+    name = raw["queuePolicy"]
+    if name not in QUEUE_POLICIES:
+        known = ", ".join(sorted(QUEUE_POLICIES))
+        raise SpecError(f"{base}.queuePolicy", f"unknown queue policy {name!r}; known: {known}")
+    return str(name)

@@ -315,6 +315,11 @@ class HivedClient:
     def post_request(self, payload: dict) -> dict:
         return self._call("POST", "exchange/requests", body=payload)
 
+    def withdraw(self, post_id: str) -> dict:
+        """DELETE exchange/{offers|requests}/{id}: take an open post off the board."""
+        kind = "requests" if str(post_id).startswith("r") else "offers"
+        return self._call("DELETE", f"exchange/{kind}/{_seg(post_id)}")
+
 
 def _json_body(body: Any) -> bytes:
     """The body as JSON; a NaN or infinity (not JSON) is refused here, naming its field."""

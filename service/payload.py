@@ -220,8 +220,8 @@ def _template(t: Any) -> dict | None:
     return json.loads(json.dumps(t))     # a private copy: nothing the caller keeps can change it
 
 
-def job_dict(rec: JobRecord, queue_position: int | None = None) -> dict:
-    """The REST job dict (docs/architecture.md, GET jobs/{id})."""
+def job_dict(rec: JobRecord, queue_position: int | None = None, estimated: dict | None = None) -> dict:
+    """The REST job dict (docs/architecture.md, GET jobs/{id}); ``estimated``: service/estimates.py."""
     req = rec.request
     p = rec.placement
     return {
@@ -242,5 +242,6 @@ def job_dict(rec: JobRecord, queue_position: int | None = None) -> dict:
         "wait_reason": rec.wait_reason,
         "kill_at": rec.grace_deadline if rec.state is JobState.PREEMPTING else None,
         "progress": list(rec.progress) if rec.progress else None,
+        "estimate": req.estimate, "estimated": estimated,
         "history": [{"time": t, "state": s, "reason": r} for t, s, r in rec.history],
     }

@@ -53,6 +53,7 @@ from hived.core.jobs import HOLDING, Decision, DecisionKind, JobState, state_val
 from .access import Access
 from .admission import AdmissionControl
 from .degraded import ServiceDegraded
+from .estimates import estimate_view
 from .exchange import ExchangeMixin, make_arbiter
 from .job_ids import JobIds, JobIdsError
 from .launch_queue import LaunchQueue
@@ -61,6 +62,7 @@ from .metrics import ServiceMetrics
 from .payload import job_dict, parse_job
 from .quota import QuotaMixin
 from .retention import RetentionMixin
+from .spec_journal import SOURCE_RELOAD, SOURCE_START, spec_at_start
 from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged
 from .views import cluster_dict, vc_dict
 
@@ -202,13 +204,15 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         self._pending: list[Decision] = []                 # decisions decided but not yet committed: not acted on
         self._intents: set[str] = set()          # jobs with a committed cancel intent not yet in their record
         self.degraded: str | None = None      # why the journal cannot be written, while it cannot
-        text = _spec_text(spec_path)
-        # lets `hived ... --data-dir` open this directory embedded later
-        if text is not None and self.store.get_meta("spec") != text:
-            try:
-                self.store.set_meta("spec", text)
-            except JournalWriteError as exc:   # a convenience copy: start anyway, degraded
-                self._degrade(exc)
+        # the journaled spec in force (service/spec_journal.py): a reloaded one outlives a restart
+        self.spec_source = SOURCE_START
+        try:
+            kept, self.spec_source = spec_at_start(self.store, _spec_text(spec_path), str(spec_path))
+        except JournalWriteError as exc:   # the given spec could not be journaled: start on it, degraded
+            kept = None
+            self._degrade(exc)
+        if kept is not None:
+            self.spec = _load_spec(kept)
         self._load_retention()
         self._load_quota()
         self.eng = self._new_engine(self.spec)
@@ -613,11 +617,10 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             if d.kind is DecisionKind.START:
                 if rec.state is not JobState.PLACED:
                     continue
+                self.metrics.observe_start(rec, now)
                 self._launchq.launch(d.job_id, rec.request, rec.placement, rec.attempts + 1)
                 self._launched.add(d.job_id)
             elif d.kind in (DecisionKind.PREEMPT, DecisionKind.KILL):
-                if d.kind is DecisionKind.PREEMPT:
-                    self.metrics.preemptions.labels(rec.request.vc).inc()
                 if d.job_id in self._launched:
                     self._launchq.terminate(d.job_id, d.grace_period if d.kind is DecisionKind.PREEMPT else 0.0)
                 elif rec.state in HOLDING:
@@ -708,7 +711,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 raise
             self._admission.add(jid, req)
             rec = self.eng.job(jid)
-            out = job_dict(rec, self._tail_position(rec))
+            out = job_dict(rec, self._tail_position(rec), estimate_view(self.eng, rec, now))
         self._wake.set()   # the round's own commit is synced before it acts: no start before durable
         self._sync_submitted(ticket, jid, user)
         return out
@@ -755,7 +758,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
     def _tail_position(self, rec: JobRecord) -> int | None:
         """Position of a job just queued, without listing the queue (O(1) for
         order-keeping policies; submissions stay fast with long queues)."""
-        pol = self.eng.queue_policy
+        pol = self.eng.vc_policies[rec.request.vc]
         lanes = getattr(self.eng, "_lanes", {}).get(rec.request.vc)
         if rec.state is not JobState.QUEUED or lanes is None or not getattr(pol, "preserves_order", False):
             return self._position(rec)
@@ -783,7 +786,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             if job_id in self._extra:
                 return job_dict(JobRecord.from_dict(self._extra[job_id]))
             rec = self._rec(job_id)
-            return job_dict(rec, self._position(rec))
+            return job_dict(rec, self._position(rec), estimate_view(self.eng, rec, self.clock()))
 
     def list_jobs(self, vc: str | None = None, state: str | None = None,
                   user: str | None = None) -> list[dict]:
@@ -799,8 +802,9 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
             positions: dict = {}
             for v in ([vc] if vc else self.spec.vcs):
                 positions.update({j: i for i, j in enumerate(self.eng.queue(v))})
-            return [job_dict(r, positions.get(r.job_id)) for r in self.eng.jobs(vc, state)
-                    if user is None or r.request.user == user]
+            now = self.clock()
+            return [job_dict(r, positions.get(r.job_id), estimate_view(self.eng, r, now))
+                    for r in self.eng.jobs(vc, state) if user is None or r.request.user == user]
 
     def cancel(self, job_id: str, user: str, groups=()) -> dict:
         with self._lock:
@@ -854,7 +858,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 self._write([job_id], now)
             except ServiceDegraded:
                 rec.progress = before   # not stored: not taken
-                hook = getattr(self.eng.queue_policy, "on_progress", None)
+                hook = getattr(self.eng.vc_policies[rec.request.vc], "on_progress", None)
                 if hook is not None:
                     hook(rec, now)
                 raise
@@ -937,16 +941,17 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 new = eng.job(jid)
                 new.history.append((now, new.state.value, "downgraded to opportunistic: its cells no "
                                     "longer fit the reloaded spec"))
-            before = (self.eng, self.spec, self._arb, self._seen)
+            before = (self.eng, self.spec, self._arb, self._seen, self.spec_source)
             self.eng, self.spec = eng, new_spec
             self._exchange_after_reload()
             text = _spec_text(path_or_text)
             self._seen = {j: None for j in self._seen}   # rewrite all: queue keys changed
             try:
-                self._write_live(now, meta=None if text is None else {"spec": text})
+                self._write_live(now, meta=None if text is None else {"spec": text, "spec_source": SOURCE_RELOAD})
             except ServiceDegraded:
-                self.eng, self.spec, self._arb, self._seen = before   # not stored: not taken
+                self.eng, self.spec, self._arb, self._seen, self.spec_source = before   # not stored: not taken
                 raise
+            self.spec_source = SOURCE_RELOAD
             for jid in downgraded:
                 log.warning("spec reload: job %s downgraded to opportunistic", jid)
             return {"ok": True, "vcs": sorted(new_spec.vcs), "chains": sorted(new_spec.chains),

@@ -5,7 +5,7 @@ from jupyter_server.utils import url_path_join
 
 from .base import HivedHandler, NoRouteHandler
 from .cluster import ClusterHandler, OpenAPIHandler, SpecReloadHandler, StatusHandler, VCHandler, VCsHandler
-from .exchange import ExchangeHandler
+from .exchange import ExchangeHandler, ExchangePostHandler
 from .gc import GcHandler
 from .health import HealthHandler, ReadyHandler
 from .jobs import CancelHandler, JobHandler, JobsHandler, LogsHandler
@@ -29,6 +29,8 @@ ROUTES = [
     (f"jobs/{_SEG}/logs", LogsHandler, "/jobs/{job_id}/logs"),
     ("exchange/(board|ledger|offers|requests)", ExchangeHandler,
      ("/exchange/board", "/exchange/ledger", "/exchange/offers", "/exchange/requests")),
+    (f"exchange/(offers|requests)/{_SEG}", ExchangePostHandler,
+     ("/exchange/offers/{post_id}", "/exchange/requests/{post_id}")),
     ("spec/reload", SpecReloadHandler, "/spec/reload"),
     ("gc", GcHandler, "/gc"),
     ("tokens/reload", TokensReloadHandler, "/tokens/reload"),

@@ -292,10 +292,12 @@ async def test_logs_refusals(api, service):
 
 async def test_exchange_views_and_permissions(api, service):
     for what in ("board", "ledger", "offers", "requests"):
-        code, doc = await api("alice", "GET", "exchange", what)
+        code, doc = await api("ada" if what == "ledger" else "alice", "GET", "exchange", what)
         assert code == 200 and isinstance(doc, dict), doc
         code, doc = await api("eve", "GET", "exchange", what)
         assert_error(code, doc, 403)
+    code, doc = await api("alice", "GET", "exchange", "ledger")       # the ledger is for admins
+    assert_error(code, doc, 403, says="VC admins only")
     offer = {"vc": "vca", "cell_type": "T-SOCKET", "count": 1, "duration": 3600}
     code, doc = await api("alice", "POST", "exchange", "offers", body=offer)   # a user, not a VC admin
     assert_error(code, doc, 403, where="body.vc", says="VC admins only")
@@ -304,7 +306,7 @@ async def test_exchange_views_and_permissions(api, service):
     code, doc = await api("ada", "POST", "exchange", "offers", body={**offer, "count": 0})
     assert_error(code, doc, 400, where="body.count")
     code, doc = await api("ada", "POST", "exchange", "offers", body={**offer, "vc": "nope"})
-    assert_error(code, doc, 400, where="body.vc")
+    assert_error(code, doc, 404, where="body.vc")
     code, doc = await api("ada", "POST", "exchange", "board", body=offer)
     assert_error(code, doc, 404, says="only offers and requests")
     code, doc = await api("ada", "GET", "exchange", "nonsense")

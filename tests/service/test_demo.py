@@ -28,7 +28,9 @@ def test_demo_runs_end_to_end(tmp_path):
     # a cell exchange loan, and a guaranteed job on the borrowed cell
     loan = out.split("5. Cell exchange")[1].split("6. Stopping")[0]
     assert "matched: exchange x1 (active): research -> product: 1 cell(s)" in loan
-    assert "research            0/8  1/0" in loan and "(opportunistic: False)" in loan
+    # the views count the loan: research holds none of its 8 GPUs now, product 16
+    assert "research            0/0  1/0" in loan and "product            8/16  0/1" in loan
+    assert "(opportunistic: False)" in loan
     # no promise about a folder it deletes: --data-dir keeps it, and it says where
     assert f"every state change is in {tmp_path / 'demo' / 'hived.db'}" in out
     assert "Try next" in out and "hived submit" in out.split("Try next")[1]

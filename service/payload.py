@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from typing import Any
 
@@ -34,6 +33,7 @@ LIMITS: dict[str, dict[str, Any]] = {
     "estimate": {"minimum": 0.001, "maximum": 31_536_000},
     "max_retries": {"minimum": 0, "maximum": 100},
     "groups": {"maxItems": 64},
+    "needs": {"maxItems": 16, "maxLength": 4096},   # paths per list; characters of each path
 }
 MAX_GRACE = float(LIMITS["grace_period"]["maximum"])
 MAX_NAME = LIMITS["name"]["maxLength"]
@@ -44,7 +44,7 @@ RESERVED_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 
 FIELDS = ("vc", "command", "job_class", "pods", "gpus", "cell_type", "groups", "chain", "affinity",
           "grace_period", "name", "env", "workdir", "allow_opportunistic", "estimate",
-          "max_retries", "labels", "cpus", "memory_gb", "k8s_template")
+          "max_retries", "labels", "cpus", "memory_gb", "k8s_template", "needs")
 MAX_TEMPLATE_CHARS = 64_000  # a job template override larger than this is not a template
 
 
@@ -114,7 +114,7 @@ def _group(d: Any, where: str) -> PodGroup:
     return PodGroup(pods=pods, gpus=gpus, cell_type=cell_type, cpus=cpus, memory_gb=mem)
 
 
-def parse_job(user: str, payload: Any, *, check_workdir: bool = True) -> JobRequest:
+def parse_job(user: str, payload: Any) -> JobRequest:
     """The POST /jobs body (see docs/architecture.md) -> JobRequest, or RequestError."""
     if not isinstance(payload, dict):
         raise RequestError("body", f"must be a JSON object, got {type(payload).__name__}")
@@ -182,8 +182,6 @@ def parse_job(user: str, payload: Any, *, check_workdir: bool = True) -> JobRequ
     if workdir is not None:
         if not isinstance(workdir, str) or not workdir:
             raise RequestError("workdir", f"must be a path, got {workdir!r}")
-        if check_workdir and not os.path.isdir(workdir):
-            raise RequestError("workdir", f"{workdir} does not exist or is not a directory")
     labels = payload.get("labels") or {}
     if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
         raise RequestError("labels", "must be an object of string: string")
@@ -199,6 +197,7 @@ def parse_job(user: str, payload: Any, *, check_workdir: bool = True) -> JobRequ
     if chain is not None and not isinstance(chain, str):
         raise RequestError("chain", f"must be a chain name, got {chain!r}")
     template = _template(payload.get("k8s_template"))
+    parse_needs(payload)
     return JobRequest(
         user=user, vc=vc, command=command, job_class=job_class, groups=groups, chain=chain,
         affinity=affinity, grace_period=grace, allow_opportunistic=allow, name=name,
@@ -206,6 +205,23 @@ def parse_job(user: str, payload: Any, *, check_workdir: bool = True) -> JobRequ
         estimate=_num(payload, "estimate", None, *_bounds("estimate")),
         max_retries=_int(payload, "max_retries", None, *_bounds("max_retries")), labels=dict(labels),
         k8s_template=template)
+
+
+def parse_needs(payload: Any) -> dict | None:
+    """The body's ``needs``: {"programs": [...], "writable": [...]}, paths the job's account
+    must reach (checked at submission by a launcher that can, then forgotten)."""
+    needs = payload.get("needs") if isinstance(payload, dict) else None
+    if needs is None:
+        return None
+    if not isinstance(needs, dict) or set(needs) - {"programs", "writable"}:
+        raise RequestError("needs", f"must be an object with programs and/or writable, got {needs!r}"[:300])
+    lim = LIMITS["needs"]
+    for key, items in needs.items():
+        if not isinstance(items, list) or len(items) > lim["maxItems"] or \
+                not all(isinstance(p, str) and 0 < len(p) <= lim["maxLength"] and "\0" not in p for p in items):
+            raise RequestError(f"needs.{key}", f"must be a list of at most {lim['maxItems']} paths "
+                                               f"of at most {lim['maxLength']} characters")
+    return {k: list(v) for k, v in needs.items()}
 
 
 def _template(t: Any) -> dict | None:

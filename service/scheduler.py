@@ -57,7 +57,7 @@ from .job_ids import JobIds, JobIdsError
 from .launch_queue import LaunchQueue
 from .launcher import Launcher, LauncherEvent
 from .metrics import ServiceMetrics
-from .payload import job_dict, parse_job
+from .payload import job_dict, parse_job, parse_needs
 from .quota import QuotaMixin
 from .retention import RetentionMixin
 from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged
@@ -227,7 +227,6 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         notify = getattr(launcher, "on_change", None)   # a launcher that can say "exited" at once
         if notify is not None:
             notify(self._launchq.poke)
-        self._check_workdir = type(launcher).__name__ == "LocalLauncher"
         if health == "auto":   # NVML health checks for the GPUs of this machine, if any
             from .health import HealthMonitor
             health = HealthMonitor(self.local.nodes) if self.local else None
@@ -666,8 +665,16 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         ``groups``: the user's JupyterHub groups (VC membership may come from them)."""
         if not isinstance(user, str) or not user.strip():
             raise RequestError("user", "must be a non-empty user name")
-        req = parse_job(user, payload, check_workdir=self._check_workdir)
+        req = parse_job(user, payload)
         self._check_for_launcher(req)
+        check_reach = getattr(self.launcher, "check_reach", None)   # local: as the job's account
+        if check_reach is not None:
+            with self._lock:   # members only: nobody else learns what a VC's account reaches
+                self._authorize_vc(user, req.vc, groups)
+            try:
+                check_reach(req, parse_needs(payload))
+            except ValueError as e:
+                raise RequestError(getattr(e, "field", "user"), getattr(e, "problem", str(e))) from None
         with self._lock:
             self._authorize_vc(user, req.vc, groups)
             self._check_quota(req.vc)

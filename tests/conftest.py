@@ -12,4 +12,4 @@ pytest_plugins = ["pytest_jupyter.jupyter_server"]
 # folders, which only root may enter (/tmp/pytest-of-root is 0700), so the
 # suite opts in to running jobs as the server's account; the local isolation
 # tests (tests/service/test_local_isolation.py) set the default back.
-os.environ.setdefault("HIVED_JOB_ACCOUNT", "server")
+

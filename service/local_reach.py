@@ -21,8 +21,6 @@ must be able to make them: the nearest existing one must be writable).
 from __future__ import annotations
 
 import os
-import re
-import shlex
 import stat
 import subprocess
 import threading
@@ -30,6 +28,7 @@ import time
 from pathlib import Path
 
 from .local_accounts import Account, AccountError
+from .submit_flags import program_of
 
 # (kind, path) -> the sh test; prints the failing pair and exits 1 at the first failure
 _SCRIPT = r'''
@@ -48,8 +47,6 @@ while [ $# -gt 1 ]; do
   printf '%s\n' "$k" "$p"; exit 1
 done
 '''
-_WORD = re.compile(r"^[A-Za-z0-9_./+@%:,-]+$")
-_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 TIMEOUT = 10.0   # seconds; a check that hangs (a dead NFS mount) is refused, not waited on
 # A passed check is taken as passed again for this long (a burst of submissions from one
 # notebook costs one check); only passes are kept, so a refusal is always tested afresh.
@@ -65,21 +62,6 @@ class ReachError(AccountError):
         super().__init__(problem)
         self.field = field
         self.problem = problem
-
-
-def program_of(command) -> str | None:
-    """The program a command starts, when it can be told without running a shell."""
-    if isinstance(command, list):
-        return command[0] if command else None
-    try:
-        words = shlex.split(command or "")
-    except ValueError:
-        return None
-    while words and _ASSIGN.match(words[0]):
-        words.pop(0)
-    if not words or not _WORD.match(words[0]):
-        return None
-    return words[0]
 
 
 def wanted(request, needs: dict | None) -> list[tuple[str, str]]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import shlex
 from collections.abc import Iterable
 from typing import Any
 
@@ -50,6 +52,25 @@ def add_submit_flags(p: argparse.ArgumentParser, *, vc_help: str) -> None:
     p.add_argument("--allow-opportunistic", action="store_true",
                    help="may run at low priority on other VCs' idle cells when the VC is full")
     p.add_argument("--estimate", type=float, default=None, help="expected run time, seconds")
+
+
+_WORD = re.compile(r"^[A-Za-z0-9_./+@%:,-]+$")
+_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def program_of(command) -> str | None:
+    """The program a command starts, when it can be told without running a shell."""
+    if isinstance(command, list):
+        return command[0] if command else None
+    try:
+        words = shlex.split(command or "")
+    except ValueError:
+        return None
+    while words and _ASSIGN.match(words[0]):
+        words.pop(0)
+    if not words or not _WORD.match(words[0]):
+        return None
+    return words[0]
 
 
 def pairs(items: Iterable[str], flag: str) -> dict:

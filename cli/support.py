@@ -257,5 +257,10 @@ def outcome(j: dict) -> str:
             bits.append(f"{visible(j['failure_class'])} failure")
         return "failed" + (f" ({', '.join(bits)})" if bits else "")
     if state == "cancelled":
-        return "was cancelled" + (f": {visible(j['reason'])}" if j.get("reason") else "")
+        # a running job's cancel is recorded when asked ("cancelled by alice"); its end then
+        # only says it stopped: the words that name who cancelled come from the history
+        who = next((h["reason"] for h in reversed(j.get("history") or [])
+                    if str(h.get("reason", "")).startswith("cancelled by ")), None)
+        why = who or j.get("reason")
+        return "was cancelled" + (f": {visible(why)}" if why else "")
     return state

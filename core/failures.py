@@ -163,7 +163,7 @@ def retry_decision(cls: FailureClass, failures_so_far: int, max_retries: int | N
     if cap is not None:
         limit = min(limit, cap)
     if limit <= 0:
-        why = "not retried" + (" (the request's max_retries asks for retries)"
+        why = "not retried" + (" (hived submit --retries N, max_retries in the request, asks for retries)"
                                if cls in (FailureClass.USER, FailureClass.OOM) and max_retries is None else "")
         return RetryDecision(False, 0.0, f"{cls.value}: {why}")
     if failures_so_far > limit:

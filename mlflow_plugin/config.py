@@ -35,6 +35,10 @@ SCHEMA: dict = {
         "cell_type": {"type": "string", "minLength": 1,
                       "description": "the CLI's spelling of 'cell' (hived submit --cell-type)"},
         "pods": {"type": "integer", "minimum": 1, "maximum": 1024},
+        "cpus": {"type": "number", "minimum": 0, "maximum": 1000000,
+                 "description": "CPUs per pod (hived submit --cpus)"},
+        "memory_gb": {"type": "number", "minimum": 0, "maximum": 1000000000,
+                      "description": "memory per pod in GB (hived submit --memory)"},
         "chain": {"type": "string", "minLength": 1,
                   "description": "GPU pool (cell chain); default: any that fits"},
         "max_retries": {"type": "integer", "minimum": 0, "maximum": 100},
@@ -80,6 +84,8 @@ class BackendConfig:
     gpus: int | None = 1
     cell: str | None = None
     pods: int = 1
+    cpus: float | None = None
+    memory_gb: float | None = None
     affinity: str | None = None
     chain: str | None = None
     max_retries: int | None = None
@@ -103,7 +109,7 @@ class BackendConfig:
                             job_class=self.priority, pods=self.pods, cell_type=self.cell,
                             gpus=None if self.cell else self.gpus, affinity=self.affinity, chain=self.chain,
                             max_retries=self.max_retries, grace_period=self.grace_period,
-                            name=self.name or name)
+                            cpus=self.cpus, memory_gb=self.memory_gb, name=self.name or name)
 
 
 def _load(raw: Any) -> dict:

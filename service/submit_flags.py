@@ -18,7 +18,7 @@ from typing import Any
 
 # body keys copied as they are when set (None means: the service's default)
 _PLAIN = ("job_class", "gpus", "pods", "cell_type", "chain", "affinity", "grace_period", "name",
-          "estimate", "max_retries")
+          "estimate", "max_retries", "cpus", "memory_gb")
 
 
 def add_submit_flags(p: argparse.ArgumentParser, *, vc_help: str) -> None:
@@ -35,6 +35,10 @@ def add_submit_flags(p: argparse.ArgumentParser, *, vc_help: str) -> None:
     size.add_argument("--cell-type", "--cell", dest="cell_type", default=None,
                       help="one cell of this type per pod instead of --gpus, e.g. CHAIN.SOCKET")
     p.add_argument("--pods", type=int, default=None, help="pods in the gang (default 1)")
+    p.add_argument("--cpus", type=float, default=None, help="CPUs per pod (default: the node's CPUs "
+                   "shared out by GPUs; a cgroup limit with the local launcher)")
+    p.add_argument("--memory", dest="memory_gb", type=float, default=None, metavar="GB",
+                   help="memory per pod in GB (default: the node's share by GPUs)")
     p.add_argument("--chain", default=None, help="GPU pool (cell chain) to use")
     p.add_argument("--affinity", choices=["hard", "soft"], default=None,
                    help="hard: wait for the gang to fit one cell; soft: relax after a while")

@@ -19,7 +19,9 @@ class JobsHandler(HivedHandler):
         vc = body["vc"]
         if vc not in self.hived.access.vc_users:
             raise ApiError(404, f"no VC named {vc!r}; VCs: {', '.join(sorted(self.hived.access.vc_users))}", "body.vc")
-        await self.require("write", vc_resource(vc), f"submit to VC {vc!r} (not in its users)", "body.vc")
+        access = self.hived.access
+        members = "users or groups" if access.vc_groups.get(vc) or access.vc_admin_groups.get(vc) else "users"
+        await self.require("write", vc_resource(vc), f"submit to VC {vc!r} (not in its {members})", "body.vc")
         svc, user, groups = self.svc, self.username, self.groups
         with service_errors("body"):
             # the answer echoes the command and env (up to a megabyte): encoded off the IOLoop too

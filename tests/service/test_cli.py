@@ -190,7 +190,9 @@ def served(tmp_path_factory):
     d = tmp / "data"
     tokens = tmp / "tokens.json"
     tokens.write_text(json.dumps({"tok-anna": "anna"}))
-    env = dict(os.environ, HIVED_SCHEME=SCHEME)
+    # its data dir is in pytest's root-only temp folder: jobs as the server's account
+    # (hived.testing.job_account says why)
+    env = dict(os.environ, HIVED_SCHEME=SCHEME, HIVED_JOB_ACCOUNT="server")
     for k in ("HIVED_URL", "HIVED_TOKEN", "HIVED_USER", "HIVED_DATA_DIR"):
         env.pop(k, None)
     exe = [sys.executable, "-m", "hived.cli.main"]

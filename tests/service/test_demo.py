@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.default_job_account   # the demo as users run it (it picks its own account)
 
 
 def test_demo_runs_end_to_end(tmp_path):

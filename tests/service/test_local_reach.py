@@ -14,7 +14,7 @@ from service_helpers import wait_until
 from hived.core.engine import RequestError
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="switching job accounts needs root")
-pytestmark = root_only
+pytestmark = [root_only, pytest.mark.default_job_account]
 
 
 @pytest.fixture

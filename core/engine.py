@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .engine_control import EngineControl
 from .engine_events import EngineEvents
 from .engine_reasons import behind, explain
 from .engine_records import JobRecord
@@ -68,7 +69,7 @@ class EngineConfig:
     wait_reasons: bool = True     # write JobRecord.wait_reason (the simulator, which shows none, turns it off)
 
 
-class Engine(EngineEvents):
+class Engine(EngineEvents, EngineControl):
     def __init__(self, spec_or_allocator: EngineAllocator | SpecSource, *,
                  queue_policy: str | QueuePolicy = "fifo",
                  preemption_policy: str | PreemptionPolicy | None = "fitgpp",
@@ -159,6 +160,7 @@ class Engine(EngineEvents):
         self._jobs[job_id] = rec
         self._arm_relax(rec, now)
         self._enqueue(rec, head=False)
+        self._note_deps(rec)
         head = self._blocked.get(req.vc)
         if head is not None and self._jobs[head].state is JobState.QUEUED:
             rec.wait_reason = behind(self._jobs[head])
@@ -245,6 +247,8 @@ class Engine(EngineEvents):
             if kind == "wake":
                 self._dirty.add(key)
                 self._blocked[key] = None   # a back-off or relaxation ended: rewrite the reasons behind the head
+            elif kind == "limit":
+                self._limit_due(key, now, out)
             else:
                 rec = self._jobs.get(key)
                 if rec is not None and rec.state is JobState.PREEMPTING and not rec.killed:
@@ -256,6 +260,7 @@ class Engine(EngineEvents):
                 rec = self._jobs[jid]
                 if rec.state is JobState.PLACED and not rec.waiting_for:
                     self._emit_start(rec, now, out)
+        self._deps_dirty()
         scanned: set[str] = set()
         for vc, (te, rest) in self._lanes.items():
             if te or rest:
@@ -289,12 +294,15 @@ class Engine(EngineEvents):
         backfill = getattr(self.queue_policy, "backfill", False)
         order = iter(self._order(vc, now))
         blocked = None
+        doomed: list = []
         for jid in order:
             rec = self._jobs[jid]
             if rec.not_before > now:
                 if self._explain:
                     rec.wait_reason = explain(self, rec, now)
                 continue  # in retry back-off: does not block the queue
+            if (rec.held_by or rec.request.after) and self._skip_in_scan(rec, doomed):
+                continue  # held, or waiting for its dependencies: does not block the queue
             self._relax(rec, now)
             if self._memo_valid(rec):
                 placed = False
@@ -315,6 +323,8 @@ class Engine(EngineEvents):
                 if r.not_before <= now:
                     r.wait_reason = text
         self._blocked[vc] = blocked.job_id if blocked is not None else None
+        if doomed:
+            self._end_doomed(doomed, now)
         if done:
             lanes = self._lanes[vc]
             for jid in done:

@@ -34,6 +34,8 @@ LIMITS: dict[str, dict[str, Any]] = {
     "max_retries": {"minimum": 0, "maximum": 100},
     "groups": {"maxItems": 64},
     "needs": {"maxItems": 16, "maxLength": 4096},   # paths per list; characters of each path
+    "time_limit": {"minimum": 1, "maximum": 31_536_000},   # seconds of each run (a year at most)
+    "after": {"maxItems": 64},                              # job ids it waits for
 }
 MAX_GRACE = float(LIMITS["grace_period"]["maximum"])
 MAX_NAME = LIMITS["name"]["maxLength"]
@@ -44,7 +46,7 @@ RESERVED_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 
 FIELDS = ("vc", "command", "job_class", "pods", "gpus", "cell_type", "groups", "chain", "affinity",
           "grace_period", "name", "env", "workdir", "allow_opportunistic", "estimate",
-          "max_retries", "labels", "cpus", "memory_gb", "k8s_template", "needs")
+          "max_retries", "labels", "cpus", "memory_gb", "k8s_template", "needs", "time_limit", "after")
 MAX_TEMPLATE_CHARS = 64_000  # a job template override larger than this is not a template
 
 
@@ -198,13 +200,19 @@ def parse_job(user: str, payload: Any) -> JobRequest:
         raise RequestError("chain", f"must be a chain name, got {chain!r}")
     template = _template(payload.get("k8s_template"))
     parse_needs(payload)
+    after = payload.get("after") or []
+    if not isinstance(after, list) or not all(isinstance(j, str) and 0 < len(j) <= 200 for j in after):
+        raise RequestError("after", f"must be a list of job ids, got {after!r}"[:300])
+    if len(after) > LIMITS["after"]["maxItems"]:
+        raise RequestError("after", f"more than {LIMITS['after']['maxItems']} jobs")
     return JobRequest(
         user=user, vc=vc, command=command, job_class=job_class, groups=groups, chain=chain,
         affinity=affinity, grace_period=grace, allow_opportunistic=allow, name=name,
         env=dict(env), workdir=workdir,
         estimate=_num(payload, "estimate", None, *_bounds("estimate")),
         max_retries=_int(payload, "max_retries", None, *_bounds("max_retries")), labels=dict(labels),
-        k8s_template=template)
+        k8s_template=template, time_limit=_num(payload, "time_limit", None, *_bounds("time_limit")),
+        after=list(dict.fromkeys(after)))
 
 
 def parse_needs(payload: Any) -> dict | None:
@@ -256,6 +264,7 @@ def job_dict(rec: JobRecord, queue_position: int | None = None) -> dict:
         "queue_position": queue_position if rec.state is JobState.QUEUED else None,
         "reason": rec.reason or (rec.history[-1][2] if rec.history else ""),
         "wait_reason": rec.wait_reason,
+        "time_limit": req.time_limit, "after": list(req.after), "held_by": rec.held_by or None,
         "progress": list(rec.progress) if rec.progress else None,
         "history": [{"time": t, "state": s, "reason": r} for t, s, r in rec.history],
     }

@@ -58,6 +58,7 @@ from .launch_queue import LaunchQueue
 from .launcher import Launcher, LauncherEvent
 from .metrics import ServiceMetrics
 from .payload import job_dict, parse_job, parse_needs
+from .control import ControlMixin
 from .quota import QuotaMixin
 from .retention import RetentionMixin
 from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged
@@ -145,7 +146,7 @@ def _load_spec(spec):
     return spec if hasattr(spec, "chains") else load_spec(spec)
 
 
-class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
+class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin):
     def __init__(self, spec_path, data_dir, launcher: str | Launcher = "local", tick_seconds: float = 0.5,
                  *, store: Store | None = None, synchronous: str = "FULL",
                  queue_policy: str = "fifo", preemption_policy: str = "fitgpp",
@@ -677,6 +678,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 raise RequestError(getattr(e, "field", "user"), getattr(e, "problem", str(e))) from None
         with self._lock:
             self._authorize_vc(user, req.vc, groups)
+            self._check_after(user, req.after, groups)
             self._check_quota(req.vc)
             now = self.clock()
             self._require_journal(now)

@@ -60,6 +60,18 @@ class CancelHandler(HivedHandler):
             self.reply(await self.run(self.svc.cancel, job_id, self.username, self.groups))
 
 
+class ControlHandler(HivedHandler):
+    """POST jobs/{id}/hold | release | requeue (who may: as for a cancel)."""
+
+    async def post(self, job_id: str, action: str):
+        await self.json_body("Cancel", required=False)
+        job = await self.job_or_404(job_id, "write")
+        if job["state"] in TERMINAL_STATES:
+            raise ApiError(409, f"job {job_id} already {job['state']}", f"jobs/{job_id}")
+        with service_errors(f"jobs/{job_id}"):
+            self.reply(await self.run(self.svc.control, job_id, action, self.username, self.groups))
+
+
 class LogsHandler(HivedHandler):
     async def get(self, job_id: str):
         rank = self.query_int("rank", 0, 0, 100_000)

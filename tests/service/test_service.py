@@ -70,7 +70,7 @@ BAD = [
     ({"vc": "vca", "command": "   "}, RequestError, "command: must not be empty"),
     ({"vc": "vca", "command": []}, RequestError, "command: must be a non-empty list"),
     ({"vc": "vca"}, RequestError, "command: required"),
-    ({"vc": "vca", "command": "true", "workdir": "/no/such/dir"}, RequestError, "workdir: /no/such/dir does not exist"),
+    ({"vc": "vca", "command": "true", "workdir": "/no/such/dir"}, RequestError, "workdir: /no/such/dir is not a folder"),
     ({"vc": "vca", "command": "true", "job_class": "urgent"}, RequestError,
      "job_class: must be te, be or opportunistic"),
     ({"vc": "vca", "command": "true", "colour": "red"}, RequestError, "colour: unknown field"),

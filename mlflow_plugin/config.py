@@ -43,6 +43,10 @@ SCHEMA: dict = {
                   "description": "GPU pool (cell chain); default: any that fits"},
         "max_retries": {"type": "integer", "minimum": 0, "maximum": 100},
         "affinity": {"enum": ["hard", "soft"]},
+        "time_limit": {"type": "number", "minimum": 1, "maximum": 31536000,
+                       "description": "seconds each run may take; then it fails as 'timeout' (hived submit --time-limit)"},
+        "after": {"type": "string", "minLength": 1, "maxLength": 2000,
+                  "description": "JOB[,JOB]: hived jobs that must succeed before this run starts (hived submit --after)"},
         "grace_period": {"type": "number", "minimum": 0, "maximum": 86400,
                          "description": "seconds between SIGTERM and SIGKILL on preemption"},
         "priority": {"enum": ["be", "opportunistic"]},
@@ -86,6 +90,8 @@ class BackendConfig:
     pods: int = 1
     cpus: float | None = None
     memory_gb: float | None = None
+    time_limit: float | None = None
+    after: str | None = None
     affinity: str | None = None
     chain: str | None = None
     max_retries: int | None = None
@@ -109,7 +115,9 @@ class BackendConfig:
                             job_class=self.priority, pods=self.pods, cell_type=self.cell,
                             gpus=None if self.cell else self.gpus, affinity=self.affinity, chain=self.chain,
                             max_retries=self.max_retries, grace_period=self.grace_period,
-                            cpus=self.cpus, memory_gb=self.memory_gb, name=self.name or name)
+                            cpus=self.cpus, memory_gb=self.memory_gb, time_limit=self.time_limit,
+                            after=[j.strip() for j in self.after.split(",") if j.strip()] if self.after else None,
+                            name=self.name or name)
 
 
 def _load(raw: Any) -> dict:

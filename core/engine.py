@@ -126,6 +126,7 @@ class Engine(EngineEvents, EngineControl):
         self._holders_text: dict[str, tuple[int, str]] = {}                    # VC -> (_held_ver, text) cache
         self._blocked: dict[str, str | None] = {v: None for v in self.spec.vcs}  # VC -> head that waits
         self._explain = self.config.wait_reasons
+        self._after_jobs: set[str] = set()   # queued jobs waiting for others (engine_control.py)
         self.scanned: set[str] = set()     # VCs whose queue the last step() walked
         self.stats = {"attempts": 0, "starts": 0, "preempt_decisions": 0, "preempted_gpus": 0}
 
@@ -294,7 +295,7 @@ class Engine(EngineEvents, EngineControl):
         backfill = getattr(self.queue_policy, "backfill", False)
         order = iter(self._order(vc, now))
         blocked = None
-        doomed: list = []
+        doomed: list[tuple[JobRecord, str]] = []
         for jid in order:
             rec = self._jobs[jid]
             if rec.not_before > now:

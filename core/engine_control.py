@@ -26,6 +26,7 @@ from .failures import FailureClass, retry_decision
 from .jobs import HOLDING, TERMINAL, Decision, JobState
 
 if TYPE_CHECKING:
+    from .engine import EngineConfig
     from .engine_records import JobRecord
 
 
@@ -40,6 +41,8 @@ def duration_text(seconds: float) -> str:
 
 class EngineControl:
     if TYPE_CHECKING:   # defined by Engine and EngineEvents
+        config: EngineConfig
+        _after_jobs: set[str]
         _jobs: dict[str, JobRecord]
         _dirty: set[str]
         _blocked: dict[str, str | None]
@@ -82,8 +85,7 @@ class EngineControl:
         rec.failures += 1
         what = f"time limit {duration_text(rec.request.time_limit or 0)} reached"
         rec.last_error = what
-        d = retry_decision(FailureClass.TIMEOUT, rec.failures, rec.request.max_retries,
-                           getattr(self, "config").retry_cap)
+        d = retry_decision(FailureClass.TIMEOUT, rec.failures, rec.request.max_retries, self.config.retry_cap)
         if d.retry:
             self._requeue(rec, now, head=False, reason=f"{what}: {d.reason}", delay=d.delay)
         else:
@@ -179,10 +181,7 @@ class EngineControl:
                 self._dirty.add(rec.request.vc)
 
     def _dep_waiters(self) -> set[str]:
-        found = getattr(self, "_after_jobs", None)
-        if found is None:
-            found = self._after_jobs = set()
-        return found
+        return self._after_jobs
 
     def _note_deps(self, rec: JobRecord) -> None:
         """At submission or restore: a queued job with dependencies is watched."""

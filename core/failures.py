@@ -167,8 +167,9 @@ def retry_decision(cls: FailureClass, failures_so_far: int, max_retries: int | N
     if cap is not None:
         limit = min(limit, cap)
     if limit <= 0:
+        askable = cls in (FailureClass.USER, FailureClass.OOM, FailureClass.TIMEOUT) and max_retries is None
         why = "not retried" + (" (hived submit --retries N, max_retries in the request, asks for retries)"
-                               if cls in (FailureClass.USER, FailureClass.OOM, FailureClass.TIMEOUT) and max_retries is None else "")
+                               if askable else "")
         return RetryDecision(False, 0.0, f"{cls.value}: {why}")
     if failures_so_far > limit:
         return RetryDecision(False, 0.0, f"{cls.value}: retry cap {limit} reached after {failures_so_far} failures")

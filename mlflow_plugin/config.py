@@ -44,9 +44,11 @@ SCHEMA: dict = {
         "max_retries": {"type": "integer", "minimum": 0, "maximum": 100},
         "affinity": {"enum": ["hard", "soft"]},
         "time_limit": {"type": "number", "minimum": 1, "maximum": 31536000,
-                       "description": "seconds each run may take; then it fails as 'timeout' (hived submit --time-limit)"},
+                       "description": "seconds each run may take; then it fails as 'timeout' "
+                                      "(hived submit --time-limit)"},
         "after": {"type": "string", "minLength": 1, "maxLength": 2000,
-                  "description": "JOB[,JOB]: hived jobs that must succeed before this run starts (hived submit --after)"},
+                  "description": "JOB[,JOB]: hived jobs that must succeed before this run starts "
+                                 "(hived submit --after)"},
         "grace_period": {"type": "number", "minimum": 0, "maximum": 86400,
                          "description": "seconds between SIGTERM and SIGKILL on preemption"},
         "priority": {"enum": ["be", "opportunistic"]},

@@ -51,6 +51,7 @@ from hived.core.engine_records import JobRecord
 from hived.core.jobs import HOLDING, Decision, DecisionKind, JobState, state_values
 
 from .access import Access
+from .control import ControlMixin
 from .degraded import ServiceDegraded
 from .exchange import ExchangeMixin, make_arbiter
 from .job_ids import JobIds, JobIdsError
@@ -58,7 +59,6 @@ from .launch_queue import LaunchQueue
 from .launcher import Launcher, LauncherEvent
 from .metrics import ServiceMetrics
 from .payload import job_dict, parse_job, parse_needs
-from .control import ControlMixin
 from .quota import QuotaMixin
 from .retention import RetentionMixin
 from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged

@@ -61,5 +61,6 @@ def test_a_user_error_not_retried_says_how_to_ask_for_retries():
     from hived.core.failures import FailureClass, retry_decision
     d = retry_decision(FailureClass.USER, 1)
     assert not d.retry
-    assert d.reason == "user_error: not retried (hived submit --retries N, max_retries in the request, asks for retries)"
+    assert d.reason == ("user_error: not retried (hived submit --retries N, max_retries in the request, "
+                        "asks for retries)")
     assert retry_decision(FailureClass.USER, 1, max_retries=0).reason == "user_error: not retried"

@@ -138,7 +138,8 @@ BAD_BODIES = [
     ({"vc": "vca", "command": "true", "env": {"A": 1}}, "body.env.A", "type string"),
     ({"vc": "vca", "command": [""]}, "command", "non-empty list"),                    # service's check
     ({"vc": "vca", "command": "true", "gpus": 9}, None, None),                        # never fits the VC
-    ({"vc": "vca", "command": "true", "workdir": "/no/such/dir"}, "workdir", "is not a folder hived's own account can enter"),
+    ({"vc": "vca", "command": "true", "workdir": "/no/such/dir"}, "workdir",
+     "is not a folder hived's own account can enter"),
     ({"vc": "vca", "command": "true", "env": {"CUDA_VISIBLE_DEVICES": "0"}}, "env.CUDA_VISIBLE_DEVICES", None),
     ({"vc": "vca", "command": "true", "k8s_template": ["image"]}, "body.k8s_template", "type object"),
     # reaches the service, whose local launcher has no use for Kubernetes template fields

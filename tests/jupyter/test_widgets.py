@@ -172,3 +172,14 @@ async def test_vc_dashboard_for_members(api, service, client_for, dashboards):
     assert dash.admin is None                     # anna has no job and is no admin: no actions
     other = await dashboards(VCDashboard, "vcb", client=client_for("anna"))
     assert other.last_error and "not a member" in other.last_error and other.last_error.startswith("hived: ")
+
+
+def test_a_frontend_without_widgets_gets_the_status_line_as_plain_text():
+    """The text/plain part of a job widget's display is what a console shows: the status
+    line, never the widget's class name and HTML source."""
+    from hived.jupyter_ext.widgets_job import JobStatusWidget
+    w = JobStatusWidget()
+    w.update({"id": "j3", "name": "train", "state": "queued", "queue_position": 1,
+              "wait_reason": "waits for 2 GPUs"})
+    plain = w._repr_mimebundle_()["text/plain"]
+    assert plain.startswith("j3 queued") and "<div" not in plain and "JobStatusWidget" not in plain

@@ -18,13 +18,13 @@ import getpass
 import json
 import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hived.core.jobs import TERMINAL as TERMINAL_STATES
 from hived.core.jobs import state_values
+from hived.service.job_table import ago, placement_text, state_text  # noqa: F401  (the doors' one definition)
 from hived.service.terminal_text import table as _table
 from hived.service.terminal_text import terminal_width, visible
 
@@ -222,30 +222,6 @@ def print_json(obj) -> None:
 def table(rows: list[list], headers: list[str], shrink: tuple = ("NAME", "PLACEMENT", "REASON")) -> str:
     """A table for people: cells escaped, fitted to the terminal by cutting free-text columns."""
     return _table(rows, headers, terminal_width(), shrink)
-
-
-def placement_text(p: dict | None) -> str:
-    if not p:
-        return "-"
-    return " ".join(f"{q['node']}:{','.join(map(str, q['gpus']))}" for q in p["pods"])
-
-
-def ago(t: float | None) -> str:
-    if not t:
-        return "-"
-    s = max(0, time.time() - t)
-    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.0f}h"
-
-
-def state_text(j: dict, short: bool = False) -> str:
-    """The state in words: queue position and the reason it waits when queued
-    (``short``: ``queued #2: reason`` for tables)."""
-    text = j["state"]
-    if j.get("queue_position") is not None:
-        text += f" #{j['queue_position']}" if short else f", position {j['queue_position']} in the queue"
-    if j.get("wait_reason") and j["state"] in ("queued", "placed"):
-        text += f": {visible(j['wait_reason'])}" if short else f" ({visible(j['wait_reason'])})"
-    return text
 
 
 def outcome(j: dict) -> str:

@@ -82,8 +82,11 @@ def test_status_logs_jobs_cancel(ip, live_server, capsys):
     assert "queued: submitted" in out
     ip.run_line_magic("gpu_jobs", "--state running")
     out = capsys.readouterr().out
+    # a header and the columns of `hived jobs` (service/job_table.py)
+    assert out.splitlines()[0].split() == ["ID", "NAME", "USER", "VC", "CLASS", "STATE", "GPUS", "PLACEMENT",
+                                           "PREEMPTED", "AGE"]
     row = next(line for line in out.splitlines() if line.startswith(job_id))
-    assert row.split()[1:5] == ["running", "vca", "alice", "te"] and "sleeper" in row
+    assert row.split()[1:6] == ["sleeper", "alice", "vca", "TE", "running"]
     while not client.logs(job_id)["text"]:   # the pod writes its first line a moment after it starts
         assert time.monotonic() < deadline
         time.sleep(0.05)

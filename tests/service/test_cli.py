@@ -100,6 +100,10 @@ def test_embedded_submit_list_cancel_and_refusals(capsys, tmp_path):
     assert code == 0 and "vca" in out and "vcb" in out
     code, out, _ = hived(capsys, "vc", "vca", "--data-dir", d, "--json")
     assert json.loads(out)["queue"] == ["j1"]
+    code, out, _ = hived(capsys, "vc", "vca", "--data-dir", d)      # a table, cells spelled as --cell-type
+    lines = out.splitlines()
+    assert lines[1] == "  cells: T-NODE.T-SOCKET x2" and lines[2].split()[:3] == ["CELL", "GPUS/CELL", "TOTAL"]
+    assert lines[3].split() == ["T-NODE.T-SOCKET", "4", "2", "0", "2", "0", "0", "0", "0"]
     code, _, err = hived(capsys, "cancel", "j1", "--data-dir", d, "--user", "bob")
     assert code == 3 and "may not cancel" in err
     code, out, _ = hived(capsys, "cancel", "j1", "--data-dir", d, "--user", "alice", "--json")

@@ -59,7 +59,9 @@ class EngineControl:
     # ------------------------------------------------------------------ time limit
 
     def _arm_limit(self, rec: JobRecord, now: float) -> None:
-        """At a run's start: the time-limit timer of this run."""
+        """At a run's start: the time-limit timer of this run (and where it runs, kept after
+        it ended: ``last_placement``)."""
+        rec.last_placement = rec.placement
         limit = rec.request.time_limit
         rec.limit_at = None if limit is None else now + float(limit)
         if rec.limit_at is not None:

@@ -116,6 +116,7 @@ class JobRecord:
     limit_at: float | None = None
     timed_out: bool = False
     held_by: str = ""
+    last_placement: Placement | None = None   # where its last run ran (kept after it ended)
     # Resolved by the engine from the request and the spec at submission and at
     # restore (never journaled: a spec reload may resolve them differently).
     chain: str | None = field(default=None, repr=False)     # the cell chain it may use; None = any
@@ -171,6 +172,7 @@ class JobRecord:
             "reason": self.reason, "gpus_preempted": self.gpus_preempted, "last_error": self.last_error,
             "wait_reason": self.wait_reason, "queue_key": self.queue_key,
             "limit_at": self.limit_at, "timed_out": self.timed_out, "held_by": self.held_by,
+            "last_placement": placement_to_dict(self.last_placement),
         }
 
     @classmethod
@@ -179,6 +181,7 @@ class JobRecord:
         d["request"] = request_from_dict(d["request"])
         d["state"] = JobState(d.get("state", "queued"))
         d["placement"] = placement_from_dict(d.get("placement"))
+        d["last_placement"] = placement_from_dict(d.get("last_placement"))
         d["history"] = [tuple(h) for h in d.get("history", [])]
         d["pod_demands"] = [tuple(p) for p in d.get("pod_demands", [])]
         if d.get("progress") is not None:

@@ -36,7 +36,8 @@ def placement_text(p: dict | None) -> str:
 
 def job_rows(jobs: list[dict]) -> list[list]:
     return [[j["id"], j["name"] or "-", j["user"], j["vc"], j["job_class"].upper(), state_text(j, short=True),
-             j["gpus"], placement_text(j["placement"]), j["preemptions"], ago(j["submitted"])] for j in jobs]
+             j["gpus"], placement_text(j["placement"] or j.get("last_placement")), j["preemptions"],
+             ago(j["submitted"])] for j in jobs]
 
 
 def jobs_table(jobs: list[dict], width: int | None = None) -> str:

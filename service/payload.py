@@ -265,6 +265,9 @@ def job_dict(rec: JobRecord, queue_position: int | None = None) -> dict:
         "reason": rec.reason or (rec.history[-1][2] if rec.history else ""),
         "wait_reason": rec.wait_reason,
         "time_limit": req.time_limit, "after": list(req.after), "held_by": rec.held_by or None,
+        "last_placement": None if rec.last_placement is None else {
+            "chain": rec.last_placement.chain, "opportunistic": rec.last_placement.opportunistic,
+            "pods": [{"rank": q.rank, "node": q.node, "gpus": list(q.gpus)} for q in rec.last_placement.pods]},
         "progress": list(rec.progress) if rec.progress else None,
         "history": [{"time": t, "state": s, "reason": r} for t, s, r in rec.history],
     }

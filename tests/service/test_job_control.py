@@ -27,6 +27,11 @@ def test_after_starts_when_the_first_succeeded_and_fails_when_it_failed(make_ser
     assert svc.get_job(b)["after"] == [a]
     wait_until(lambda: _state(svc, b) == "succeeded", what="b after a", timeout=30)
     assert svc.get_job(b)["started"] >= svc.get_job(a)["ended"]
+    # a finished job keeps where it ran, and the job table shows it
+    from hived.service.job_table import job_rows
+    done = svc.get_job(a)
+    assert done["placement"] is None and done["last_placement"]["pods"][0]["node"] in ("node0", "node1")
+    assert job_rows([done])[0][7].startswith(done["last_placement"]["pods"][0]["node"] + ":")
     bad = svc.submit("alice", {"vc": "vca", "command": "exit 3"})["id"]
     c = svc.submit("alice", {"vc": "vca", "command": "true", "after": [bad]})["id"]
     wait_until(lambda: _state(svc, c) == "failed", what="c fails with its dependency", timeout=30)

@@ -475,6 +475,9 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin):
         close = getattr(self.launcher, "close", None)
         if close is not None:
             close()
+        ids = getattr(self, "job_ids", None)
+        if ids is not None:
+            ids.settle()    # ids go on without a jump after a clean restart
         self.store.close()
         if self._lockfile is not None:
             self._lockfile.close()

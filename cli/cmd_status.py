@@ -61,7 +61,7 @@ def _summary(args, backend) -> int:
     else:
         me = backend.whoami()
         vcs = ", ".join(me.get("vcs") or []) or "none"
-        admin = ", admin" if me.get("admin") else ""
+        admin = "; cluster admin: sees and may cancel every job" if me.get("admin") else ""
         print(f"hived: service up at {backend.c.url} (version {me.get('version', '?')}); "
               f"you are {cs.visible(me.get('user'))} (VCs: {cs.visible(vcs)}{admin})")
     counts = st.get("jobs") or {}

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .engine_control import EngineControl
 from .engine_events import EngineEvents
 from .engine_reasons import behind, explain
 from .engine_records import JobRecord
@@ -68,7 +69,7 @@ class EngineConfig:
     wait_reasons: bool = True     # write JobRecord.wait_reason (the simulator, which shows none, turns it off)
 
 
-class Engine(EngineEvents):
+class Engine(EngineEvents, EngineControl):
     def __init__(self, spec_or_allocator: EngineAllocator | SpecSource, *,
                  queue_policy: str | QueuePolicy = "fifo",
                  preemption_policy: str | PreemptionPolicy | None = "fitgpp",
@@ -127,6 +128,7 @@ class Engine(EngineEvents):
         self._holders_text: dict[str, tuple[int, str]] = {}                    # VC -> (_held_ver, text) cache
         self._blocked: dict[str, str | None] = {v: None for v in self.spec.vcs}  # VC -> head that waits
         self._explain = self.config.wait_reasons
+        self._after_jobs: set[str] = set()   # queued jobs waiting for others (engine_control.py)
         self.scanned: set[str] = set()     # VCs whose queue the last step() walked
         self.stats = {"attempts": 0, "starts": 0, "preempt_decisions": 0, "preempted_gpus": 0}
 
@@ -160,6 +162,7 @@ class Engine(EngineEvents):
         self._jobs[job_id] = rec
         self._arm_relax(rec, now)
         self._enqueue(rec, head=False)
+        self._note_deps(rec)
         head = self._blocked.get(req.vc)
         if head is not None and self._jobs[head].state is JobState.QUEUED:
             rec.explain_wait(behind(self._jobs[head]))
@@ -261,7 +264,9 @@ class Engine(EngineEvents):
             rec = self._timer_owner(kind, jid, epoch)
             if rec is None:
                 continue   # set for an earlier preemption, placement or queueing of the job
-            if kind == "grace":
+            if kind == "limit":
+                self._limit_due(jid, now, out)
+            elif kind == "grace":
                 if rec.grace_deadline is not None and rec.grace_deadline <= now:
                     rec.mark_killed()
                     out.append(Decision(DecisionKind.KILL, jid, reason="grace period over"))
@@ -275,6 +280,7 @@ class Engine(EngineEvents):
                 rec = self._jobs[jid]
                 if rec.state is JobState.PLACED and not rec.waiting_for:
                     self._emit_start(rec, now, out)
+        self._deps_dirty()
         scanned: set[str] = set()
         for vc, (te, rest) in self._lanes.items():
             if te or rest:
@@ -308,12 +314,15 @@ class Engine(EngineEvents):
         backfill = getattr(self.vc_policies[vc], "backfill", False)
         order = iter(self._order(vc, now))
         blocked = None
+        doomed: list[tuple[JobRecord, str]] = []
         for jid in order:
             rec = self._jobs[jid]
             if rec.not_before > now:
                 if self._explain:
                     rec.explain_wait(explain(self, rec, now))
                 continue  # in retry back-off: does not block the queue
+            if (rec.held_by or rec.request.after) and self._skip_in_scan(rec, doomed):
+                continue  # held, or waiting for its dependencies: does not block the queue
             self._relax(rec, now)
             if self._memo_valid(rec):
                 placed = False
@@ -334,6 +343,8 @@ class Engine(EngineEvents):
                 if r.not_before <= now:
                     r.explain_wait(text)
         self._blocked[vc] = blocked.job_id if blocked is not None else None
+        if doomed:
+            self._end_doomed(doomed, now)
         if done:
             lanes = self._lanes[vc]
             for jid in done:

@@ -64,6 +64,8 @@ class EngineEvents:
         def _arm_relax(self, rec: JobRecord, now: float) -> None: ...
         def _preempt(self, rec: JobRecord, now: float, reason: str, out: list[Decision],
                      bound: float | None = None) -> None: ...
+        def _arm_limit(self, rec: JobRecord, now: float) -> None: ...
+        def _end_timed_out(self, rec: JobRecord, now: float, exit_code: int | None) -> None: ...
 
     # ------------------------------------------------------------------ lifecycle events
 
@@ -81,6 +83,7 @@ class EngineEvents:
         if rec.first_started is None:
             rec.first_started = now
         rec.attempts += 1
+        self._arm_limit(rec, now)
         if rec.state is JobState.PLACED:
             rec.mark_running(now)
         else:   # its grace period (and the timer that ends it) stays as it was
@@ -147,6 +150,9 @@ class EngineEvents:
         if rec.cancel_requested:
             self._end(rec, now, JobState.CANCELLED, "cancelled", FailureClass.CANCELLED.value)
             return
+        if rec.timed_out:
+            self._end_timed_out(rec, now, None)
+            return
         rec.preemptions += 1
         rec.gpus_preempted += rec.gpus
         self.stats["preempted_gpus"] += rec.gpus
@@ -186,6 +192,10 @@ class EngineEvents:
             raise RequestError("job_id", f"{job_id} is {rec.state.value}, not running")
         if rec.state is JobState.PREEMPTING and exit_code != 0:
             self.on_preempted(job_id, now)  # it died because we asked it to
+            return
+        if rec.timed_out and not rec.cancel_requested:   # ended cleanly at its time limit's SIGTERM
+            self._release(rec, now)
+            self._end_timed_out(rec, now, exit_code)
             return
         c = classify(exit_code, log_tail)
         self._release(rec, now)

@@ -64,6 +64,8 @@ def restore_record(eng: Engine, rec: JobRecord) -> None:
         eng._bind_restored(rec, b)   # books the placement again; the state stays as journaled
         if rec.state is JobState.PREEMPTING and rec.grace_deadline is not None and not rec.killed:
             eng._timer(rec.grace_deadline, "grace", rec)
+        if rec.limit_at is not None and not rec.timed_out:
+            eng._timer(rec.limit_at, "limit", rec)
         if rec.state is JobState.PLACED and not rec.waiting_for:
             eng._ready.append(rec.job_id)
         for v in rec.waiting_for:
@@ -73,5 +75,6 @@ def restore_record(eng: Engine, rec: JobRecord) -> None:
     if rec.state is JobState.QUEUED:
         eng._arm_relax(rec, rec.queued_since if rec.queued_since is not None else rec.submitted)
         eng._enqueue_restored(rec)
+        eng._note_deps(rec)
         if rec.not_before:
             eng._timer(rec.not_before, "backoff", rec)

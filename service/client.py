@@ -266,6 +266,10 @@ class HivedClient:
     def cancel(self, job_id: str) -> dict:
         return self._call("POST", f"jobs/{_seg(job_id)}/cancel", body={})
 
+    def control(self, job_id: str, action: str) -> dict:
+        """``hold``, ``release`` or ``requeue`` a job."""
+        return self._call("POST", f"jobs/{_seg(job_id)}/{_seg(action)}", body={})
+
     def logs(self, job_id: str, rank: int = 0, offset: int = 0, follow: bool = False) -> dict:
         params = {"rank": rank, "offset": offset, "follow": 1 if follow else 0}
         # a follow request is held by the server until text arrives (<= ~20 s)

@@ -52,6 +52,7 @@ from hived.core.jobs import HOLDING, Decision, DecisionKind, JobState, state_val
 
 from .access import Access
 from .admission import AdmissionControl
+from .control import ControlMixin
 from .degraded import ServiceDegraded
 from .estimates import estimate_view
 from .exchange import ExchangeMixin, make_arbiter
@@ -59,7 +60,7 @@ from .job_ids import JobIds, JobIdsError
 from .launch_queue import LaunchQueue
 from .launcher import Launcher, LauncherEvent
 from .metrics import ServiceMetrics
-from .payload import job_dict, parse_job
+from .payload import job_dict, parse_job, parse_needs
 from .quota import QuotaMixin
 from .retention import RetentionMixin
 from .spec_journal import SOURCE_RELOAD, SOURCE_START, spec_at_start
@@ -153,7 +154,7 @@ def _load_spec(spec):
     return spec if hasattr(spec, "chains") else load_spec(spec)
 
 
-class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
+class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin):
     def __init__(self, spec_path, data_dir, launcher: str | Launcher = "local", tick_seconds: float = 0.5,
                  *, store: Store | None = None, synchronous: str = "FULL",
                  queue_policy: str = "fifo", preemption_policy: str = "fitgpp",
@@ -237,7 +238,6 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         notify = getattr(launcher, "on_change", None)   # a launcher that can say "exited" at once
         if notify is not None:
             notify(self._launchq.poke)
-        self._check_workdir = type(launcher).__name__ == "LocalLauncher"
         if health == "auto":   # NVML health checks for the GPUs of this machine, if any
             from .health import HealthMonitor
             health = HealthMonitor(self.local.nodes) if self.local else None
@@ -494,6 +494,9 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         close = getattr(self.launcher, "close", None)
         if close is not None:
             close()
+        ids = getattr(self, "job_ids", None)
+        if ids is not None:
+            ids.settle()    # ids go on without a jump after a clean restart
         self.store.close()
         if self._lockfile is not None:
             self._lockfile.close()
@@ -685,10 +688,19 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         ``groups``: the user's JupyterHub groups (VC membership may come from them)."""
         if not isinstance(user, str) or not user.strip():
             raise RequestError("user", "must be a non-empty user name")
-        req = parse_job(user, payload, check_workdir=self._check_workdir)
+        req = parse_job(user, payload)
         self._check_for_launcher(req)
+        check_reach = getattr(self.launcher, "check_reach", None)   # local: as the job's account
+        if check_reach is not None:
+            with self._lock:   # members only: nobody else learns what a VC's account reaches
+                self._authorize_vc(user, req.vc, groups)
+            try:
+                check_reach(req, parse_needs(payload))
+            except ValueError as e:
+                raise RequestError(getattr(e, "field", "user"), getattr(e, "problem", str(e))) from None
         with self._lock:
             self._authorize_vc(user, req.vc, groups)
+            self._check_after(user, req.after, groups)
             self._check_quota(req.vc)
             self._admission.check(req, self.spec.vcs[req.vc].admission, self.eng)   # admission.py
             now = self.clock()

@@ -13,6 +13,15 @@ SPEC = Path(__file__).parents[1] / "service" / "spec_small.yaml"   # vca, vcb: 2
 H = 3600.0
 
 
+
+@pytest.fixture(autouse=True)
+def server_job_account(request, monkeypatch):
+    """The borrower's job runs from a data dir in pytest's root-only temp folder: as the
+    server's account (hived.testing.job_account says why)."""
+    from hived.testing.job_account import server_account_unless_marked
+    server_account_unless_marked(request, monkeypatch)
+
+
 @pytest.fixture
 def svc(tmp_path):
     t = [1000.0]   # the service's clock, moved by the tests (ticks are driven by hand)

@@ -104,7 +104,7 @@ async def test_members_and_vc_admins_are_refused(api, service, user):
 
 async def test_no_token_is_refused(api, service):
     code, doc = await api(None, "GET", "metrics")
-    assert_error(code, doc, 403, says="not authenticated")
+    assert_error(code, doc, 403, says="token not accepted")
 
 
 async def test_server_account_may_scrape(jp_fetch, jp_serverapp, service):

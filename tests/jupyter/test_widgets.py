@@ -213,3 +213,14 @@ async def test_queued_rows_say_why_they_wait(api, service, client_for, dashboard
     row = re.search(rf'data-id="{waiting["id"]}" data-state="queued">.*?<td class="hived-wait">([^<]*)</td>',
                     dash.jobs_view.value)
     assert row and "waits for" in row.group(1), dash.jobs_view.value
+
+
+def test_a_frontend_without_widgets_gets_the_status_line_as_plain_text():
+    """The text/plain part of a job widget's display is what a console shows: the status
+    line, never the widget's class name and HTML source."""
+    from hived.jupyter_ext.widgets_job import JobStatusWidget
+    w = JobStatusWidget()
+    w.update({"id": "j3", "name": "train", "state": "queued", "queue_position": 1,
+              "wait_reason": "waits for 2 GPUs"})
+    plain = w._repr_mimebundle_()["text/plain"]
+    assert plain.startswith("j3 queued") and "<div" not in plain and "JobStatusWidget" not in plain

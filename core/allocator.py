@@ -31,7 +31,7 @@ from .alloc.buddy import NodeOk, memo_node_ok
 from .alloc.checks import check_invariants
 from .alloc.parts import AllocatorParts
 from .alloc.physical import PhysicalCluster
-from .alloc.pod_marks import guaranteed_over, set_pod
+from .alloc.pod_marks import guaranteed_over, set_pod, unmark_opportunistic, victims_under
 from .alloc.reconfigure import reconfigure
 from .alloc.restore import GrantLike
 from .alloc.views import LevelView, VCView, free_gpus, node_free, vc_view, why_never
@@ -154,10 +154,12 @@ class Allocator:
         if grant.opportunistic:
             for cid, _ in grant.held:
                 c = by_id[cid]
-                set_pod(c, None, True)
-                for g in guaranteed_over(c):  # a victim that left no longer holds anyone up
+                unmark_opportunistic(c, owner)
+                # a victim that left no longer holds anyone up (a guaranteed job, or a downgraded one around it)
+                for g in guaranteed_over(c) | victims_under(c):
                     held = parts.grants[g]
-                    held.victims = held.victims - {owner}  # a new set: callers may be iterating the old one
+                    if owner in held.victims:
+                        held.victims = held.victims - {owner}  # a new set: callers may be iterating the old one
         else:
             vc = parts.vcs[grant.vc]
             for cid, _ in grant.held:

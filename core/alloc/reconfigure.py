@@ -38,7 +38,7 @@ def reconfigure(old: AllocatorParts, new_spec: ClusterSpec) -> tuple[AllocatorPa
     if gone:  # their jobs would have no VC to run under: refuse, nothing changes
         vc, owners = sorted(gone.items())[0]
         raise BindingConflict(f"reconfiguration refused: VC {vc!r} is not in the new spec but still holds "
-                              f"{', '.join(sorted(owners))} (release them first)")
+                              f"{', '.join(sorted(owners))} (release them first)", sorted(owners)[0])
     for gpu in old.health.unhealthy():  # bad hardware stays bad across a spec reload (when it still exists)
         cell = old.tree.by_id[gpu]
         if gpu in new.tree.by_id and cell.node is not None and cell.node in new.tree.nodes:
@@ -102,4 +102,4 @@ def _restore_or_refuse(new: AllocatorParts, g: Grant, force_opportunistic: bool 
     try:
         new.restorer.restore(g, force_opportunistic)
     except BindingConflict as exc:
-        raise BindingConflict(f"reconfiguration would lose {g.owner}: {exc}") from None
+        raise BindingConflict(f"reconfiguration would lose {g.owner}: {exc}", g.owner) from None

@@ -51,3 +51,41 @@ def test_a_job_that_fits_not_even_as_opportunistic_refuses_the_spec(make_service
     assert err.value.problem.endswith("nothing changed")
     assert sorted(svc.vcs()["vcs"]) == ["vca", "vcb"] and svc.get_job(job)["state"] == "running"
     assert svc.get_job(job)["placement"]["opportunistic"] is False
+
+
+def test_a_reload_the_journal_refuses_leaves_the_allocator_as_it_was(make_service):
+    from service_helpers import FailingCommits
+
+    from hived.service.degraded import ServiceDegraded
+    svc = make_service()
+    four = {"vc": "vca", "command": "sleep 30", "gpus": 4, "job_class": "be"}
+    jobs = [svc.submit("alice", four)["id"] for _ in range(2)]
+    wait_until(lambda: {svc.get_job(j)["state"] for j in jobs} == {"running"}, what="running")
+    alloc = svc.eng.alloc
+    before = {o: (g.cells, g.opportunistic) for o, g in alloc.grants().items()}
+    disk = FailingCommits(svc.store).fail()
+    with pytest.raises(ServiceDegraded):
+        svc.reload_spec(VCA_ONE_SOCKET)                    # the allocator reconfigured, the journal refused
+    assert svc.eng.alloc is alloc and alloc.spec is svc.spec and alloc.spec.vcs["vca"].cells != {}
+    assert {o: (g.cells, g.opportunistic) for o, g in alloc.grants().items()} == before   # nobody downgraded
+    assert alloc.vc_view("vca").levels[("T-NODE", 2)].total == 2                              # the old spec
+    alloc.check_invariants()
+    disk.heal()
+    out = svc.reload_spec(VCA_ONE_SOCKET)                   # the journal takes it now
+    assert out["downgraded"] == [jobs[1]] and svc.eng.alloc.grant_of(jobs[1]).opportunistic
+
+
+def test_the_service_reconfigures_through_the_allocator(make_service, monkeypatch):
+    """reload_spec has no loop of its own: it is the allocator's reconfigure, journaled."""
+    from hived.core.allocator import Allocator
+    svc = make_service()
+    calls = []
+    real = Allocator.reconfigure
+
+    def spy(self, new_spec):
+        calls.append(self)
+        return real(self, new_spec)
+
+    monkeypatch.setattr(Allocator, "reconfigure", spy)
+    svc.reload_spec(VCA_ONE_SOCKET)
+    assert calls == [svc.eng.alloc]

@@ -2,8 +2,10 @@
 
 Racks of two 8-GPU nodes; levels GPU(1) / PCIe switch(2) / socket(3) / node(4) / rack(5).
 """
+import pytest
 from core_helpers import rack_alloc, rack_doc
 
+from hived.core.allocator import BindingConflict
 from hived.core.spec import load_spec
 
 
@@ -113,3 +115,50 @@ def test_static_binding_keeps_every_cell_bound_after_a_downgrade():
     assert a.reconfigure(load_spec(rack_doc(1, {"A": {"SW": 1}, "B": {"SOCK": 2}}))) == ["g"]
     assert len(_bound(a)) == 3                                    # A's switch, B's two sockets
     a.check_invariants()
+
+
+# ------------------------------------------------------------------ the Theorem 1 split check
+SPLIT_VCS = {"A": {"NODE": 1}, "B": {"RACK": 1}, "C": {"NODE": 1}}   # 32 GPUs, all promised
+
+
+def _one_rack_left():
+    """C's job splits rack0: n1 is free at node level, rack1 is the one free rack, and B is promised a rack."""
+    a = rack_alloc(2, SPLIT_VCS)
+    assert a.place("c", "C", [8]).cells == ["n0"]
+    return a
+
+
+def test_a_bad_node_is_bound_doomed_rather_than_splitting_the_rack_another_vc_needs():
+    a = _one_rack_left()
+    a.set_health("n1", None, False)
+    # A's only healthy choice would split rack1, which B still needs whole: A is bound to bad n1 instead
+    assert a.place("x", "A", [8]) is None
+    assert [(b["cell"], b["doomed"]) for b in a.vc_view("A").bound_cells] == [("n1", True)]
+    a.check_invariants()
+    b = a.allocate("b", "B", 5)
+    assert b is not None and b.cells == ["rack1"]
+
+
+def test_restore_refuses_a_cell_whose_split_would_take_another_vcs_rack():
+    a = _one_rack_left()
+    stored = {"owner": "x", "vc": "A", "chain": "RACK", "cells": ["n2"], "gpus": [8]}
+    with pytest.raises(BindingConflict, match="no unbound RACK cell"):
+        a.restore(stored)                         # n2 lies in rack1, the rack B is promised
+    assert a.grant_of("x") is None
+    a.check_invariants()
+    a.restore({**stored, "cells": ["n1"]})        # the free node next to C's is fine
+    assert a.allocate("b", "B", 5).cells == ["rack1"]
+
+
+def test_reconfigure_does_not_carry_a_cell_whose_split_would_take_another_vcs_rack():
+    a = rack_alloc(2, {"A": {"NODE": 2}, "C": {"NODE": 1}})
+    assert a.place("c", "C", [8]).cells == ["n0"]
+    assert a.place("x", "A", [8]).cells == ["n1"]
+    assert a.place("y", "A", [8]).cells == ["n2"]
+    a.release("x")                                # A keeps n2 in rack1; rack0 holds C's n0 and a free n1
+    # the new spec promises B a whole rack: A's n2 may not stay bound in rack1, so its job is downgraded
+    down = a.reconfigure(load_spec(rack_doc(2, SPLIT_VCS)))
+    assert down == ["y"] and a.grant_of("y").opportunistic
+    a.check_invariants()
+    b = a.allocate("b", "B", 5)
+    assert b is not None and b.cells == ["rack1"] and b.victims == {"y"}

@@ -162,3 +162,21 @@ def test_reconfigure_does_not_carry_a_cell_whose_split_would_take_another_vcs_ra
     a.check_invariants()
     b = a.allocate("b", "B", 5)
     assert b is not None and b.cells == ["rack1"] and b.victims == {"y"}
+
+
+def test_a_bad_gpu_under_a_waiting_downgraded_job_names_it():
+    a = rack_alloc(1, {"A": {"SOCK": 1}, "B": {"NODE": 1}})
+    assert a.place("o", "B", [4], opportunistic=True).cells == ["n0/0"]
+    for i in range(3):                                     # every other socket runs opportunistic work
+        assert a.place(f"f{i}", "B", [4], opportunistic=True) is not None
+    g = a.place("g", "A", [4])
+    victim = next(iter(g.victims))
+    cell = g.cells[0]
+    assert a.grant_of(victim).cells == [cell]              # the victim holds exactly g's socket
+    assert a.reconfigure(load_spec(rack_doc(1, {"A": {"GPU": 1}, "B": {"NODE": 1}}))) == ["g"]
+    node, gpu = a.grant_of("g").pods[0].node, a.grant_of("g").pods[0].gpus[0]
+    assert a.set_health(node, gpu, False) == sorted({"g", victim})
+    a.check_invariants()
+    a.release(victim)                                      # g takes the socket over
+    assert a.grant_of("g").victims == set() and a.free_gpus() == 0
+    a.check_invariants()

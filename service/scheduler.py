@@ -62,6 +62,7 @@ from .launcher import Launcher, LauncherEvent
 from .metrics import ServiceMetrics
 from .payload import job_dict, parse_job, parse_needs
 from .quota import QuotaMixin
+from .reconfigure import engine_over, refusal
 from .retention import RetentionMixin
 from .spec_journal import SOURCE_RELOAD, SOURCE_START, spec_at_start
 from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged
@@ -254,8 +255,10 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin):
         self._admission.rebuild(self.eng.jobs())
 
     def _new_engine(self, spec) -> Engine:
+        """An engine on ``spec``, or over an allocator already holding the jobs (a spec reload)."""
         qp, pp, cfg = self._policies
-        if self.scheme == "quota":   # the baseline allocator, same engine (for comparisons)
+        from hived.core.spec import ClusterSpec
+        if self.scheme == "quota" and isinstance(spec, ClusterSpec):   # the baseline allocator, same engine
             from hived.core.quota import QuotaAllocator
             spec = QuotaAllocator(spec)
         return Engine(spec, queue_policy=qp, preemption_policy=pp, config=cfg)
@@ -911,10 +914,10 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin):
             return vc_dict(self, name)
 
     def reload_spec(self, path_or_text) -> dict:
-        """Reconfigure: a new engine on the new spec, every job restored into it
-        (the restart path, as HiveD does). This is the one reconfiguration every
-        door reaches (REST, the extension, ``hived spec reload``, SIGHUP, the
-        admin widget, the Kubernetes service).
+        """Reconfigure: the engine's allocator reconfigured by ``Allocator.reconfigure``
+        (the one reconfiguration, HiveD's), then a new engine over it with every job
+        restored. Every door reaches this (REST, the extension, ``hived spec reload``,
+        SIGHUP, the admin widget, the Kubernetes service); it only journals around it.
 
         A holding guaranteed job whose cells no longer fit its VC keeps its GPUs
         as opportunistic (HiveD's downgrade on reconfiguration) and is named in
@@ -930,29 +933,16 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin):
             now = self.clock()
             self._require_journal(now)
             self._exchange_before_reload()
-            eng = self._new_engine(new_spec)
-            downgraded: list[str] = []
-            for rec in self.eng.restore_order():
-                d = rec.to_dict()
-                try:
-                    eng.restore(JobRecord.from_dict(d))
-                    continue
-                except Exception as exc:
-                    refusal = exc
-                if rec.state in HOLDING and d.get("placement") and not d["placement"]["opportunistic"]:
-                    d["placement"]["opportunistic"] = True
-                    try:
-                        eng.restore(JobRecord.from_dict(d))
-                        downgraded.append(rec.job_id)
-                        continue
-                    except Exception as exc:
-                        refusal = exc
-                raise RequestError("spec", f"job {rec.job_id} ({rec.state.value}) does not fit the new "
-                                   f"spec: {refusal}; nothing changed") from None
-            for jid in downgraded:
-                new = eng.job(jid)
-                new.history.append((now, new.state.value, "downgraded to opportunistic: its cells no "
-                                    "longer fit the reloaded spec"))
+            alloc = self.eng.alloc
+            try:
+                downgraded = alloc.reconfigure(new_spec)
+            except ValueError as exc:    # BindingConflict: a job that fits not even downgraded
+                raise refusal(self.eng, exc) from None
+            try:
+                eng = engine_over(self.eng, self._new_engine(alloc), set(downgraded), now)
+            except RequestError:
+                alloc.undo_reconfigure()
+                raise
             before = (self.eng, self.spec, self._arb, self._seen, self.spec_source)
             self.eng, self.spec = eng, new_spec
             self._exchange_after_reload()
@@ -962,6 +952,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin):
                 self._write_live(now, meta=None if text is None else {"spec": text, "spec_source": SOURCE_RELOAD})
             except ServiceDegraded:
                 self.eng, self.spec, self._arb, self._seen, self.spec_source = before   # not stored: not taken
+                alloc.undo_reconfigure()
                 raise
             self.spec_source = SOURCE_RELOAD
             for jid in downgraded:

@@ -88,3 +88,41 @@ def test_a_spec_given_at_start_replaces_one_given_at_an_earlier_start(make_servi
     svc = make_service(tmp_path / "d")                 # no reload in between: the command line applies
     assert svc.spec_source == "start" and svc.vc("vca")["gpus_spec"] == 8
     assert svc.store.get_meta("spec") == SPEC_TEXT
+
+
+def test_a_reload_the_journal_refuses_leaves_the_allocator_as_it_was(make_service):
+    from service_helpers import FailingCommits
+
+    from hived.service.degraded import ServiceDegraded
+    svc = make_service()
+    four = {"vc": "vca", "command": "sleep 30", "gpus": 4, "job_class": "be"}
+    jobs = [svc.submit("alice", four)["id"] for _ in range(2)]
+    wait_until(lambda: {svc.get_job(j)["state"] for j in jobs} == {"running"}, what="running")
+    alloc = svc.eng.alloc
+    before = {o: (g.cells, g.opportunistic) for o, g in alloc.grants().items()}
+    disk = FailingCommits(svc.store).fail()
+    with pytest.raises(ServiceDegraded):
+        svc.reload_spec(VCA_ONE_SOCKET)                    # the allocator reconfigured, the journal refused
+    assert svc.eng.alloc is alloc and alloc.spec is svc.spec and alloc.spec.vcs["vca"].cells != {}
+    assert {o: (g.cells, g.opportunistic) for o, g in alloc.grants().items()} == before   # nobody downgraded
+    assert alloc.vc_view("vca").levels[("T-NODE", 2)].total == 2                              # the old spec
+    alloc.check_invariants()
+    disk.heal()
+    out = svc.reload_spec(VCA_ONE_SOCKET)                   # the journal takes it now
+    assert out["downgraded"] == [jobs[1]] and svc.eng.alloc.grant_of(jobs[1]).opportunistic
+
+
+def test_the_service_reconfigures_through_the_allocator(make_service, monkeypatch):
+    """reload_spec has no loop of its own: it is the allocator's reconfigure, journaled."""
+    from hived.core.allocator import Allocator
+    svc = make_service()
+    calls = []
+    real = Allocator.reconfigure
+
+    def spy(self, new_spec):
+        calls.append(self)
+        return real(self, new_spec)
+
+    monkeypatch.setattr(Allocator, "reconfigure", spy)
+    svc.reload_spec(VCA_ONE_SOCKET)
+    assert calls == [svc.eng.alloc]

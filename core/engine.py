@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .engine_backfill import Backfill
 from .engine_events import EngineEvents
 from .engine_reasons import behind, explain
 from .engine_records import JobRecord
@@ -66,6 +67,8 @@ class EngineConfig:
     keep_progress: bool = True    # simulator: a preempted job resumes where it stopped (checkpoints)
     isolated_vcs: bool | None = None  # None: ask the allocator (HiveD: True, quota: False)
     wait_reasons: bool = True     # write JobRecord.wait_reason (the simulator, which shows none, turns it off)
+    backfill: bool = True         # later jobs may pass a blocked VC head that holds a reservation (core/engine_backfill.py)
+    backfill_estimates: str = "hint"  # end times for reservations: hint (estimator), oracle (sim durations), none
 
 
 class Engine(EngineEvents):
@@ -125,6 +128,7 @@ class Engine(EngineEvents):
         self._holders_text: dict[str, tuple[int, str]] = {}                    # VC -> (_held_ver, text) cache
         self._blocked: dict[str, str | None] = {v: None for v in self.spec.vcs}  # VC -> head that waits
         self._explain = self.config.wait_reasons
+        self._backfill = Backfill(self, self.config.backfill_estimates) if self.config.backfill else None
         self.scanned: set[str] = set()     # VCs whose queue the last step() walked
         self.stats = {"attempts": 0, "starts": 0, "preempt_decisions": 0, "preempted_gpus": 0}
 
@@ -289,6 +293,7 @@ class Engine(EngineEvents):
         backfill = getattr(self.queue_policy, "backfill", False)
         order = iter(self._order(vc, now))
         blocked = None
+        tried = False
         for jid in order:
             rec = self._jobs[jid]
             if rec.not_before > now:
@@ -296,18 +301,19 @@ class Engine(EngineEvents):
                     rec.wait_reason = explain(self, rec, now)
                 continue  # in retry back-off: does not block the queue
             self._relax(rec, now)
-            if self._memo_valid(rec):
-                placed = False
-            else:
-                placed = self._attempt(rec, now, out)
-                if not placed and self._explain:
-                    rec.wait_reason = explain(self, rec, now)
+            tried = not self._memo_valid(rec)
+            placed = tried and self._attempt(rec, now, out)
+            if tried and not placed and self._explain:
+                rec.wait_reason = explain(self, rec, now)
             if placed:
                 done.append(jid)
             elif not backfill:
                 blocked = rec
                 break
-        if blocked is not None and self._blocked[vc] != blocked.job_id and self._explain:
+        if blocked is not None and self._backfill is not None:
+            # a reservation for the head; later jobs that cannot delay it start now (core/engine_backfill.py)
+            self._backfill.walk(blocked, tried, order, now, out, done, self._blocked[vc] != blocked.job_id)
+        elif blocked is not None and self._blocked[vc] != blocked.job_id and self._explain:
             # a new head blocks the queue: every job behind it waits for it (FIFO, no backfill)
             text = behind(blocked)
             for jid in order:
@@ -582,6 +588,8 @@ class Engine(EngineEvents):
             raise RequestError("job_id", f"{job_id} is {rec.state.value}; only ended jobs are forgotten")
         del self._jobs[job_id]
         self._failed_at.pop(job_id, None)
+        if self._backfill is not None:
+            self._backfill.forget(job_id)
         for waits in (self._waiters, self._pwaiters):
             waits.pop(job_id, None)
 

@@ -44,6 +44,9 @@ def register(subparsers, summary: str) -> None:
                    help="preemption policy among a VC's own jobs: TE jobs preempt BE jobs (default none)")
     p.add_argument("--max-preemptions", type=int, default=None, metavar="P",
                    help="the preemption cap P (default 1; a spec VC's maxPreemptions overrides it)")
+    p.add_argument("--backfill", choices=("off", "on"), default="off",
+                   help="on: later jobs pass a blocked VC head that holds a reservation, from the trace's "
+                        "durations (docs/engine.md); default off, HiveD's FIFO")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N jobs of the trace")
     p.add_argument("--scale", type=float, default=0.05, help="table1: share of the 141,950 jobs (default 0.05)")
     p.add_argument("--days", type=float, default=None,
@@ -190,7 +193,9 @@ def run(args) -> int:
     print(f"{len(trace.jobs)} jobs, {len(trace.tenants)} tenants, {sizing.nodes} nodes x 8 GPUs, "
           f"offered load {sizing.load:.2f}", file=sys.stderr)
     from hived.core.engine import EngineConfig
-    config = EngineConfig() if args.max_preemptions is None else EngineConfig(preemption_cap=args.max_preemptions)
+    config = EngineConfig(backfill=args.backfill == "on", backfill_estimates="oracle")
+    if args.max_preemptions is not None:
+        config.preemption_cap = args.max_preemptions
     results = {}
     for scheme, cells in runs:
         plain = scheme in ("private", "private-quota", "quota")

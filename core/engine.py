@@ -16,9 +16,11 @@ order and try to place each job all-or-nothing through the allocator:
 3. a job whose VC is full may run opportunistically (low priority) when its
    request allows it; an opportunistic job only ever runs that way.
 
-The scan stops at the first job that fits none of these (FIFO without
-backfill). Two documented exceptions: a job in retry back-off
-(``not_before``) is skipped, and a policy may set ``backfill = True``.
+The first job that fits none of these is the VC's head: it holds a
+reservation and later jobs pass it only as backfill (core/engine_backfill.py;
+``EngineConfig(backfill=False)``: the scan stops there, strict FIFO). A job in
+retry back-off (``not_before``) is skipped; a policy may set ``backfill = True``
+to try every job with no reservation.
 
 Speed: a failed attempt is remembered with the allocator "version" it
 depended on (``_failed_at``, keyed by job id): a guaranteed attempt under HiveD depends only on

@@ -161,8 +161,9 @@ def build_engine(scheme: str, spec_dict: dict[str, Any], *, config: EngineConfig
         from ..allocator import Allocator
         alloc = Allocator(spec, binding="static" if scheme == "hived-static" else "dynamic")
     import dataclasses
-    # no person reads a simulated job's waiting reason: skip writing them (speed)
-    config = dataclasses.replace(config or EngineConfig(), wait_reasons=False)
+    # no person reads a simulated job's waiting reason: skip writing them (speed). HiveD's
+    # evaluation queues FIFO without backfill (YARN-CS): backfill only when the caller asks
+    config = dataclasses.replace(config or EngineConfig(backfill=False), wait_reasons=False)
     return Engine(alloc, queue_policy=queue_policy, preemption_policy=preemption_policy, config=config)
 
 

@@ -37,3 +37,29 @@ def test_a_head_that_fits_cpus_and_cells_and_waits_is_still_a_breach():
     assert blocked_heads(eng, 0.0) == [j]                 # not yet tried: it fits and waits
     eng.step(0.0)
     assert blocked_heads(eng, 0.0) == []
+
+
+def test_a_tenant_that_never_waited_is_marked_0_s_not_a_full_bar():
+    from hived.reports.sharing import bar_height
+    assert bar_height((0.0, 0.0, None), 0.5, 2.0) == (0.5, "0 s")        # no wait in either run
+    assert bar_height((0.0, 30.0, 0.0), 0.5, 2.0) == (0.5, "0 s")        # waited only in private
+    top, label = bar_height((600.0, 0.0, None), 0.5, 2.0)
+    assert top == 2.0 and "private 0 s" in label and "10 min" in label
+    assert bar_height((60.0, 30.0, 2.0), 0.5, 4.0) == (2.0, "")
+
+
+def test_every_run_appears_in_every_plot(tmp_path):
+    from hived.reports.sharing import plot_delay_over_time, plot_fragmentation, plot_preempted, run_name
+    tr = _trace("job_id,tenant,submit,duration,gpus", ["a,t1,0,100,8", "b,t1,0,100,8", "c,t2,10,50,4"])
+    sz = size_cluster(tr, nodes=2)
+    results = {}
+    for scheme, cells in (("private", "node"), ("quota", "node"), ("hived", "node"), ("hived", "multi"),
+                          ("hived-static", "node")):
+        r = simulate(tr, scheme, cells=cells, sizing=sz)
+        results[run_name(r)] = r
+    names = list(results)
+    assert len(names) == 5
+    assert plot_delay_over_time(results, str(tmp_path / "d.png")) == names
+    assert plot_fragmentation(results, str(tmp_path / "f.png")) == names
+    assert plot_preempted(results, str(tmp_path / "p.png")) == names
+    assert all((tmp_path / f).stat().st_size > 0 for f in ("d.png", "f.png", "p.png"))

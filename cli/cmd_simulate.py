@@ -190,8 +190,11 @@ def run(args) -> int:
             sizing = size_cluster(trace, args.load, nodes=args.nodes, shares=parse_shares(args, trace))
     except (TraceError, SpecError, ValueError, OSError) as e:
         return _fail(str(e))
+    for w in trace.warnings:
+        print(f"warning: {w}", file=sys.stderr)
     print(f"{len(trace.jobs)} jobs, {len(trace.tenants)} tenants, {sizing.nodes} nodes x 8 GPUs, "
-          f"offered load {sizing.load:.2f}", file=sys.stderr)
+          + ("no offered load (under 20 jobs or one submit time: too short to have one)" if sizing.load is None
+             else f"offered load {sizing.load:.2f}"), file=sys.stderr)
     from hived.core.engine import EngineConfig
     config = EngineConfig(backfill=args.backfill == "on", backfill_estimates="oracle")
     if args.max_preemptions is not None:

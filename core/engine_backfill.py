@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .engine_reasons import at
+from .engine_reasons import explain as explain_job
 from .estimator import Estimator
 from .jobs import HOLDING, Decision, JobState
 
@@ -64,11 +65,12 @@ class Backfill:
         self.eng = eng
         self.estimates = estimates
         self.estimator = Estimator()
-        # backfilled job -> (its VC, the placement it got): preemptible by the VC's head while it
+        # VC -> backfilled job -> the placement it got: preemptible by the VC's head while it
         # holds that placement (a later run of the same job is an ordinary one)
-        self.preemptible: dict[str, tuple[str, object]] = {}
+        self.preemptible: dict[str, dict[str, object]] = {}
         self._res: dict[str, Reservation] = {}    # VC -> reservation of its blocked head
         self._failed: dict[str, tuple[bool, int]] = {}   # job -> memo of its last failed backfill placement
+        self._walked: dict[str, tuple[str, int, int, int]] = {}   # VC -> what its last walk read
 
     # ------------------------------------------------------------------ estimates
 
@@ -117,13 +119,14 @@ class Backfill:
         eng = self.eng
         vc = head.request.vc
         free = eng._vc_cap[vc][chain] - eng._vc_used[vc][chain]
+        marks = self.preemptible.get(vc, {})
         ends: list[tuple[float, int]] = []
         for jid in eng._held[vc]:
             r = eng._jobs[jid]
             if r.opportunistic or r.bound_chain != chain:
                 continue
-            mark = self.preemptible.get(jid)
-            if mark is not None and mark[1] is r.placement:
+            mark = marks.get(jid)
+            if mark is not None and mark is r.placement:
                 ends.append((now, r.gpus))     # the head takes these back when it can run
                 continue
             left = self.remaining(r, now)
@@ -184,7 +187,7 @@ class Backfill:
         self._failed.pop(rec.job_id, None)
         eng._bind(rec, grant, now, out)
         if how == "preemptible":
-            self.preemptible[rec.job_id] = (vc, rec.placement)
+            self.preemptible.setdefault(vc, {})[rec.job_id] = rec.placement
         elif res.start is not None and rec.gpus <= res.extra:
             left = self.remaining(rec, now)
             if left is None or now + left > res.start:
@@ -200,6 +203,12 @@ class Backfill:
         reservation allows (appended to ``done``), explain the others."""
         eng = self.eng
         vc = head.request.vc
+        # nothing the walk reads changed since the last one (no release that matters to the
+        # VC, no job bound in it, nothing enqueued, same head): it would decide the same
+        glob = not eng._isolated or eng._nondefault > 0
+        key = (head.job_id, eng._gver if glob else eng._vver[vc], eng._held_ver[vc], eng._next_key)
+        if not tried and not new_head and self._walked.get(vc) == key:
+            return
         if tried:
             self.reclaim(head, now, out)
         if head.request.job_class.guaranteed:
@@ -214,38 +223,45 @@ class Backfill:
         # chose): what they free is the head's, so nothing passes it meanwhile
         leaving = bool(head.policy_victims)
         examined = 0
+        free = eng.vc_free(vc)
         for jid in order:
             rec = eng._jobs[jid]
             if rec.not_before > now:
                 continue        # in retry back-off (its reason says so)
-            if leaving or examined >= MAX_TRIED or eng.vc_free(vc) <= 0:
+            if leaving or examined >= MAX_TRIED or free <= 0:
                 if not (explain and new_head):
-                    return
+                    break
                 rec.wait_reason = text
                 continue
             examined += 1
             eng._relax(rec, now)
-            why = self.try_start(rec, res, now, out)
+            why = self.try_start(rec, res, now, out) if rec.gpus <= free else ""
             if why == "backfilled":
                 done.append(jid)
+                free = eng.vc_free(vc)
             elif explain:
                 rec.wait_reason = _join(text, why)
+        self._walked[vc] = (head.job_id, eng._gver if glob else eng._vver[vc], eng._held_ver[vc], eng._next_key)
+        if explain and done and head.state is JobState.QUEUED:
+            # backfilled jobs now hold the VC's cells: the head's line names its holders
+            head.wait_reason = _join(explain_job(eng, head, now), holds(res, now))
 
     # ------------------------------------------------------------------ the head takes its cells back
 
     def reclaim(self, head: JobRecord, now: float, out: list[Decision]) -> None:
         """``head`` was tried and failed: preempt the VC's preemptible backfilled jobs (latest
         first) when they, with the VC's free GPUs, cover it."""
-        if head.policy_victims or not self.preemptible or not head.request.job_class.guaranteed:
+        vc = head.request.vc
+        marks = self.preemptible.get(vc)
+        if head.policy_victims or not marks or not head.request.job_class.guaranteed:
             return
         eng = self.eng
-        vc = head.request.vc
         mine: list[JobRecord] = []
-        for j, (v, placement) in list(self.preemptible.items()):
+        for j, placement in list(marks.items()):
             r = eng._jobs.get(j)
             if r is None or r.placement is not placement or r.state not in HOLDING:
-                del self.preemptible[j]         # ended, preempted or started again since
-            elif v == vc and r.state is not JobState.PREEMPTING and not r.opportunistic:
+                del marks[j]         # ended, preempted or started again since
+            elif r.state is not JobState.PREEMPTING and not r.opportunistic:
                 mine.append(r)
         if not mine:
             return
@@ -268,7 +284,8 @@ class Backfill:
 
     def forget(self, job_id: str) -> None:
         """Drop what is kept about an ended job the engine forgets."""
-        self.preemptible.pop(job_id, None)
+        for marks in self.preemptible.values():
+            marks.pop(job_id, None)
         self._failed.pop(job_id, None)
         self.estimator.forget(job_id)
 

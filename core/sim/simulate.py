@@ -43,7 +43,7 @@ class SimResult:
     util: list[Sample] = field(default_factory=list)            # (t, share of GPUs bound)
     preempted: list[Preempted] = field(default_factory=list)    # (t, GPUs preempted, tenant)
     nodes: int = 0
-    load: float = 0.0
+    load: float | None = 0.0        # offered load; None: the trace is too short to have one
     wall_s: float = 0.0
     quotas: dict[str, int] = field(default_factory=dict)
     # (t, share of GPUs held by guaranteed jobs): HiveD (OSDI '20) §5.2's load
@@ -69,7 +69,7 @@ class SimResult:
         breached = [r["job_id"] for r in self.rows if r["head_waited_with_vc_room"]]
         return {
             "scheme": self.scheme, "cells": self.cells, "nodes": self.nodes, "gpus": self.nodes * 8,
-            "offered_load": round(self.load, 4), "jobs": len(self.rows), "started": len(started),
+            "offered_load": None if self.load is None else round(self.load, 4), "jobs": len(self.rows), "started": len(started),
             "never_started": len(self.rows) - len(started) - len(refused),
             "refused": len(refused),
             "refused_examples": [f"{r['job_id']}: {r['state'][len('refused: '):]}" for r in refused[:5]],

@@ -63,3 +63,37 @@ def test_every_run_appears_in_every_plot(tmp_path):
     assert plot_fragmentation(results, str(tmp_path / "f.png")) == names
     assert plot_preempted(results, str(tmp_path / "p.png")) == names
     assert all((tmp_path / f).stat().st_size > 0 for f in ("d.png", "f.png", "p.png"))
+
+
+def test_bytes_that_are_not_utf8_are_refused_naming_file_and_line(tmp_path):
+    from hived.core.sim.traces import TraceError, read_csv
+    p = tmp_path / "t.csv"
+    p.write_bytes(b"job_id,tenant,submit,duration,gpus\na,t1,0,10,1\nb,caf\xe9,0,10,1\n")
+    with pytest.raises(TraceError) as e:
+        read_csv(str(p))
+    msg = str(e.value)
+    assert msg.startswith(f"{p}:3") and "0xe9" in msg and "UTF-8" in msg and "\n" not in msg
+
+
+def test_fields_past_the_header_warn_once_naming_the_lines(tmp_path, capsys):
+    from hived.cli.main import main
+    p = tmp_path / "t.csv"
+    p.write_text("job_id,tenant,submit,duration,gpus\na,t1,0,10,1,extra\nb,t1,5,10,1\nc,t1,9,10,1,x,y\n")
+    from hived.core.sim.traces import read_csv
+    tr = read_csv(str(p))
+    assert len(tr.jobs) == 3 and len(tr.warnings) == 1
+    assert tr.warnings[0].startswith(f"{p}:2: fields past the header's 5 columns are ignored (2 lines, also 4)")
+    assert main(["simulate", "--trace", str(p), "--scheme", "quota", "--nodes", "1", "--out", str(tmp_path / "o"),
+                 "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: {p}:2: fields past the header" in err
+
+
+def test_a_trace_too_short_has_no_offered_load():
+    from hived.core.sim.schemes import offered_load
+    short = _trace("job_id,tenant,submit,duration,gpus", ["a,t1,0,3600,8", "b,t1,60,3600,8"])
+    sz = size_cluster(short, nodes=1)
+    assert sz.load is None and offered_load(short, 8) is None
+    assert simulate(short, "quota", sizing=sz).summary()["offered_load"] is None
+    rows = [f"j{k},t1,{k * 600},3600,4" for k in range(40)]
+    assert 0 < size_cluster(_trace("job_id,tenant,submit,duration,gpus", rows), nodes=1).load < 10

@@ -69,8 +69,8 @@ class EngineConfig:
     keep_progress: bool = True    # simulator: a preempted job resumes where it stopped (checkpoints)
     isolated_vcs: bool | None = None  # None: ask the allocator (HiveD: True, quota: False)
     wait_reasons: bool = True     # write JobRecord.wait_reason (the simulator, which shows none, turns it off)
-    backfill: bool = True         # later jobs may pass a blocked VC head that holds a reservation (core/engine_backfill.py)
-    backfill_estimates: str = "hint"  # end times for reservations: hint (estimator), oracle (sim durations), none
+    backfill: bool = True         # later jobs may pass a blocked VC head holding a reservation (engine_backfill.py)
+    backfill_estimates: str = "hint"  # reservations from: hint (estimator), oracle (sim durations), none
 
 
 class Engine(EngineEvents):

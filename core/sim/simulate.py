@@ -69,7 +69,8 @@ class SimResult:
         breached = [r["job_id"] for r in self.rows if r["head_waited_with_vc_room"]]
         return {
             "scheme": self.scheme, "cells": self.cells, "nodes": self.nodes, "gpus": self.nodes * 8,
-            "offered_load": None if self.load is None else round(self.load, 4), "jobs": len(self.rows), "started": len(started),
+            "offered_load": None if self.load is None else round(self.load, 4),
+            "jobs": len(self.rows), "started": len(started),
             "never_started": len(self.rows) - len(started) - len(refused),
             "refused": len(refused),
             "refused_examples": [f"{r['job_id']}: {r['state'][len('refused: '):]}" for r in refused[:5]],

@@ -37,7 +37,7 @@ import gzip
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib.resources import files
@@ -160,7 +160,7 @@ def default_pods(gpus: int) -> int:
     return gpus // 8 if gpus % 8 == 0 else math.ceil(gpus / 4)
 
 
-def _lines(path: str) -> Iterator[str]:
+def _lines(path: str) -> Generator[str, None, None]:
     """The file's lines decoded one by one, so that bytes that are not UTF-8 are refused
     with the file and line that hold them (a byte-order mark on the first line is dropped)."""
     with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as f:
@@ -282,9 +282,9 @@ def parse_csv(lines: Iterable[str], source: str = "<csv>", *, limit: int | None 
     jobs, seen = [], set()
     kind = None   # "seconds" or "ISO": one trace uses one of them
     extra: list[str] = []   # lines with fields past the header's columns
-    for n, row in enumerate(reader, start=2):
+    for row in reader:
         where = f"{source}:{reader.line_num}"
-        if row.get(None):   # type: ignore[call-overload]  (DictReader's restkey)
+        if None in row:     # DictReader keeps fields past the header under the key None
             extra.append(f"{source}:{reader.line_num}")
         jid = (row["job_id"] or "").strip()
         if not jid:

@@ -214,7 +214,8 @@ def run(args) -> int:
         results[run_name(r)] = r
         s = write_run(r, args.out)
         print(f"{run_name(r)}: avg queueing delay {s['avg_queue_delay_s'] / 60:.1f} min, "
-              f"preempted GPUs {s['preempted_gpus']}, {s['wall_s']:.1f} s ({s['jobs_per_s']} jobs/s)")
+              f"preempted GPUs {s['preempted_gpus']}, idle while a job fit {s['idle_gpu_hours_job_fits']:g} "
+              f"GPU-h, {s['wall_s']:.1f} s ({s['jobs_per_s']} jobs/s)")
         if s["refused"]:
             print(f"{run_name(r)}: {s['refused']} job(s) refused, left out of every average "
                   f"(e.g. {s['refused_examples'][0]})")

@@ -97,3 +97,20 @@ def test_a_trace_too_short_has_no_offered_load():
     assert simulate(short, "quota", sizing=sz).summary()["offered_load"] is None
     rows = [f"j{k},t1,{k * 600},3600,4" for k in range(40)]
     assert 0 < size_cluster(_trace("job_id,tenant,submit,duration,gpus", rows), nodes=1).load < 10
+
+
+def test_idle_gpu_hours_while_a_job_that_fits_waits():
+    """One tenant, one 8-GPU node: a 4-GPU job holds half the node for 10 h; an 8-GPU job
+    waits behind it and, behind that, a 2-GPU job that fits the 4 idle GPUs. Without
+    backfill the 2-GPU job waits 10 h next to 4 idle GPUs: 2 GPUs x 10 h could have run it."""
+    from hived.core.engine import EngineConfig
+    tr = _trace("job_id,tenant,submit,duration,gpus",
+                ["a,t1,0,36000,4", "big,t1,1,3600,8", "small,t1,2,3600,2"])
+    sz = size_cluster(tr, nodes=1)
+    strict = simulate(tr, "hived", sizing=sz, config=EngineConfig(backfill=False)).summary()
+    assert 19.0 <= strict["idle_gpu_hours_job_fits"] <= 20.0         # 2 GPUs x ~10 h (hourly samples)
+    filled = simulate(tr, "hived", sizing=sz,
+                      config=EngineConfig(backfill=True, backfill_estimates="oracle")).summary()
+    assert filled["idle_gpu_hours_job_fits"] < 1.0                  # small ran at once (ends before a)
+    private = simulate(tr, "private", sizing=sz).summary()
+    assert 19.0 <= private["idle_gpu_hours_job_fits"] <= 20.0

@@ -10,7 +10,9 @@ the VC's own free cells, never opportunistically and never by preempting:
 
 * **before the reservation**: its estimated end is no later than the reservation;
 * **elsewhere**: it fits in the GPUs the VC will still have free at the
-  reservation beyond H's need (the "extra" GPUs, used up one job at a time);
+  reservation beyond H's need (the "extra" GPUs, used up one job at a time), when
+  H's pods are single GPUs with no locality (else cell shapes, not counts, decide
+  where H fits, and a job on "extra" GPUs could split the cell H waits for);
 * **preemptible by H**: when the reservation is unknown (some job on the VC's
   GPUs has no estimate) or the job itself has none. When H is next tried and
   fails, and the VC's free GPUs plus those of its preemptible backfilled jobs
@@ -52,6 +54,10 @@ class Reservation:
     start: float | None = None     # earliest time the VC has the head's GPUs free; None: unknown
     extra: int = 0                 # GPUs free at ``start`` beyond the head's need (left to hand out)
     never: str = ""                # the head can never fit the VC's current cells: why
+    # the head is a gang of 1-GPU pods with no locality: free GPUs decide where it fits, so
+    # GPUs beyond its need are truly spare. Otherwise the cells' shapes decide (a whole node,
+    # a PCIe pair), and a job on "spare" GPUs may split the very cell the head waits for.
+    counts: bool = False
     key: tuple[int, int] = (0, 0)
 
 
@@ -92,7 +98,7 @@ class Backfill:
         if (res is not None and res.head == head.job_id and res.key == key
                 and (res.start is None or res.start >= now)):
             return res
-        res = Reservation(head.job_id, vc, key=key)
+        res = Reservation(head.job_id, vc, key=key, counts=head.level is None and max(head.pod_gpus) <= 1)
         chains = [head.chain] if head.chain is not None else list(eng.spec.chains)
         cap = max(eng._vc_cap[vc][c] for c in chains)
         if cap < head.gpus:
@@ -156,7 +162,7 @@ class Backfill:
         if res.start is not None:
             if left is not None and now + left <= res.start:
                 return "plain", ""
-            if rec.gpus <= res.extra:
+            if rec.gpus <= res.extra and res.counts:
                 return "plain", ""
             if left is not None:
                 return "", (f"backfill: it would end at {at(now + left, now)}, after the reservation of "

@@ -70,10 +70,11 @@ def test_later_jobs_start_when_they_end_before_the_reservation_and_wait_when_the
 
 
 def test_jobs_fitting_the_gpus_the_head_will_not_need_start_and_are_not_preempted():
-    eng = quota_engine(eight_gpu_spec(2, {"A": 8, "B": 8}))
+    eng = quota_engine(eight_gpu_spec(2, {"A": 8, "B": 8}), config=EngineConfig(soft_wait=0.0))
     eng.submit(req("A", 4, estimate=100.0), 0.0, job_id="r")
     run(eng, 0.0)
-    eng.submit(req("A", 6), 1.0, job_id="big")                       # at t=100: 8 free, 2 to spare
+    # six 1-GPU pods anywhere: GPU counts decide where it fits; at t=100 8 free, 2 to spare
+    eng.submit(req("A", 1, groups=[PodGroup(6, 1)], affinity=Affinity.SOFT), 1.0, job_id="big")
     eng.submit(req("A", 2, estimate=900.0), 1.0, job_id="spare")
     eng.submit(req("A", 1, estimate=900.0), 1.0, job_id="more")      # the 2 spare GPUs are taken
     assert kinds(run(eng, 1.0)) == [("start", "spare")]
@@ -195,3 +196,20 @@ def test_property_a_head_never_starts_later_than_strict_fifo_would_start_it(esti
             assert preemptions == 0, f"seed {seed}: exact estimates never need a backfilled job preempted"
         passed_any += passed
     assert passed_any > 0       # backfill did let later jobs pass
+
+
+def test_a_head_that_needs_a_whole_cell_lets_no_long_job_take_spare_gpus():
+    """Cell shapes, not counts, decide where a one-pod 8-GPU head fits, so GPU counts beyond
+    its need are not 'spare': a long job waits; a job that ends before the reservation runs."""
+    eng = quota_engine(eight_gpu_spec(2, {"A": 16}))
+    eng.submit(req("A", 8, estimate=50.0), 0.0, job_id="r1")      # node 0 until t=50
+    eng.submit(req("A", 2, estimate=500.0), 0.0, job_id="r2")     # node 1 until t=500
+    run(eng, 0.0)
+    eng.submit(req("A", 8), 1.0, job_id="big")        # reservation t=50; by count 6 GPUs to spare then
+    eng.submit(req("A", 1, estimate=900.0), 1.0, job_id="long")
+    eng.submit(req("A", 1, estimate=40.0), 1.0, job_id="short")
+    assert kinds(run(eng, 1.0)) == [("start", "short")]
+    assert "after the reservation of big at t=50" in eng.job("long").wait_reason
+    eng.on_finished("short", 41.0, 0)
+    eng.on_finished("r1", 50.0, 0)
+    assert kinds(run(eng, 50.0)) == [("start", "big"), ("start", "long")]

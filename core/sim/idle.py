@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
 def idle_fit_gpus(eng: Engine, now: float) -> int:
     """GPUs idle at ``now`` that the queued jobs could take, by node counts."""
-    left = {n: [st.gpus_free, st.cpus_free, st.memory_free_gb]
-            for n, st in eng.view.nodes.items() if st.gpus_free > 0}
+    left: dict[str, list[float]] = {n: [st.gpus_free, st.cpus_free, st.memory_free_gb]
+                                   for n, st in eng.view.nodes.items() if st.gpus_free > 0}
     if not left:
         return 0
     idle = sum(v[0] for v in left.values())
@@ -31,20 +31,32 @@ def idle_fit_gpus(eng: Engine, now: float) -> int:
             rec = eng.job(jid)
             if rec.not_before > now or rec.gpus > idle - taken:
                 continue
-            trial = {n: list(v) for n, v in left.items()}
-            ok = True
+            took: dict[str, list[float]] = {}     # this job's pods so far, per node
             for c, m, g in rec.pod_demands:
-                node = next((n for n, v in trial.items() if v[0] >= g and v[1] + 1e-9 >= c and v[2] + 1e-9 >= m),
-                            None)
+                node = None
+                for n, v in left.items():
+                    t = took.get(n)
+                    tg, tc, tm = (t[0], t[1], t[2]) if t is not None else (0.0, 0.0, 0.0)
+                    if v[0] - tg >= g and v[1] - tc + 1e-9 >= c and v[2] - tm + 1e-9 >= m:
+                        node = n
+                        break
                 if node is None:
-                    ok = False
+                    took = {}
                     break
-                trial[node][0] -= int(g)
-                trial[node][1] -= c
-                trial[node][2] -= m
-            if ok:
-                left = {n: v for n, v in trial.items() if v[0] > 0}
+                t = took.setdefault(node, [0.0, 0.0, 0.0])
+                t[0] += g
+                t[1] += c
+                t[2] += m
+            if took:
+                for n, (g, c, m) in took.items():
+                    v = left[n]
+                    v[0] -= int(g)
+                    v[1] -= c
+                    v[2] -= m
+                    if v[0] <= 0:
+                        del left[n]
                 taken += rec.gpus
                 if taken >= idle:
-                    return taken
-    return taken
+                    return int(taken)
+    return int(taken)
+    return int(taken)

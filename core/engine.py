@@ -16,9 +16,11 @@ order and try to place each job all-or-nothing through the allocator:
 3. a job whose VC is full may run opportunistically (low priority) when its
    request allows it; an opportunistic job only ever runs that way.
 
-The scan stops at the first job that fits none of these (FIFO without
-backfill). Two documented exceptions: a job in retry back-off
-(``not_before``) is skipped, and a policy may set ``backfill = True``.
+The first job that fits none of these is the VC's head: it holds a
+reservation and later jobs pass it only as backfill (core/engine_backfill.py;
+``EngineConfig(backfill=False)``: the scan stops there, strict FIFO). A job in
+retry back-off (``not_before``) is skipped; a policy may set ``backfill = True``
+to try every job with no reservation.
 
 Speed: a failed attempt is remembered with the allocator "version" it
 depended on (``_failed_at``, keyed by job id): a guaranteed attempt under HiveD depends only on
@@ -38,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .engine_control import EngineControl
+from .engine_backfill import Backfill
 from .engine_events import EngineEvents
 from .engine_reasons import behind, explain
 from .engine_records import JobRecord
@@ -67,6 +70,8 @@ class EngineConfig:
     keep_progress: bool = True    # simulator: a preempted job resumes where it stopped (checkpoints)
     isolated_vcs: bool | None = None  # None: ask the allocator (HiveD: True, quota: False)
     wait_reasons: bool = True     # write JobRecord.wait_reason (the simulator, which shows none, turns it off)
+    backfill: bool = True         # later jobs may pass a blocked VC head holding a reservation (engine_backfill.py)
+    backfill_estimates: str = "hint"  # reservations from: hint (estimator), oracle (sim durations), none
 
 
 class Engine(EngineEvents, EngineControl):
@@ -129,6 +134,7 @@ class Engine(EngineEvents, EngineControl):
         self._blocked: dict[str, str | None] = {v: None for v in self.spec.vcs}  # VC -> head that waits
         self._explain = self.config.wait_reasons
         self._after_jobs: set[str] = set()   # queued jobs waiting for others (engine_control.py)
+        self._backfill = Backfill(self, self.config.backfill_estimates) if self.config.backfill else None
         self.scanned: set[str] = set()     # VCs whose queue the last step() walked
         self.stats = {"attempts": 0, "starts": 0, "preempt_decisions": 0, "preempted_gpus": 0}
 
@@ -315,6 +321,7 @@ class Engine(EngineEvents, EngineControl):
         order = iter(self._order(vc, now))
         blocked = None
         doomed: list[tuple[JobRecord, str]] = []
+        tried = False
         for jid in order:
             rec = self._jobs[jid]
             if rec.not_before > now:
@@ -324,18 +331,19 @@ class Engine(EngineEvents, EngineControl):
             if (rec.held_by or rec.request.after) and self._skip_in_scan(rec, doomed):
                 continue  # held, or waiting for its dependencies: does not block the queue
             self._relax(rec, now)
-            if self._memo_valid(rec):
-                placed = False
-            else:
-                placed = self._attempt(rec, now, out)
-                if not placed and self._explain:
-                    rec.explain_wait(explain(self, rec, now))
+            tried = not self._memo_valid(rec)
+            placed = tried and self._attempt(rec, now, out)
+            if tried and not placed and self._explain:
+                rec.explain_wait(explain(self, rec, now))
             if placed:
                 done.append(jid)
             elif not backfill:
                 blocked = rec
                 break
-        if blocked is not None and self._blocked[vc] != blocked.job_id and self._explain:
+        if blocked is not None and self._backfill is not None:
+            # a reservation for the head; later jobs that cannot delay it start now (core/engine_backfill.py)
+            self._backfill.walk(blocked, tried, order, now, out, done, self._blocked[vc] != blocked.job_id)
+        elif blocked is not None and self._blocked[vc] != blocked.job_id and self._explain:
             # a new head blocks the queue: every job behind it waits for it (FIFO, no backfill)
             text = behind(blocked)
             for jid in order:
@@ -617,6 +625,8 @@ class Engine(EngineEvents, EngineControl):
             raise RequestError("job_id", f"{job_id} is {rec.state.value}; only ended jobs are forgotten")
         del self._jobs[job_id]
         self._failed_at.pop(job_id, None)
+        if self._backfill is not None:
+            self._backfill.forget(job_id)
         for waits in (self._waiters, self._pwaiters):
             waits.pop(job_id, None)
 

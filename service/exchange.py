@@ -164,8 +164,8 @@ class ExchangeMixin(MixinHost):
                 raise NotFound("post", f"no open post {post_id!r} (matched, withdrawn or expired); "
                                        f"open: {', '.join(sorted([*arb.offers, *arb.requests])) or 'none'}")
             if not self._is_admin(user, post.vc, groups):
-                raise NotAuthorized(f"user {user!r} may not withdraw {post_id} of VC {post.vc!r} "
-                                    f"(VC admins only: {self._admins(post.vc)})")
+                raise NotAuthorized(f"user {user!r} may not withdraw {post_id} of VC {post.vc!r}"
+                                    f"{self.access.admins_for(user, post.vc, groups)}")
             now = self.clock()
             self._require_journal(now)
             arb.withdraw(post_id, post.vc)

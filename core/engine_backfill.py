@@ -223,7 +223,7 @@ class Backfill:
             res = Reservation(head.job_id, vc, never="it runs only opportunistically")
         explain = eng._explain
         if explain and (tried or new_head):
-            head.wait_reason = _join(head.wait_reason, holds(res, now))
+            head.explain_wait(_join(head.wait_reason, holds(res, now)))
         text = passing(res, now) if explain else ""
         # victims are leaving for the head (reclaimed here, or BE jobs its preemption policy
         # chose): what they free is the head's, so nothing passes it meanwhile
@@ -237,7 +237,7 @@ class Backfill:
             if leaving or examined >= MAX_TRIED or free <= 0:
                 if not (explain and new_head):
                     break
-                rec.wait_reason = text
+                rec.explain_wait(text)
                 continue
             examined += 1
             eng._relax(rec, now)
@@ -246,11 +246,11 @@ class Backfill:
                 done.append(jid)
                 free = eng.vc_free(vc)
             elif explain:
-                rec.wait_reason = _join(text, why)
+                rec.explain_wait(_join(text, why))
         self._walked[vc] = (head.job_id, eng._gver if glob else eng._vver[vc], eng._held_ver[vc], eng._next_key)
         if explain and done and head.state is JobState.QUEUED:
             # backfilled jobs now hold the VC's cells: the head's line names its holders
-            head.wait_reason = _join(explain_job(eng, head, now), holds(res, now))
+            head.explain_wait(_join(explain_job(eng, head, now), holds(res, now)))
 
     # ------------------------------------------------------------------ the head takes its cells back
 

@@ -266,6 +266,10 @@ class HivedClient:
     def cancel(self, job_id: str) -> dict:
         return self._call("POST", f"jobs/{_seg(job_id)}/cancel", body={})
 
+    def kernel_activity(self, job_id: str) -> dict:
+        """A kernel job ran a cell now (its provisioner says so): the VC's idle release counts from here."""
+        return self._call("POST", f"jobs/{_seg(job_id)}/activity", body={})
+
     def logs(self, job_id: str, rank: int = 0, offset: int = 0, follow: bool = False) -> dict:
         params = {"rank": rank, "offset": offset, "follow": 1 if follow else 0}
         # a follow request is held by the server until text arrives (<= ~20 s)

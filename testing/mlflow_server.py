@@ -44,16 +44,18 @@ virtualClusters:
 """
 
 
-def start_server(tmp: Path, tick: float = 0.5, timeout: float = 60.0):
-    """(process, {"url","token","pid","data_dir"}) of a fresh `hived serve` under ``tmp``."""
+def start_server(tmp: Path, tick: float = 0.5, timeout: float = 60.0, spec_text: str | None = None,
+                 extra_env: dict | None = None):
+    """(process, {"url","token","pid","data_dir"}) of a fresh `hived serve` under ``tmp``
+    (``spec_text``: another cluster spec than the one-node one)."""
     tmp = Path(tmp)
     spec = tmp / "cluster.yaml"
-    spec.write_text(spec_yaml(current_user()))
+    spec.write_text(spec_text if spec_text is not None else spec_yaml(current_user()))
     data = tmp / "hived-data"
     bindir = os.path.dirname(sys.executable)
     # jobs run `python ...`: the one of this environment, which has mlflow
     env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
-           "HIVED_TOKEN": "hived-dev-" + os.urandom(8).hex()}
+           "HIVED_TOKEN": "hived-dev-" + os.urandom(8).hex(), **(extra_env or {})}
     env.pop("HIVED_URL", None)
     log_path = tmp / "serve.log"
     with open(log_path, "w") as log:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from hived.cli import support as cs
+from hived.core.jobs import class_text
 
 
 def register(subparsers, summary: str) -> None:
@@ -35,7 +36,7 @@ def run(args, backend) -> int:
     if not jobs:
         print("no jobs")
         return cs.OK
-    rows = [[j["id"], j["name"] or "-", j["user"], j["vc"], j["job_class"].upper(), cs.state_text(j, short=True),
+    rows = [[j["id"], j["name"] or "-", j["user"], j["vc"], class_text(j).upper(), cs.state_text(j, short=True),
              j["gpus"], cs.placement_text(j["placement"]), j["preemptions"], cs.ago(j["submitted"])]
             for j in jobs]
     print(cs.table(rows, ["ID", "NAME", "USER", "VC", "CLASS", "STATE", "GPUS", "PLACEMENT", "PREEMPTED", "AGE"],

@@ -3,7 +3,7 @@
 The YAML follows hivedscheduler's shape (``physicalCluster.cellTypes``,
 ``physicalCluster.physicalCells``, ``virtualClusters``) with extensions:
 per-VC ``users``/``admins``/``groups``/``adminGroups``/``weight``/
-``maxPreemptions``/``account``, and cluster ``admins``, ``adminGroups`` and
+``maxPreemptions``/``account``/``kernelIdleTimeout``, and cluster ``admins``, ``adminGroups`` and
 ``accounts`` (groups are JupyterHub groups, see docs/jupyterhub.md). See docs/spec.md for the format.
 
 Loading happens in three passes. A walk over the plain YAML values refuses
@@ -156,6 +156,8 @@ class VCSpec:
     weight_given: bool = False
     max_preemptions: int | None = None  # times one job may be preempted; None: the service default
     account: str | None = None          # Unix account its jobs run as in local mode (a name, uid or uid:gid)
+    # seconds a Jupyter kernel job of this VC may run no cell before hived releases it; None: never
+    kernel_idle_timeout: float | None = None
 
 
 @dataclass
@@ -535,6 +537,8 @@ class _Builder:
             vc.max_preemptions = raw.get("maxPreemptions")
             if "account" in raw:
                 vc.account = str(raw["account"])
+            if "kernelIdleTimeout" in raw:
+                vc.kernel_idle_timeout = float(raw["kernelIdleTimeout"])
             for i, vcell in enumerate(raw.get("virtualCells", [])):
                 path = f"{base}.virtualCells[{i}].cellType"
                 chain, level = _resolve_type(chains, vcell["cellType"], path)

@@ -19,6 +19,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 
+from hived.core.jobs import class_text
 from hived.service.client import TERMINAL_STATES, HivedClient, HivedError
 from hived.service.submit_flags import add_submit_flags, body_from_args
 from hived.service.terminal_text import visible
@@ -258,7 +259,7 @@ class HivedMagics(Magics):
         for j in jobs:
             state = j["state"] + (f" ({visible(j['wait_reason'])})" if j.get("wait_reason") else "")
             print(f"{j['id']:<14} {state:<10} {visible(j['vc']):<10} {visible(j['user']):<10} "
-                  f"{j['job_class']:<4} {fmt_seconds(elapsed(j)):>7} {visible(j.get('name') or '')} "
+                  f"{class_text(j):<4} {fmt_seconds(elapsed(j)):>7} {visible(j.get('name') or '')} "
                   f"{visible(placement_text(j))}".rstrip())
         self._user_ns()["_gpu_jobs"] = jobs
 

@@ -33,12 +33,12 @@ from jupyter_client.connect import KernelConnectionInfo, LocalPortCache
 from jupyter_client.provisioning import LocalProvisioner
 from traitlets import Float, Integer, Unicode
 
+from hived.core.jobs import KERNEL_LABEL
 from hived.service.client import TERMINAL_STATES, HivedClient, HivedError
 
 from .activity import ActivityReporter
 from .host import CONNECTION_ENV, PLACEHOLDER, session_for
 
-LABEL = "kernel"              # the job label every door shows; its value is the kernel id
 DEFAULT_START_TIMEOUT = 300.0
 HOST_TIMEOUT_MS = 1000        # a host that does not answer in this long is taken as gone
 END_WAIT = 15.0               # shutdown waits this long for the job to end
@@ -136,7 +136,7 @@ class HivedProvisioner(LocalProvisioner):
             "vc": self.vc, "gpus": self.gpus, "job_class": "te",
             "command": [sys.executable, "-m", "hived.kernels.host", "--", *argv],
             "name": f"kernel {self.kernel_spec.display_name}"[:200],
-            "labels": {LABEL: str(self.kernel_id)}, "env": env, "grace_period": 5, "max_retries": 0,
+            "labels": {KERNEL_LABEL: str(self.kernel_id)}, "env": env, "grace_period": 5, "max_retries": 0,
         }
         cwd = kwargs.get("cwd")
         if cwd and Path(cwd).is_dir():

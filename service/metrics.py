@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 
 from hived.core.jobs import HOLDING as _HOLDING
+from hived.core.jobs import KERNEL_LABEL
 
 # (job class, cells) pairs always shown, 0 when idle; an opportunistic job never holds guaranteed cells
 _GPU_SERIES = (("te", "guaranteed"), ("te", "opportunistic"), ("be", "guaranteed"), ("be", "opportunistic"),
@@ -39,6 +40,9 @@ class _StateCollector:
                                  "opportunistic: idle cells lent at low priority)",
                                  labels=["vc", "job_class", "cells"])
         total = GaugeMetricFamily("hived_vc_gpus", "GPUs a VC is guaranteed by the spec", labels=["vc"])
+        kernels = GaugeMetricFamily("hived_kernel_jobs", "Jobs that are Jupyter kernels (label 'kernel'), by VC "
+                                    "and state", labels=["vc", "state"])
+        kernel_counts: dict = {}
         with svc._lock:
             vcs = sorted(svc.spec.vcs)
             counts: dict = {}
@@ -46,6 +50,8 @@ class _StateCollector:
             for rec in svc.eng.jobs():
                 vc = rec.request.vc
                 counts[(vc, rec.state.value)] = counts.get((vc, rec.state.value), 0) + 1
+                if KERNEL_LABEL in rec.request.labels:
+                    kernel_counts[(vc, rec.state.value)] = kernel_counts.get((vc, rec.state.value), 0) + 1
                 if rec.state in _HOLDING:
                     key = (vc, rec.request.job_class.value, "opportunistic" if rec.opportunistic else "guaranteed")
                     used[key] = used.get(key, 0) + rec.gpus
@@ -60,7 +66,9 @@ class _StateCollector:
             jobs.add_metric([vc, state], n)
         for (vc, cls, cells), n in sorted(used.items()):
             gpus.add_metric([vc, cls, cells], n)
-        yield from (queue, jobs, gpus, total)
+        for (vc, state), n in sorted(kernel_counts.items()):
+            kernels.add_metric([vc, state], n)
+        yield from (queue, jobs, gpus, total, kernels)
         yield GaugeMetricFamily("hived_unhealthy_gpus", "GPUs (or whole nodes) marked unhealthy",
                                 value=unhealthy)
         yield GaugeMetricFamily("hived_degraded", "1 while the journal cannot be written", value=int(degraded))

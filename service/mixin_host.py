@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from hived.core.engine import Engine
     from hived.core.spec import ClusterSpec
 
+    from .access import Access
     from .store import Store
 
 
@@ -35,6 +36,9 @@ class MixinHost:
         _live: set[str]
         # QuotaMixin (quota.py), which RetentionMixin calls after removing jobs
         _quota: dict[str, float]
+
+        @property
+        def access(self) -> Access: ...
 
         # SchedulerService
         def _is_admin(self, user: str, vc: str, groups: Iterable[str] = ()) -> bool: ...

@@ -58,6 +58,7 @@ from .launch_queue import LaunchQueue
 from .launcher import Launcher, LauncherEvent
 from .metrics import ServiceMetrics
 from .payload import job_dict, parse_job
+from .kernel_idle import KernelIdleMixin
 from .quota import QuotaMixin
 from .retention import RetentionMixin
 from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged
@@ -145,7 +146,7 @@ def _load_spec(spec):
     return spec if hasattr(spec, "chains") else load_spec(spec)
 
 
-class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
+class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixin):
     def __init__(self, spec_path, data_dir, launcher: str | Launcher = "local", tick_seconds: float = 0.5,
                  *, store: Store | None = None, synchronous: str = "FULL",
                  queue_policy: str = "fifo", preemption_policy: str = "fitgpp",
@@ -205,6 +206,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
                 self._degrade(exc)
         self._load_retention()
         self._load_quota()
+        self._kernel_idle_init(self.clock())
         self.eng = self._new_engine(self.spec)
         self._arb = make_arbiter(self.eng)   # cell exchange (service/exchange.py); _recover loads its state
         # this machine's GPUs, when the spec names this host (a spec from `hived discover`)
@@ -542,6 +544,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin):
         if self._flush(now, also=touched):
             self._gc_tick(now)
             self._quota_tick(now)
+            self._kernel_idle_tick(now)
         self._next_wakeup = self.eng.next_wakeup()
         return [{"kind": d.kind.value, "job_id": d.job_id, "reason": d.reason} for d in decisions]
 

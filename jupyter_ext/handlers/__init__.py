@@ -8,7 +8,7 @@ from .cluster import ClusterHandler, OpenAPIHandler, SpecReloadHandler, StatusHa
 from .exchange import ExchangeHandler
 from .gc import GcHandler
 from .health import HealthHandler, ReadyHandler
-from .jobs import CancelHandler, JobHandler, JobsHandler, LogsHandler
+from .jobs import ActivityHandler, CancelHandler, JobHandler, JobsHandler, LogsHandler
 from .metrics import MetricsHandler
 from .summary import SummaryHandler
 from .tokens import TokensReloadHandler
@@ -27,6 +27,7 @@ ROUTES = [
     (f"jobs/{_SEG}", JobHandler, "/jobs/{job_id}"),
     (f"jobs/{_SEG}/cancel", CancelHandler, "/jobs/{job_id}/cancel"),
     (f"jobs/{_SEG}/logs", LogsHandler, "/jobs/{job_id}/logs"),
+    (f"jobs/{_SEG}/activity", ActivityHandler, "/jobs/{job_id}/activity"),
     ("exchange/(board|ledger|offers|requests)", ExchangeHandler,
      ("/exchange/board", "/exchange/ledger", "/exchange/offers", "/exchange/requests")),
     ("spec/reload", SpecReloadHandler, "/spec/reload"),

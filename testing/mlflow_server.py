@@ -45,9 +45,9 @@ virtualClusters:
 
 
 def start_server(tmp: Path, tick: float = 0.5, timeout: float = 60.0, spec_text: str | None = None,
-                 extra_env: dict | None = None):
+                 extra_env: dict | None = None, args: tuple[str, ...] = ()):
     """(process, {"url","token","pid","data_dir"}) of a fresh `hived serve` under ``tmp``
-    (``spec_text``: another cluster spec than the one-node one)."""
+    (``spec_text``: another cluster spec than the one-node one; ``args``: more `hived serve` options)."""
     tmp = Path(tmp)
     spec = tmp / "cluster.yaml"
     spec.write_text(spec_text if spec_text is not None else spec_yaml(current_user()))
@@ -60,7 +60,7 @@ def start_server(tmp: Path, tick: float = 0.5, timeout: float = 60.0, spec_text:
     log_path = tmp / "serve.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen([os.path.join(bindir, "hived"), "serve", "--spec", str(spec),
-                                 "--data-dir", str(data), "--port", "0", "--tick", str(tick)]
+                                 "--data-dir", str(data), "--port", "0", "--tick", str(tick), *args]
                                 + (["--allow-root"] if os.geteuid() == 0 else []),
                                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     info_path = data / "server.json"

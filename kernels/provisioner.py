@@ -38,6 +38,7 @@ from hived.service.client import TERMINAL_STATES, HivedClient, HivedError
 
 from .activity import ActivityReporter
 from .host import CONNECTION_ENV, PLACEHOLDER, session_for
+from .released import ReleasedKernel
 
 DEFAULT_START_TIMEOUT = 300.0
 HOST_TIMEOUT_MS = 1000        # a host that does not answer in this long is taken as gone
@@ -63,6 +64,8 @@ class HivedProvisioner(LocalProvisioner):
     end_reason: str = ""
     _client: HivedClient | None = None
     _reporter: ActivityReporter | None = None
+    _released: ReleasedKernel | None = None
+    _ending = False       # we asked the job to end (shutdown): its end is no news to the user
 
     # -- plumbing ---------------------------------------------------------
     @property
@@ -106,12 +109,16 @@ class HivedProvisioner(LocalProvisioner):
         return kwargs
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
+        if self._released is not None:
+            self._released.stop()
+            self._released = None
         if self.job_id is not None and self.end_reason == "":
             answer = await asyncio.to_thread(self._host, "start")
             if answer is not None:     # a restart: a new kernel in the same job, same GPUs
                 self._watch()
                 return self.connection_info
-        self.end_reason = ""
+        self.end_reason, self._ending = "", False
+        self._stop_watch()
         body = self._job_body(cmd, kwargs)
         job = await self._rest(self.client.submit, body)
         self.job_id = job["id"]
@@ -174,14 +181,33 @@ class HivedProvisioner(LocalProvisioner):
     def _watch(self) -> None:
         if self._reporter is None and self.job_id is not None:
             self._reporter = ActivityReporter(self.client, self.job_id, _jsonable(dict(self.connection_info)),
-                                              self.log)
+                                              self.log, self._job_ended)
             self._reporter.start()
+
+    def _stop_watch(self) -> None:
+        if self._reporter is not None:
+            self._reporter.stop()
+            self._reporter = None
+
+    def _job_ended(self, job: dict) -> None:
+        """hived ended the kernel's job (not our shutdown): the notebook's next cell is told why."""
+        self.end_reason = _end_reason(job)
+        if self._ending or self._released is not None:
+            return
+        self.log.warning("hived: kernel %s: job %s %s: %s", self.kernel_id, job.get("id"), job.get("state"),
+                         self.end_reason)
+        stand_in = ReleasedKernel(_jsonable(dict(self.connection_info)),
+                                  f"hived ended this kernel's job {job.get('id')}: {self.end_reason}")
+        if stand_in.start():
+            self._released = stand_in
 
     @property
     def has_process(self) -> bool:
         return self.job_id is not None
 
     async def poll(self) -> int | None:
+        if self._released is not None:
+            return None if self._released.alive else 0
         if self.job_id is None:
             return 0
         answer = await asyncio.to_thread(self._host, "status")
@@ -192,7 +218,9 @@ class HivedProvisioner(LocalProvisioner):
         except HivedError:
             return None     # cannot tell: a service that is restarting is not a dead kernel
         if job.get("state") in TERMINAL_STATES:
-            self.end_reason = self.end_reason or _end_reason(job)
+            await asyncio.to_thread(self._job_ended, job)
+            if self._released is not None:
+                return None
             return int(job.get("exit_code") or 1)
         return None
 
@@ -202,11 +230,17 @@ class HivedProvisioner(LocalProvisioner):
         return code
 
     async def send_signal(self, signum: int) -> None:
+        if self._released is not None:
+            if signum in (signal.SIGTERM, signal.SIGKILL):
+                self._released.stop()
+            return
         if signum == 0:
             return
         await asyncio.to_thread(self._host, "signal", signum=int(signum))
 
     async def kill(self, restart: bool = False) -> None:
+        if not restart:
+            self._ending = True
         await self.send_signal(signal.SIGKILL)
         if not restart:
             await self._cancel_quietly()
@@ -214,12 +248,17 @@ class HivedProvisioner(LocalProvisioner):
     async def terminate(self, restart: bool = False) -> None:
         await self.send_signal(signal.SIGTERM)
 
+    async def shutdown_requested(self, restart: bool = False) -> None:
+        self._ending = self._ending or not restart
+
     async def cleanup(self, restart: bool = False) -> None:
         if restart:
             return
-        if self._reporter is not None:
-            self._reporter.stop()
-            self._reporter = None
+        self._ending = True
+        self._stop_watch()
+        if self._released is not None:
+            self._released.stop()
+            self._released = None
         if self.job_id is not None:
             await self._cancel_quietly()
             deadline = time.monotonic() + END_WAIT

@@ -64,7 +64,7 @@ def test_an_idle_kernel_is_released_with_its_reason_and_the_next_cell_shows_it(c
         assert not [j for j in client.jobs(vc="research") if j["state"] == "running"]
         started = time.monotonic()
         run_sync(nbc.km.restart_kernel)()          # a restart queues a new job
-        nbc.kc.wait_for_ready(timeout=60)
+        run_sync(nbc.kc.wait_for_ready)(timeout=60)
         nbc.execute_cell(nb.cells[0], 0)
         assert nb.cells[0].outputs[0]["text"].split()[1] != job_id
         assert time.monotonic() - started < 60

@@ -64,7 +64,7 @@ class ActivityReporter:
 
     def _run(self) -> None:
         session = session_for(self.info)
-        ctx = zmq.Context.instance()
+        ctx: zmq.Context = zmq.Context.instance()
         sock = ctx.socket(zmq.SUB)
         sock.linger = 0
         sock.setsockopt(zmq.SUBSCRIBE, b"")

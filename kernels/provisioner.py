@@ -83,7 +83,7 @@ class HivedProvisioner(LocalProvisioner):
             return None
         info = dict(self.connection_info)
         session = session_for(_jsonable(info))
-        ctx = zmq.Context.instance()
+        ctx: zmq.Context = zmq.Context.instance()
         sock = ctx.socket(zmq.DEALER)
         sock.linger = 0
         try:
@@ -105,6 +105,7 @@ class HivedProvisioner(LocalProvisioner):
                                    "(metadata.kernel_provisioner.config.vc)")
         kwargs = await super().pre_launch(**kwargs)
         if self.host_port is None:
+            assert self.parent is not None   # the kernel manager that owns us
             self.host_port = LocalPortCache.instance().find_available_port(self.parent.ip)
         return kwargs
 
@@ -129,6 +130,7 @@ class HivedProvisioner(LocalProvisioner):
         return self.connection_info
 
     def _job_body(self, cmd: list[str], kwargs: dict) -> dict:
+        assert self.parent is not None
         conn = Path(self.parent.connection_file)
         info = json.loads(conn.read_text())
         info["hived_host_port"] = self.host_port

@@ -54,11 +54,11 @@ from .access import Access
 from .degraded import ServiceDegraded
 from .exchange import ExchangeMixin, make_arbiter
 from .job_ids import JobIds, JobIdsError
+from .kernel_idle import KernelIdleMixin
 from .launch_queue import LaunchQueue
 from .launcher import Launcher, LauncherEvent
 from .metrics import ServiceMetrics
 from .payload import job_dict, parse_job
-from .kernel_idle import KernelIdleMixin
 from .quota import QuotaMixin
 from .retention import RetentionMixin
 from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged

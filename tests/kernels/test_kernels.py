@@ -131,3 +131,25 @@ def test_another_team_cannot_start_a_kernel_in_the_vc(env, monkeypatch):
     assert "research" in str(err.value) and "not in its users" in str(err.value)
     monkeypatch.delenv("HIVED_USER")
     assert len(env.jobs(vc="research")) == before      # nothing was queued
+
+
+def test_only_the_owner_or_an_admin_reports_activity_and_only_for_a_running_kernel(env, monkeypatch):
+    from hived.service.client import HivedClient, HivedError
+    plain = env.submit({"vc": "research", "gpus": 1, "command": [sys.executable, "-c", "pass"]})
+    with pytest.raises(HivedError) as err:
+        env.kernel_activity(plain["id"])
+    assert err.value.status == 400 and "is not a kernel job (no 'kernel' label)" in err.value.line()
+    km, kc = started()
+    try:
+        job_id = kernel_env(kc)["HIVED_JOB_ID"]
+        answer = env.kernel_activity(job_id)
+        assert answer["id"] == job_id and answer["release_at"] is None   # research sets no kernelIdleTimeout here
+        with pytest.raises(HivedError) as err:
+            HivedClient(user="bob").kernel_activity(job_id)
+        assert err.value.status in (403, 404)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel()
+    with pytest.raises(HivedError) as err:
+        env.kernel_activity(job_id)
+    assert err.value.status in (400, 409) and "not running" in err.value.line()

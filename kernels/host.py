@@ -101,7 +101,8 @@ class Host:
 
     def serve(self) -> int:
         signal.signal(signal.SIGTERM, self._stop)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)   # an interrupt is for the kernel, sent by op
+        # an interrupt is for the kernel, sent by op; a handler, not SIG_IGN, which the kernel would inherit
+        signal.signal(signal.SIGINT, lambda signum, frame: None)
         self.start_kernel()
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)

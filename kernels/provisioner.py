@@ -41,7 +41,7 @@ from .host import CONNECTION_ENV, PLACEHOLDER, session_for
 from .released import ReleasedKernel
 
 DEFAULT_START_TIMEOUT = 300.0
-HOST_TIMEOUT_MS = 1000        # a host that does not answer in this long is taken as gone
+HOST_TIMEOUT_MS = 3000        # a host that does not answer in this long is taken as gone
 END_WAIT = 15.0               # shutdown waits this long for the job to end
 
 

@@ -21,8 +21,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _processes_of(job_id: str) -> list[int]:
-    needle = f"\0HIVED_JOB_ID={job_id}\0".encode()
+def _processes_of(job_dir: str) -> list[int]:
+    """Processes of one job, known by its folder (job ids repeat across other test runs' services)."""
+    needle = f"\0HIVED_JOB_DIR={job_dir}\0".encode()
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -51,7 +52,8 @@ def test_a_killed_and_restarted_service_leaves_no_orphan_kernel(tmp_path, kernel
         kc.start_channels()
         kc.wait_for_ready(timeout=60)
         job_id = kernel_env(kc)["HIVED_JOB_ID"]
-        run_cell(kc, "x = 1")
+        job_dir = run_cell(kc, "import os; x = 1; print(os.environ['HIVED_JOB_DIR'])").strip()
+        assert len(_processes_of(job_dir)) == 2            # the host and its kernel
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         os.unlink(os.path.join(info["data_dir"], "server.json"))   # the dead server's; wait for the new one
@@ -63,7 +65,7 @@ def test_a_killed_and_restarted_service_leaves_no_orphan_kernel(tmp_path, kernel
         kc.stop_channels()
         km.shutdown_kernel()
         assert wait_state(client, job_id, "cancelled")["state"] == "cancelled"
-        assert _processes_of(job_id) == []
+        assert job_dir.startswith(info["data_dir"]) and _processes_of(job_dir) == []
         vc = client.vc("research")
         assert vc["running"] == [] and vc["gpus_used"] == 0
         held = [g for chain in client.cluster()["chains"].values() for node in chain["nodes"].values()

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import requests
 from jupyter_client.manager import AsyncKernelManager, KernelManager
 
 from hived.kernels.provisioner import KernelStartError
@@ -32,7 +33,7 @@ def started(kernel_name="hived-research-2gpu"):
     return km, kc
 
 
-def test_the_kernel_shows_as_a_kernel_in_hived_jobs(env):
+def test_the_kernel_shows_as_a_kernel_in_hived_jobs_gpu_jobs_and_metrics(env, hived_serve, capsys):
     km, kc = started()
     try:
         job_id = kernel_env(kc)["HIVED_JOB_ID"]
@@ -40,6 +41,16 @@ def test_the_kernel_shows_as_a_kernel_in_hived_jobs(env):
         line = next(ln for ln in out.splitlines() if ln.startswith(job_id))
         assert "TE/KERNEL" in line and "running" in line
         assert env.job(job_id)["labels"] == {"kernel": km.kernel_id}
+        from IPython.testing.globalipapp import get_ipython
+        shell = get_ipython()
+        shell.run_line_magic("reload_ext", "hived.jupyter_ext")
+        capsys.readouterr()
+        shell.run_line_magic("gpu_jobs", "--vc research --state running")
+        line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(job_id))
+        assert " te/kernel " in line
+        metrics = requests.get(hived_serve["url"] + "hived/api/metrics", timeout=30,
+                               headers={"Authorization": f"token {hived_serve['token']}"}).text
+        assert 'hived_kernel_jobs{state="running",vc="research"} 1.0' in metrics
     finally:
         kc.stop_channels()
         km.shutdown_kernel()

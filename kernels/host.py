@@ -23,9 +23,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import zmq
-from jupyter_client.session import Session
+if TYPE_CHECKING:
+    from jupyter_client.session import Session
+
+# zmq and jupyter_client are imported once the kernel is on its way: the kernel's own start
+# (an interpreter and ipykernel) is the long part, and the host's imports overlap with it
 
 CONNECTION_ENV = "JUPYTER_KERNEL_CONNECTION"
 PLACEHOLDER = "{connection_file}"
@@ -35,6 +39,7 @@ STOP_GRACE = 3.0    # seconds between SIGTERM and SIGKILL of the kernel when the
 
 def session_for(info: dict) -> Session:
     """The kernel's own signing session: only who holds the kernel's key can steer the host."""
+    from jupyter_client.session import Session
     key = info.get("key") or ""
     return Session(key=key.encode() if isinstance(key, str) else key,
                    signature_scheme=info.get("signature_scheme") or "hmac-sha256", username="hived")
@@ -51,15 +56,19 @@ def write_connection(info: dict, job_dir: Path) -> Path:
 class Host:
     def __init__(self, argv: list[str], info: dict, conn_path: Path):
         self.argv = [str(conn_path) if a == PLACEHOLDER else a for a in argv]
-        self.session = session_for(info)
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.ROUTER)
-        self.sock.linger = 0
-        self.sock.bind(f"tcp://{info.get('ip') or '127.0.0.1'}:{int(info['hived_host_port'])}")
+        self.info = info
         self.kernel: subprocess.Popen | None = None
         self.generation = 0
         self.dead_since: float | None = None
         self.stopping = False
+
+    def listen(self) -> None:
+        import zmq
+        self.session = session_for(self.info)
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.linger = 0
+        self.sock.bind(f"tcp://{self.info.get('ip') or '127.0.0.1'}:{int(self.info['hived_host_port'])}")
 
     def start_kernel(self) -> None:
         self.stop_kernel()
@@ -104,6 +113,8 @@ class Host:
         # an interrupt is for the kernel, sent by op; a handler, not SIG_IGN, which the kernel would inherit
         signal.signal(signal.SIGINT, lambda signum, frame: None)
         self.start_kernel()
+        self.listen()
+        import zmq
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         while not self.stopping:

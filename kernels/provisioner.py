@@ -43,6 +43,7 @@ from .released import ReleasedKernel
 DEFAULT_START_TIMEOUT = 300.0
 HOST_TIMEOUT_MS = 3000        # a host that does not answer in this long is taken as gone
 END_WAIT = 15.0               # shutdown waits this long for the job to end
+FAST_POLL_FOR = 5.0           # a start reads its job every 50 ms this long (an idle VC starts it at once), then less
 
 
 class KernelStartError(RuntimeError):
@@ -176,7 +177,8 @@ class HivedProvisioner(LocalProvisioner):
                     f"hived: kernel job {self.job_id} did not start within {self.start_timeout:g} s "
                     f"(start_timeout) and was cancelled: {job.get('wait_reason') or state}")
             await asyncio.sleep(pause)
-            pause = min(pause * 1.5, 1.0)
+            if time.monotonic() - began > FAST_POLL_FOR:
+                pause = min(pause * 1.5, 1.0)
             job = await self._rest(self.client.job, self.job_id)
 
     # -- the running kernel -----------------------------------------------

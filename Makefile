@@ -10,7 +10,7 @@ PROXY  := $(NODE)/node_modules/.bin/configurable-http-proxy
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: install system-deps demo lint test bench clean help
+.PHONY: install system-deps demo lint test bench clean help gpu-wheels
 
 help:
 	@echo "make demo    - install, then run the main job end to end (SQLite, local launcher, demo spec)"
@@ -18,6 +18,7 @@ help:
 	@echo "make test    - install (venv, packages, chromium, JupyterHub's proxy), lint, then run the whole test suite"
 	@echo "make soak    - the engine's randomized checker with a long budget (HIVED_SOAK_EXAMPLES)"
 	@echo "make bench   - run the benchmarks in quick mode"
+	@echo "make gpu-wheels - the wheel folder .whl/ that tests/gpu/on_device.sh installs on a GPU machine"
 	@echo "make clean   - remove the venv and build outputs"
 
 $(STAMP): pyproject.toml setup.py
@@ -54,6 +55,17 @@ test: system-deps install $(PROXY) lint
 
 bench: install $(PROXY)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
+
+# tests/gpu/on_device.sh on a GPU machine that reaches no registry: the hived
+# wheel and what it needs beyond that machine's Python 3.12 (tests/gpu/wheels.txt)
+GPU_PLATFORMS := $(foreach p,manylinux_2_28 manylinux_2_27 manylinux_2_26 manylinux_2_17 manylinux2014 manylinux1 \
+                   linux,--platform $(p)_x86_64)
+gpu-wheels: install
+	rm -rf .whl && mkdir -p .whl
+	$(PY) -m pip wheel -q --no-deps -w .whl . && rm -rf build
+	$(PY) -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp $(GPU_PLATFORMS) \
+	    -d .whl -r tests/gpu/wheels.txt
+	@du -sh .whl
 
 clean:
 	rm -rf $(VENV) build *.egg-info

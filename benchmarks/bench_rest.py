@@ -45,12 +45,29 @@ TARGET_P99_MS = 20.0
 LAUNCHERS = {"local": "local", "noop": "hived.testing.launcher_noop.InstantLauncher"}
 
 
-def start_server(data: Path, launcher: str = "noop") -> tuple[subprocess.Popen, str]:
+# the tests' spec with its admission limits raised out of reach: these benchmarks time the path of
+# a submission, not the limits (bench_flood.py times those)
+UNLIMITED = ("    admission: {maxQueued: 1000000, maxQueuedPerUser: 1000000, submitsPerSecond: 100000, "
+             "submitsPerSecondPerUser: 100000, maxJournalBytes: 1099511627776, "
+             "maxJournalBytesPerUser: 1099511627776}\n")
+
+
+def unlimited_spec(folder: Path) -> Path:
+    """A copy of the tests' spec without practical admission limits, in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = folder / "spec-unlimited.yaml"
+    spec.write_text(SPEC.read_text().replace("    virtualCells:\n", UNLIMITED + "    virtualCells:\n"))
+    return spec
+
+
+def start_server(data: Path, launcher: str = "noop", spec: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """``hived serve`` on ``spec`` (default: the tests' spec without admission limits)."""
     data.mkdir(parents=True, exist_ok=True)
+    spec = spec or unlimited_spec(data)
     (data / "tokens.json").write_text(json.dumps(TOKENS))
     env = dict(os.environ, HIVED_TOKEN="tok-server")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hived.cli.main", "serve", "--spec", str(SPEC), "--data-dir", str(data),
+        [sys.executable, "-m", "hived.cli.main", "serve", "--spec", str(spec), "--data-dir", str(data),
          "--port", "0", "--allow-root", "--user-tokens", str(data / "tokens.json"), "--tick", "0.5",
          "--launcher", LAUNCHERS[launcher]],
         stdout=open(data / "serve.log", "w"), stderr=subprocess.STDOUT, env=env)  # noqa: SIM115 (the server's)

@@ -30,6 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_rest import unlimited_spec  # noqa: E402  (the tests' spec, admission limits out of reach)
+
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "tests" / "jupyter" / "spec_jupyter.yaml"
 TARGET_OVER_MS = 20.0
@@ -63,7 +66,8 @@ def start_server(data: Path) -> tuple[subprocess.Popen, str]:
     (data / "tokens.json").write_text(json.dumps({"tok-alice": "alice"}))
     env = dict(os.environ, HIVED_TOKEN="tok-server")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hived.cli.main", "serve", "--spec", str(SPEC), "--data-dir", str(data),
+        [sys.executable, "-m", "hived.cli.main", "serve", "--spec", str(unlimited_spec(data)),
+         "--data-dir", str(data),
          "--port", "0", "--allow-root", "--user-tokens", str(data / "tokens.json")],
         stdout=open(data / "serve.log", "w"), stderr=subprocess.STDOUT, env=env)  # noqa: SIM115 (the server's)
     deadline = time.monotonic() + 60
@@ -88,7 +92,7 @@ def main() -> int:
         marks.mkdir()
         os.chmod(tmp_path, 0o755)
         os.chmod(marks, 0o777)         # jobs may run under their VC's account when this runs as root
-        svc = SchedulerService(str(SPEC), tmp_path / "svc").start()
+        svc = SchedulerService(str(unlimited_spec(tmp_path / "spec")), tmp_path / "svc").start()
         proc = api = None
         if not args.no_rest:
             (tmp_path / "rest").mkdir()

@@ -251,6 +251,9 @@ def run(args: argparse.Namespace) -> int:
             asyncio.run(cleanup)
         # a damaged database has its own exit code (StoreDamaged.EXIT_CODE, docs/cli.md)
         return getattr(getattr(state, "exception", None), "EXIT_CODE", 1)
+    shared = state.service.status().get("shared_account")
+    if shared:   # local jobs of several VCs under one account: the operator must know
+        print(f"warning: {shared}", file=sys.stderr)
     info_path = data_dir / "server.json"
 
     def announce() -> None:

@@ -5,6 +5,7 @@ import shlex
 import time
 
 from hived.cli import support as cs
+from hived.core.jobs import JobState
 
 
 def register(subparsers, summary: str) -> None:
@@ -21,7 +22,7 @@ def _t(t) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t)) if t else "-"
 
 
-STATE_ORDER = ("queued", "placed", "running", "preempting", "succeeded", "failed", "cancelled")
+STATE_ORDER = tuple(s.value for s in JobState)   # the engine's order: waiting, holding, ended
 
 
 def run(args, backend) -> int:
@@ -72,6 +73,8 @@ def _summary(args, backend) -> int:
         f"\n    {cs.visible(u.get('node'))} GPU {u.get('gpu')}: {cs.visible(u.get('reason'))}" for u in bad))
     for note in st.get("health_checks") or []:
         print(f"  health check: {cs.visible(note)}")
+    if st.get("shared_account"):
+        print(f"  warning: {cs.visible(st['shared_account'])}")
     if st.get("last_error"):
         print(f"  last error: {cs.visible(st['last_error'])}")
     return cs.OK

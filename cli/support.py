@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hived.core.jobs import TERMINAL as TERMINAL_STATES
-from hived.core.jobs import state_values
+from hived.core.jobs import WAITING, state_values
 from hived.service.terminal_text import table as _table
 from hived.service.terminal_text import terminal_width, visible
 
@@ -241,7 +241,7 @@ def state_text(j: dict, short: bool = False) -> str:
     text = j["state"]
     if j.get("queue_position") is not None:
         text += f" #{j['queue_position']}" if short else f", position {j['queue_position']} in the queue"
-    if j.get("wait_reason") and j["state"] in ("queued", "placed"):
+    if j.get("wait_reason") and j["state"] in state_values(WAITING):
         text += f": {visible(j['wait_reason'])}" if short else f" ({visible(j['wait_reason'])})"
     return text
 

@@ -43,7 +43,7 @@ from .engine_records import JobRecord
 from .engine_validate import RequestError, alloc_total, check, node_gpus
 from .engine_view import ClusterView, NodeState  # noqa: F401  (re-exported)
 from .jobs import HOLDING, TERMINAL, Affinity, Decision, DecisionKind, JobClass, JobRequest, JobState
-from .policies.preemption_order import preemption_cap
+from .policies.preemption_order import lender_grace, max_grace, policy_candidates, preemption_cap
 from .policies.registry import make_preemption_policy, make_queue_policy
 
 if TYPE_CHECKING:
@@ -100,7 +100,8 @@ class Engine(EngineEvents):
         self._ids = itertools.count(1)
         self._next_key = 1                 # next queue key (JobRecord.queue_key)
         self._timer_seq = itertools.count(1)
-        self._timers: list[tuple[float, int, str, str]] = []  # (time, seq, kind, key): "wake" vc, "grace" job id
+        # (time, seq, kind, job id, the job's epoch when set): kind "grace", "relax" or "backoff"
+        self._timers: list[tuple[float, int, str, str, int]] = []
         # job id -> (depends on every release?, allocator version) of its last failed attempt
         self._failed_at: dict[str, tuple[bool, int]] = {}
         self._dirty: set[str] = set(self.spec.vcs)
@@ -154,14 +155,13 @@ class Engine(EngineEvents):
                         want_level=res.want_level, level=res.want_level)
         rec.default_share = res.default_share
         rec.chain = res.chain
-        rec.log(now, JobState.QUEUED, "submitted")
-        rec.wait_reason = "submitted: tried at the next scheduling round"
+        rec.mark_queued(now, "submitted", "submitted: tried at the next scheduling round")
         self._jobs[job_id] = rec
         self._arm_relax(rec, now)
         self._enqueue(rec, head=False)
         head = self._blocked.get(req.vc)
         if head is not None and self._jobs[head].state is JobState.QUEUED:
-            rec.wait_reason = behind(self._jobs[head])
+            rec.explain_wait(behind(self._jobs[head]))
         return job_id
 
     # ------------------------------------------------------------------ queues and timers
@@ -209,14 +209,25 @@ class Engine(EngineEvents):
             lane.pop(rec.job_id, None)
         self._failed_at.pop(rec.job_id, None)
 
-    def _timer(self, when: float, kind: str, key: str) -> None:
-        heapq.heappush(self._timers, (when, next(self._timer_seq), kind, key))
+    def _timer(self, when: float, kind: str, rec: JobRecord) -> None:
+        """Wake the engine at ``when`` for ``rec`` in its current epoch only (JobRecord.epoch):
+        a later preemption, placement or queueing of the job makes the timer void."""
+        heapq.heappush(self._timers, (when, next(self._timer_seq), kind, rec.job_id, rec.epoch))
+
+    def _timer_owner(self, kind: str, job_id: str, epoch: int) -> JobRecord | None:
+        """The job a timer still acts for, or None when it is void."""
+        rec = self._jobs.get(job_id)
+        if rec is None or rec.epoch != epoch:
+            return None
+        if kind == "grace" and (rec.state is not JobState.PREEMPTING or rec.killed):
+            return None
+        return rec
 
     def _arm_relax(self, rec: JobRecord, now: float) -> None:
         rec.relax_at = None
         if rec.request.affinity is Affinity.SOFT and rec.level is not None:
             rec.relax_at = now + self.config.soft_wait
-            self._timer(rec.relax_at, "wake", rec.request.vc)
+            self._timer(rec.relax_at, "relax", rec)
 
     def _relax(self, rec: JobRecord, now: float) -> None:
         """Soft affinity: past ``relax_at``, move one level up (then to no constraint)."""
@@ -229,27 +240,33 @@ class Engine(EngineEvents):
                 rec.relax_at = None
             else:
                 rec.relax_at += self.config.soft_wait * self.config.relax_backoff ** rec.relaxations
-                self._timer(rec.relax_at, "wake", rec.request.vc)
-            rec.history.append((now, rec.state.value, f"soft affinity relaxed to level {rec.level}"))
+                self._timer(rec.relax_at, "relax", rec)
+            rec.note(now, f"soft affinity relaxed to level {rec.level}")
 
     def next_wakeup(self) -> float | None:
         """Earliest time a timer (relaxation, back-off, grace) wants a ``step``."""
-        return self._timers[0][0] if self._timers else None
+        timers = self._timers
+        while timers and self._timer_owner(timers[0][2], timers[0][3], timers[0][4]) is None:
+            heapq.heappop(timers)   # void: its job moved on since it was set
+        return timers[0][0] if timers else None
 
     # ------------------------------------------------------------------ the round
 
     def step(self, now: float) -> list[Decision]:
         out: list[Decision] = []
         while self._timers and self._timers[0][0] <= now:
-            _, _, kind, key = heapq.heappop(self._timers)
-            if kind == "wake":
-                self._dirty.add(key)
-                self._blocked[key] = None   # a back-off or relaxation ended: rewrite the reasons behind the head
-            else:
-                rec = self._jobs.get(key)
-                if rec is not None and rec.state is JobState.PREEMPTING and not rec.killed:
-                    rec.killed = True
-                    out.append(Decision(DecisionKind.KILL, key, reason="grace period over"))
+            _, _, kind, jid, epoch = heapq.heappop(self._timers)
+            rec = self._timer_owner(kind, jid, epoch)
+            if rec is None:
+                continue   # set for an earlier preemption, placement or queueing of the job
+            if kind == "grace":
+                if rec.grace_deadline is not None and rec.grace_deadline <= now:
+                    rec.mark_killed()
+                    out.append(Decision(DecisionKind.KILL, jid, reason="grace period over"))
+            else:   # a back-off or relaxation ended: try the VC, rewrite the reasons behind its head
+                vc = rec.request.vc
+                self._dirty.add(vc)
+                self._blocked[vc] = None
         if self._ready:
             ready, self._ready = self._ready, []
             for jid in ready:
@@ -293,7 +310,7 @@ class Engine(EngineEvents):
             rec = self._jobs[jid]
             if rec.not_before > now:
                 if self._explain:
-                    rec.wait_reason = explain(self, rec, now)
+                    rec.explain_wait(explain(self, rec, now))
                 continue  # in retry back-off: does not block the queue
             self._relax(rec, now)
             if self._memo_valid(rec):
@@ -301,7 +318,7 @@ class Engine(EngineEvents):
             else:
                 placed = self._attempt(rec, now, out)
                 if not placed and self._explain:
-                    rec.wait_reason = explain(self, rec, now)
+                    rec.explain_wait(explain(self, rec, now))
             if placed:
                 done.append(jid)
             elif not backfill:
@@ -313,7 +330,7 @@ class Engine(EngineEvents):
             for jid in order:
                 r = self._jobs[jid]
                 if r.not_before <= now:
-                    r.wait_reason = text
+                    r.explain_wait(text)
         self._blocked[vc] = blocked.job_id if blocked is not None else None
         if done:
             lanes = self._lanes[vc]
@@ -420,18 +437,23 @@ class Engine(EngineEvents):
         victims = [v for v in sorted(grant.victims) if v in self._jobs and self._jobs[v].state in HOLDING]
         rec.waiting_for = victims
         how = "opportunistic" if rec.opportunistic else "guaranteed"
-        rec.wait_reason = ""
         if victims:
-            rec.log(now, JobState.PLACED, f"{how}; waiting for {len(victims)} opportunistic victims")
+            rec.mark_placed(now, f"{how}; waiting for {len(victims)} opportunistic victims")
+            # stage 1: the lender (this job's VC) bounds how long its cells stay borrowed
+            bound = lender_grace(self.spec, rec.request.vc)
+            why = f"cells taken back by guaranteed job {rec.job_id} of VC {rec.request.vc}"
             for v in victims:
                 self._waiters.setdefault(v, set()).add(rec.job_id)
                 vrec = self._jobs[v]
                 if vrec.state is not JobState.PREEMPTING:
-                    self._preempt(vrec, now, f"cells taken back by guaranteed job {rec.job_id}", out)
+                    self._preempt(vrec, now, why, out, bound)
+                elif vrec.shorten_grace(now, now + bound, f"{why}: grace shortened to VC "
+                                        f"{rec.request.vc}'s opportunisticGrace {bound:g} s"):
+                    self._timer(now + bound, "grace", vrec)
             if self._explain:
-                rec.wait_reason = explain(self, rec, now)
+                rec.explain_wait(explain(self, rec, now))
         else:
-            rec.log(now, JobState.PLACED, how)
+            rec.mark_placed(now, how)
             self._emit_start(rec, now, out)
 
     def _emit_start(self, rec: JobRecord, now: float, out: list[Decision]) -> None:
@@ -450,11 +472,7 @@ class Engine(EngineEvents):
             return False
         vc = rec.request.vc
         cap = preemption_cap(self.config, self.spec, vc)
-        chain = rec.chain
-        cands = [r for r in self._running_of(vc)
-                 if r.request.job_class is JobClass.BE and r.state is JobState.RUNNING
-                 and not r.opportunistic and r.preemptions < cap
-                 and (chain is None or r.bound_chain == chain)]
+        cands = policy_candidates(rec, self._running_of(vc), cap)
         rec.policy_note = ""
         if not cands:
             return False
@@ -474,9 +492,10 @@ class Engine(EngineEvents):
             return False
         rec.policy_victims = victims
         rec.reason = reason
+        bound = max_grace(self.spec, vc)   # stage 2: the VC bounds how long its TE jobs wait
         for v in victims:
             self._pwaiters.setdefault(v, set()).add(rec.job_id)
-            self._preempt(self._jobs[v], now, f"for TE job {rec.job_id}: {reason}", out)
+            self._preempt(self._jobs[v], now, f"for TE job {rec.job_id}: {reason}", out, bound)
         return True
 
     def _room_with(self, rec: JobRecord, victims: Iterable[JobRecord]) -> dict[str, int]:
@@ -493,14 +512,17 @@ class Engine(EngineEvents):
     def _running_of(self, vc: str) -> list[JobRecord]:
         return [self._jobs[j] for j in self._held[vc]]
 
-    def _preempt(self, rec: JobRecord, now: float, reason: str, out: list[Decision]) -> None:
-        grace = float(rec.request.grace_period)
-        rec.grace_deadline = now + grace
-        rec.killed = False
-        rec.log(now, JobState.PREEMPTING, reason)
+    def _preempt(self, rec: JobRecord, now: float, reason: str, out: list[Decision],
+                 bound: float | None = None) -> None:
+        """Ask ``rec`` to stop: its own grace period, at most ``bound`` s (preemption_order.grace_bound)."""
+        asked = float(rec.request.grace_period)
+        grace = asked if bound is None else min(asked, bound)
+        if grace < asked:
+            reason = f"{reason} (grace {grace:g} s: the VC's bound; the job asked {asked:g} s)"
+        rec.mark_preempting(now, reason, now + grace)
         self.stats["preempt_decisions"] += 1
         out.append(Decision(DecisionKind.PREEMPT, rec.job_id, grace_period=grace, reason=reason))
-        self._timer(rec.grace_deadline, "grace", rec.job_id)
+        self._timer(now + grace, "grace", rec)
 
     # ------------------------------------------------------------------ reading state
 

@@ -18,7 +18,7 @@ from .engine_reasons import at
 from .engine_records import JobRecord
 from .engine_validate import RequestError
 from .failures import FailureClass, classify, retry_decision
-from .jobs import HOLDING, Decision, JobState
+from .jobs import HOLDING, Decision, DecisionKind, JobState
 
 if TYPE_CHECKING:
     from .engine import EngineConfig
@@ -59,9 +59,10 @@ class EngineEvents:
         def _queue_key(self, job_id: str) -> float: ...
         def _enqueue(self, rec: JobRecord, head: bool) -> None: ...
         def _dequeue(self, rec: JobRecord) -> None: ...
-        def _timer(self, when: float, kind: str, key: str) -> None: ...
+        def _timer(self, when: float, kind: str, rec: JobRecord) -> None: ...
         def _arm_relax(self, rec: JobRecord, now: float) -> None: ...
-        def _preempt(self, rec: JobRecord, now: float, reason: str, out: list[Decision]) -> None: ...
+        def _preempt(self, rec: JobRecord, now: float, reason: str, out: list[Decision],
+                     bound: float | None = None) -> None: ...
 
     # ------------------------------------------------------------------ lifecycle events
 
@@ -75,15 +76,14 @@ class EngineEvents:
             raise RequestError("job_id", f"{job_id} cannot start: it is {rec.state.value}"
                                + (f", waiting for {rec.waiting_for}" if rec.waiting_for else ""))
         rec.started_pending = False
-        rec.wait_reason = ""
         rec.started = now
         if rec.first_started is None:
             rec.first_started = now
         rec.attempts += 1
         if rec.state is JobState.PLACED:
-            rec.log(now, JobState.RUNNING, "started")
-        else:
-            rec.history.append((now, rec.state.value, "started (already asked to stop)"))
+            rec.mark_running(now)
+        else:   # its grace period (and the timer that ends it) stays as it was
+            rec.note(now, "started (already asked to stop)")
 
     def _release(self, rec: JobRecord, now: float) -> None:
         if rec.placement is None:
@@ -117,7 +117,6 @@ class EngineEvents:
                 wrec.policy_victims.remove(rec.job_id)
 
     def _requeue(self, rec: JobRecord, now: float, head: bool, reason: str, delay: float = 0.0) -> None:
-        rec.state = JobState.QUEUED
         rec.queued_since = now
         rec.opportunistic = False
         rec.grace_deadline = None
@@ -127,13 +126,12 @@ class EngineEvents:
         rec.relaxations = 0
         if not self.config.keep_progress:
             rec.run_time = 0.0
-        rec.log(now, JobState.QUEUED, reason)
-        rec.wait_reason = f"requeued: {reason}"
+        waits = f"retry at {at(rec.not_before, now)} after {reason}" if delay > 0 else f"requeued: {reason}"
+        rec.mark_queued(now, reason, waits)   # a new epoch: the timers of its last run are void
         self._arm_relax(rec, now)
         self._enqueue(rec, head=head)
         if delay > 0:
-            self._timer(rec.not_before, "wake", rec.request.vc)
-            rec.wait_reason = f"retry at {at(rec.not_before, now)} after {reason}"
+            self._timer(rec.not_before, "backoff", rec)
 
     def on_preempted(self, job_id: str, now: float) -> None:
         """The victim's processes are gone: free its cells, put it back at the head."""
@@ -179,11 +177,7 @@ class EngineEvents:
 
     def _end(self, rec: JobRecord, now: float, state: JobState, reason: str,
              failure_class: str | None = None) -> None:
-        rec.ended = now
-        if failure_class is not None:
-            rec.failure_class = failure_class
-        rec.wait_reason = ""
-        rec.log(now, state, reason)
+        rec.mark_ended(now, state, reason, failure_class)
 
     def on_finished(self, job_id: str, now: float, exit_code: int, log_tail: str = "") -> None:
         rec = self._get(job_id)
@@ -223,7 +217,12 @@ class EngineEvents:
         elif rec.state is JobState.PLACED and rec.waiting_for:
             self._release(rec, now)  # never started: nothing to stop
         elif rec.state is JobState.PREEMPTING:
+            # already told to stop: the cancel ends the wait, the KILL goes out now
             rec.cancel_requested = True
+            if not rec.killed:
+                rec.shorten_grace(now, now, f"cancelled by {by_user}: killed at once")
+                rec.mark_killed()
+                out.append(Decision(DecisionKind.KILL, job_id, reason=f"cancelled by {by_user}"))
             return out
         else:
             rec.cancel_requested = True
@@ -239,7 +238,7 @@ class EngineEvents:
         out: list[Decision] = []
         for o in owners if move else ():
             rec = self._jobs.get(o)
-            if rec is not None and rec.state in (JobState.RUNNING, JobState.PLACED):  # not already leaving
+            if rec is not None and rec.state in HOLDING and rec.state is not JobState.PREEMPTING:  # not leaving
                 where = f"{node}" + (f" GPU {gpu}" if gpu is not None else "")
                 self._preempt(rec, now, f"hardware unhealthy on {where}", out)
         self._gver += 1
@@ -292,7 +291,7 @@ class EngineEvents:
             if usage is not None:   # same GPUs, now counted as opportunistic work
                 self.view.unbind(jid, guaranteed=True)
                 self.view.bind(jid, usage, guaranteed=False)
-            rec.history.append((now, rec.state.value, "cells given back by an exchange: now opportunistic"))
+            rec.note(now, "cells given back by an exchange: now opportunistic")
         self._gver += 1
         self._dirty.update(self._lanes)
 

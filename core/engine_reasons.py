@@ -109,10 +109,10 @@ def _preemption_text(eng: Engine, rec: JobRecord, now: float) -> str:
         ends = _grace_ends(eng, rec.policy_victims)
         until = f" (grace periods end at {at(max(ends), now)})" if ends else ""
         return f"BE jobs {', '.join(rec.policy_victims)} are being preempted for it{until}"
-    from .policies.preemption_order import preemption_cap
+    from .policies.preemption_order import preemption_cap, under_cap
     cap = preemption_cap(eng.config, eng.spec, rec.request.vc)
     capped = [r for r in eng._running_of(rec.request.vc)
-              if r.request.job_class is JobClass.BE and not r.opportunistic and r.preemptions >= cap]
+              if r.request.job_class is JobClass.BE and not r.opportunistic and not under_cap(r.preemptions, cap)]
     if capped:
         ids = ", ".join(r.job_id for r in capped[:MAX_NAMED]) + (" ..." if len(capped) > MAX_NAMED else "")
         return (f"BE jobs {ids} may not be preempted again: the preemption cap is P={cap:g} "

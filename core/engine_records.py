@@ -53,7 +53,7 @@ def placement_from_dict(d: dict[str, Any] | None) -> Placement | None:
 
 
 # fields the engine resolves again at restore, never read from a journal
-NOT_JOURNALED = frozenset({"chain", "default_share", "policy_note"})
+NOT_JOURNALED = frozenset({"chain", "default_share", "policy_note", "epoch"})
 
 
 @dataclass(eq=False)
@@ -115,6 +115,11 @@ class JobRecord:
     chain: str | None = field(default=None, repr=False)     # the cell chain it may use; None = any
     default_share: bool = field(default=True, repr=False)      # its pods ask for no CPUs/RAM of their own
     policy_note: str = field(default="", repr=False)           # why the preemption policy found no victims
+    # Bumped by every change of state (the ``mark_*`` methods below). A timer the engine sets
+    # (grace, soft-affinity relaxation, retry back-off) carries the epoch it was set in and
+    # acts only while the job is still in it: a timer of an earlier preemption, placement or
+    # queueing never acts on a later one. Not journaled: a restore re-arms every timer.
+    epoch: int = field(default=0, repr=False)
 
     @property
     def bound_chain(self) -> str | None:
@@ -139,9 +144,67 @@ class JobRecord:
         d = self.request.duration
         return None if d is None else max(0.0, d - self.run_time)
 
-    def log(self, now: float, state: JobState, reason: str = "") -> None:
+    # ---------------------------------------------------------------- state changes
+    # The only code that writes ``state`` and ``wait_reason`` (tests/layout/test_job_state_writes.py
+    # forbids it elsewhere): each change names its reason in the history and starts a new epoch.
+
+    def _enter(self, now: float, state: JobState, reason: str) -> None:
         self.state = state
+        self.epoch += 1
         self.history.append((now, state.value, reason))
+
+    def note(self, now: float, reason: str) -> None:
+        """Add a line to the history without changing the state."""
+        self.history.append((now, self.state.value, reason))
+
+    def mark_queued(self, now: float, reason: str, wait_reason: str) -> None:
+        """Back in (or first into) its VC's queue."""
+        self._enter(now, JobState.QUEUED, reason)
+        self.wait_reason = wait_reason
+
+    def mark_placed(self, now: float, reason: str) -> None:
+        """Cells bound; it starts once the victims named in ``waiting_for`` have left."""
+        self._enter(now, JobState.PLACED, reason)
+        self.wait_reason = ""
+
+    def mark_running(self, now: float) -> None:
+        """The launcher started it."""
+        self._enter(now, JobState.RUNNING, "started")
+        self.wait_reason = ""
+
+    def mark_preempting(self, now: float, reason: str, deadline: float) -> None:
+        """Told to stop: the KILL is due at ``deadline`` (a new epoch: earlier grace timers are void)."""
+        self._enter(now, JobState.PREEMPTING, reason)
+        self.grace_deadline = deadline
+        self.killed = False
+        self.wait_reason = ""
+
+    def shorten_grace(self, now: float, deadline: float, reason: str) -> bool:
+        """Bring the KILL of a PREEMPTING job forward to ``deadline``; False when it is not later."""
+        if self.state is not JobState.PREEMPTING or self.killed:
+            return False
+        if self.grace_deadline is not None and self.grace_deadline <= deadline:
+            return False
+        self.grace_deadline = deadline
+        self.note(now, reason)
+        return True
+
+    def mark_killed(self) -> None:
+        """The KILL decision of the current preemption went out."""
+        self.killed = True
+
+    def mark_ended(self, now: float, state: JobState, reason: str, failure_class: str | None = None) -> None:
+        if not state.terminal:
+            raise ValueError(f"mark_ended: {state.value} is not an end state")
+        self.ended = now
+        if failure_class is not None:
+            self.failure_class = failure_class
+        self._enter(now, state, reason)
+        self.wait_reason = ""
+
+    def explain_wait(self, text: str) -> None:
+        """Why a QUEUED or PLACED job does not run (engine_reasons.py writes the text)."""
+        self.wait_reason = text
 
     def to_dict(self) -> dict[str, Any]:
         return {

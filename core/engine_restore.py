@@ -60,13 +60,11 @@ def restore_record(eng: Engine, rec: JobRecord) -> None:
                     0 if p.opportunistic else 1, list(p.pods))
         eng.alloc.restore(b.to_dict())
         eng._jobs[rec.job_id] = rec
-        saved = rec.state
         rec.placement = None
-        eng._bind_restored(rec, b)
-        rec.state = saved
-        if saved is JobState.PREEMPTING and rec.grace_deadline is not None:
-            eng._timer(rec.grace_deadline, "grace", rec.job_id)
-        if saved is JobState.PLACED and not rec.waiting_for:
+        eng._bind_restored(rec, b)   # books the placement again; the state stays as journaled
+        if rec.state is JobState.PREEMPTING and rec.grace_deadline is not None and not rec.killed:
+            eng._timer(rec.grace_deadline, "grace", rec)
+        if rec.state is JobState.PLACED and not rec.waiting_for:
             eng._ready.append(rec.job_id)
         for v in rec.waiting_for:
             eng._waiters.setdefault(v, set()).add(rec.job_id)
@@ -76,4 +74,4 @@ def restore_record(eng: Engine, rec: JobRecord) -> None:
         eng._arm_relax(rec, rec.queued_since if rec.queued_since is not None else rec.submitted)
         eng._enqueue_restored(rec)
         if rec.not_before:
-            eng._timer(rec.not_before, "wake", rec.request.vc)
+            eng._timer(rec.not_before, "backoff", rec)

@@ -61,6 +61,9 @@ RULES: tuple[Rule, ...] = (
     # a gang whose pods never all started (image pull, a node that never runs them): the
     # launcher tears it down and says so; nothing of the user's code ran
     Rule("pods-never-started", FailureClass.INFRA, pattern=r"\bPendingTimeout\b"),
+    # the cluster refused the gang before any pod existed (its namespace missing, admission, quota):
+    # nothing of the user's code ran; the admin's fix (or a retry) is what it needs
+    Rule("launch-refused", FailureClass.INFRA, pattern=r"\bLaunchRefused\b"),
     Rule("checkpoint-io", FailureClass.INFRA, pattern=r"(checkpoint|ckpt).*(timeout|I/O|unavailable)"),
     Rule("syntax", FailureClass.USER, pattern=r"\b(SyntaxError|IndentationError|TabError)\b"),
     Rule("import", FailureClass.USER, pattern=r"\b(ImportError|ModuleNotFoundError)\b"),

@@ -64,6 +64,8 @@ WAITING: frozenset[JobState] = frozenset({JobState.QUEUED, JobState.PLACED})
 STARTED: frozenset[JobState] = frozenset({JobState.RUNNING, JobState.PREEMPTING})
 # not ended: what a scheduling round can still change
 ACTIVE: frozenset[JobState] = frozenset(JobState) - TERMINAL
+# ended on its own (not cancelled): an exit code, when it has one, applies
+EXITED: frozenset[JobState] = frozenset({JobState.SUCCEEDED, JobState.FAILED})
 
 
 KERNEL_LABEL = "kernel"   # the label of a job that is a Jupyter kernel (hived.kernels); value: the kernel id

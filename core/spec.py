@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
 
@@ -35,6 +35,12 @@ MAX_GPUS = 2_000_000  # guard against a typo building a billion cells
 MAX_LEVELS = 32       # cell types in one chain, GPU included; real hierarchies have fewer than 10
 MAX_NESTING = 2 * MAX_LEVELS + 8  # mappings and lists inside each other (cellChildren nest two per level)
 DEFAULT_CPUS_PER_GPU = 8
+# Grace bounds per VC (seconds; docs/spec.md, docs/engine.md). opportunisticGrace: the most a job running
+# on the VC's lent cells keeps them once the VC wants them back (Kubernetes' default termination grace).
+# maxGrace: the most a BE job keeps its cells once a TE job of its VC preempts it: the longest grace
+# period of FitGpp's measured workload (20 min, core/sim/fitgpp_workload.py), so its replays hold.
+DEFAULT_OPPORTUNISTIC_GRACE = 30.0
+DEFAULT_MAX_GRACE = 1200.0
 DEFAULT_MEMORY_GB_PER_GPU = 64
 
 _SCHEMA_PATH = Path(__file__).with_name("spec_schema.json")
@@ -143,6 +149,23 @@ class Chain:
         return None
 
 
+@dataclass(frozen=True)
+class Admission:
+    """What a VC's members may ask of the service (the spec's per-VC ``admission`` block); the
+    service enforces it at submission (service/admission.py). Rates are submissions per second,
+    in bursts of 10 seconds' worth; bytes count each job's command, env and name as stored."""
+    max_queued: int = 2_000                     # queued jobs of the VC
+    max_queued_per_user: int = 1_000            # queued jobs of one user in the VC
+    submits_per_second: float = 20.0            # the VC's members together
+    submits_per_second_per_user: float = 5.0    # one user
+    max_journal_bytes: int = 256 << 20          # command, env and name of the VC's stored jobs
+    max_journal_bytes_per_user: int = 64 << 20  # ... of one user's jobs in the VC
+
+    KEYS: ClassVar[dict[str, str]] = {"maxQueued": "max_queued", "maxQueuedPerUser": "max_queued_per_user",
+            "submitsPerSecond": "submits_per_second", "submitsPerSecondPerUser": "submits_per_second_per_user",
+            "maxJournalBytes": "max_journal_bytes", "maxJournalBytesPerUser": "max_journal_bytes_per_user"}
+
+
 @dataclass
 class VCSpec:
     name: str
@@ -155,9 +178,12 @@ class VCSpec:
     weight: float = 0.0          # default: the VC's GPU count
     weight_given: bool = False
     max_preemptions: int | None = None  # times one job may be preempted; None: the service default
+    opportunistic_grace: float = DEFAULT_OPPORTUNISTIC_GRACE  # most grace a borrower of its cells gets
+    max_grace: float = DEFAULT_MAX_GRACE                      # most grace a BE job preempted for a TE job gets
     account: str | None = None          # Unix account its jobs run as in local mode (a name, uid or uid:gid)
     # seconds a Jupyter kernel job of this VC may run no cell before hived releases it; None: never
     kernel_idle_timeout: float | None = None
+    admission: Admission = field(default_factory=Admission)   # submission limits (service/admission.py)
 
 
 @dataclass
@@ -323,8 +349,12 @@ def _schema_problem(err: JsonSchemaValueException) -> tuple[str, str]:
         return path, f"must be {words}, got {inst!r}"
     if rule == "minimum":
         limit = definition["minimum"]
+        if definition.get("type") == "number":
+            return path, f"must be a number >= {limit:g}, got {inst!r}"
         return path, ("must be a positive integer" if limit == 1 else f"must be an integer >= {limit}") + \
             f", got {inst!r}"
+    if rule == "maximum":
+        return path, f"must be at most {definition['maximum']:g}, got {inst!r}"
     if rule == "exclusiveMinimum":
         return path, f"must be positive, got {inst!r}"
     if rule in ("minItems", "minProperties", "minLength"):
@@ -535,10 +565,14 @@ class _Builder:
             if "weight" in raw:
                 vc.weight, vc.weight_given = float(raw["weight"]), True
             vc.max_preemptions = raw.get("maxPreemptions")
+            vc.opportunistic_grace = float(raw.get("opportunisticGrace", DEFAULT_OPPORTUNISTIC_GRACE))
+            vc.max_grace = float(raw.get("maxGrace", DEFAULT_MAX_GRACE))
             if "account" in raw:
                 vc.account = str(raw["account"])
             if "kernelIdleTimeout" in raw:
                 vc.kernel_idle_timeout = float(raw["kernelIdleTimeout"])
+            if "admission" in raw:
+                vc.admission = Admission(**{Admission.KEYS[k]: v for k, v in raw["admission"].items()})
             for i, vcell in enumerate(raw.get("virtualCells", [])):
                 path = f"{base}.virtualCells[{i}].cellType"
                 chain, level = _resolve_type(chains, vcell["cellType"], path)

@@ -22,6 +22,8 @@ in its environment) uses :class:`HubIdentityProvider`:
 """
 from __future__ import annotations
 
+from urllib.parse import unquote, urlsplit
+
 from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from tornado import web
 from tornado.httputil import url_concat
@@ -122,6 +124,23 @@ class HubIdentityProvider(HivedIdentityProvider):
         return  # no password or token to warn about: the Hub authenticates
 
 
+def local_target(target: str, base: str) -> str | None:
+    """``target`` when it is a path under ``base`` (this service's own base URL), else None.
+
+    Browsers treat a backslash like a slash (``/\\host`` is ``//host``: another site) and drop
+    tabs and newlines, so a target holding any of those, a scheme, a host, a ``..`` segment or
+    an escaped slash or backslash is refused rather than cleaned up."""
+    if not target or not target.isprintable() or any(c in target for c in "\\ "):
+        return None
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or not parts.path.startswith(base) or target.startswith("//"):
+        return None
+    path = unquote(parts.path)
+    if "\\" in path or "//" in path or ".." in path.split("/") or not path.isprintable():
+        return None
+    return target
+
+
 class HubLoginHandler(HivedHandler):
     """``hived/login[?next=PATH]``: off to the Hub's login, back at ``next``."""
 
@@ -132,9 +151,7 @@ class HubLoginHandler(HivedHandler):
 
     async def get(self) -> None:
         base = self.settings.get("base_url", "/")
-        target = self.get_query_argument("next", "") or base + "hived/api/status"
-        if not target.startswith(base) or target.startswith("//"):
-            target = base + "hived/api/status"  # never an open redirect to another site
+        target = local_target(self.get_query_argument("next", ""), base) or base + "hived/api/status"
         if self.current_user is not None:
             self.redirect(target)
             return

@@ -10,6 +10,7 @@ import time
 
 import ipywidgets as W
 
+from hived.core.jobs import EXITED, WAITING, state_values
 from hived.service.terminal_text import visible
 
 STATE_COLOURS = {
@@ -51,10 +52,12 @@ def status_facts(job: dict) -> list[str]:
     facts = [f"{job.get('id')} {state}"]
     if state == "queued" and job.get("queue_position") is not None:
         facts.append(f"position {job['queue_position']} in {job.get('vc')}'s queue")
-    if state in ("queued", "placed") and job.get("wait_reason"):
+    if state in state_values(WAITING) and job.get("wait_reason"):
         facts.append(visible(job["wait_reason"]))  # what it waits for, when the service says
     elif state == "queued" and job.get("attempts") and job.get("reason"):
         facts.append(visible(job["reason"]))  # why it is back in the queue (retry, preemption)
+    elif state == "preempting" and str(job.get("reason", "")).startswith("terminating (stuck)"):
+        facts.append(visible(job["reason"]))  # a pod outlives its grace period; its GPUs stay held
     where = placement_text(job)
     if where:
         facts.append(where)
@@ -63,7 +66,7 @@ def status_facts(job: dict) -> list[str]:
         facts.append(fmt_seconds(t))
     if job.get("preemptions"):
         facts.append(f"preempted {job['preemptions']}x")
-    if job.get("exit_code") is not None and state in ("succeeded", "failed"):
+    if job.get("exit_code") is not None and state in state_values(EXITED):
         facts.append(f"exit {job['exit_code']}")
     if job.get("failure_class"):
         facts.append(str(job["failure_class"]))

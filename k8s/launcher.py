@@ -43,7 +43,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client, config
@@ -52,13 +52,15 @@ from kubernetes.client.rest import ApiException
 from hived.core.jobs import JobRequest, Placement
 
 from . import pod_builder as pb
+from .adoption import Adoption, _api_message, _Gang, _send
 from .events import EventRecorder
 from .gc import FinishedPods
-from .nodes import NodeHealth
-from .policy import DEFAULT_PREFIX, AdminPolicy
+from .nodes import NodeHealth, node_ready
+from .policy import DEFAULT_PREFIX, DEFAULT_SCHEDULER_NAMESPACE, AdminPolicy
 from .rest_raw import TRANSIENT, RawApi
 from .template import JobTemplate, TemplateError, check_for_vc
-from .watch import DELETED, EXIT_DELETED, FAILED, PENDING, RUNNING, SUCCEEDED, PodState, pod_key, pod_state, pod_watch
+from .trust import PodSigner
+from .watch import DELETED, EXIT_DELETED, FAILED, PENDING, RUNNING, SUCCEEDED, PodState, pod_state, pod_watch
 
 log = logging.getLogger("hived.k8s.launcher")
 
@@ -66,8 +68,8 @@ TEMPLATE_ATTR = "k8s_template"   # a job's own template overrides (dict) on its 
 RETIRED_KEPT = 10_000            # ended jobs whose pod names are remembered for their logs
 EXIT_LAUNCH_REFUSED = 127        # what a gang the API server refused exits with (as a bad command)
 DEFAULT_GRACE = 30.0             # a job without a grace period of its own gets Kubernetes' default
-FRESH_LIST_S = 2.0               # a full list younger than this is as fresh as a new one
 EXIT_PENDING_TIMEOUT = 124       # a gang whose pods never all started (timeout(1)'s code)
+NODE_READ_EVERY = 5.0            # seconds a Node read answers "is it Ready?" for a lingering pod
 APPLY_NAMESPACES = "python -m hived.k8s.policy SPEC POLICY | kubectl apply -f -"
 
 
@@ -83,6 +85,7 @@ class JobEvent:
     reason: str = ""
     rank: int | None = None        # the pod that decided it
     attempt: int = 0
+    ran: bool = True                  # False: refused before any pod existed (nothing started)
 
 
 class LaunchError(RuntimeError):
@@ -92,24 +95,6 @@ class LaunchError(RuntimeError):
         super().__init__(f"job {job_id}: the API server refused the gang ({status}): {message}")
         self.job_id = job_id
         self.status = status
-
-
-@dataclass(eq=False)            # identity: gangs sit in sets
-class _Gang:
-    job_id: str
-    attempt: int
-    namespace: str
-    names: list
-    grace: float
-    states: dict = field(default_factory=dict)     # rank -> PodState
-    started: bool = False
-    ended: bool = False
-    terminating: bool = False
-    launching: bool = False
-    skipped: bool = False          # terminated before its pods were created (pipeline mode)
-    failing: tuple | None = None    # (rank, PodState) of the member that ended the gang badly
-    release_at: float = 0.0        # monotonic time after which a failing gang is over regardless
-    pending_since: float = 0.0     # monotonic time its pods were created (or adopted), for the Pending timeout
 
 
 def make_api_client(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
@@ -125,16 +110,6 @@ def make_api_client(kubeconfig: str | None = None, context: str | None = None) -
     return client.ApiClient(cfg)
 
 
-def _send(call, *args, **kw) -> bytes:
-    """One API call without the client's model decoding; the body is read and the connection
-    handed back to the pool (an unread response would cost a new TLS handshake per call)."""
-    resp = call(*args, _preload_content=False, **kw)
-    try:
-        return resp.read()
-    finally:
-        resp.release_conn()
-
-
 def _namespace_missing(e: ApiException, ns: str) -> bool:
     """A create answered 404 because namespace ``ns`` itself does not exist."""
     if e.status != 404:
@@ -146,14 +121,7 @@ def _namespace_missing(e: ApiException, ns: str) -> bool:
     return details.get("kind") == "namespaces" and details.get("name") == ns
 
 
-def _api_message(e: ApiException) -> str:
-    try:
-        return json.loads(e.body or "").get("message") or str(e.reason)
-    except Exception:
-        return str(e.reason)
-
-
-class KubernetesLauncher:
+class KubernetesLauncher(Adoption):
     """Launch gangs as pods. ``template`` is the default job template (dict or JobTemplate);
     a job may add overrides as ``request.k8s_template`` (validated the same way)."""
 
@@ -165,7 +133,8 @@ class KubernetesLauncher:
                  watch_timeout: int = 5, watch_namespace: str | None = None, pipeline: bool = False,
                  teardown_margin: float = 30.0, default_grace: float = DEFAULT_GRACE,
                  api_retry_for: float = 30.0, pending_timeout: float = 600.0,
-                 finished_pod_ttl: float = 3600.0, gc_every: float = 30.0, policy: Any = None):
+                 finished_pod_ttl: float = 3600.0, gc_every: float = 30.0, policy: Any = None,
+                 namespace: str | None = None):
         if bind not in pb.BIND_MODES:
             raise ValueError(f"bind: {bind!r} is not one of {pb.BIND_MODES}")
         self.api = api_client or make_api_client(kubeconfig, context)
@@ -193,6 +162,9 @@ class KubernetesLauncher:
         # Where each VC's jobs run: the policy's namespaces, or without one prefix + VC name. Never
         # hived's own namespace (the policy refuses that); the admin creates them (policy.py's tool).
         self._namespaces = policy if policy is not None else AdminPolicy(namespace_prefix=namespace_prefix)
+        # hived's own namespace (its signing key's Secret; never a VC's): default the policy's
+        self.own_namespace = str(namespace or getattr(policy, "scheduler_namespace", DEFAULT_SCHEDULER_NAMESPACE))
+        self.signer = PodSigner(self.core, self.own_namespace, self.namespace_for)
         self.instance = instance
         self.bind = bind
         self.spec_version = spec_version
@@ -220,6 +192,10 @@ class KubernetesLauncher:
         self._by_job: dict[str, list[dict]] = {}
         self._by_job_key: tuple | None = None
         self.gc = FinishedPods(finished_pod_ttl, self._delete_finished, every=gc_every)
+        # node -> Ready? (the service's node watch sets it; else _node_ready reads the Node)
+        self.node_ready: Callable[[str], bool | None] | None = None
+        self._ready_cache: dict[str, tuple[bool, float]] = {}
+        self._drain_forced: set = set()      # (ns, pod) force-deleted while draining (recovery)
 
     # -- lifecycle -------------------------------------------------------
     def start(self) -> KubernetesLauncher:
@@ -275,12 +251,13 @@ class KubernetesLauncher:
         force delete: the API object goes at once, while the container may still use the GPUs)."""
         return float(requested) if requested and requested > 0 else self.default_grace
 
-    def _with_grace(self, pods: list[dict]) -> list[dict]:
+    def _sealed(self, pods: list[dict]) -> list[dict]:
+        """``pods`` with their grace period set and hived's signature on them (trust.py)."""
         for pod in pods:
             spec = pod["spec"]
             spec["terminationGracePeriodSeconds"] = int(round(self.grace_of(spec.get("terminationGracePeriodSeconds")
                                                                             or 0)))
-        return pods
+        return self.signer.sign(pods)
 
     # -- Launcher protocol ----------------------------------------------
     def launch(self, job_id: str, request: JobRequest, placement: Placement, attempt: int) -> None:
@@ -290,11 +267,12 @@ class KubernetesLauncher:
         priority = self.priority_of(request, placement) if self.priority_of else None
 
         def build() -> list[dict]:
-            return self._with_grace(pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
+            return self._sealed(pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
                                                   instance=self.instance, bind=self.bind,
                                                   spec_version=self.spec_version, priority=priority))
         names = [pb.pod_name(job_id, attempt, p.rank) for p in placement.pods]
-        gang = _Gang(job_id, attempt, ns, names, self.grace_of(request.grace_period), launching=True)
+        gang = _Gang(job_id, attempt, ns, names, self.grace_of(request.grace_period), launching=True,
+                     nodes=[p.node for p in placement.pods])
         with self._lock:
             self._gangs[job_id] = gang
         if self.pipeline:
@@ -366,8 +344,9 @@ class KubernetesLauncher:
         """What ``launch`` raises in sync mode, as the job's exited event (pipeline mode)."""
         self.events.job(gang.namespace, gang.job_id, "LaunchRefused", str(e), warning=True)
         with self._lock:
-            self._events.append(JobEvent(gang.job_id, "exited", EXIT_LAUNCH_REFUSED, f"hived: launch failed: {e}",
-                                         FAILED, "LaunchRefused", None, gang.attempt))
+            self._events.append(JobEvent(gang.job_id, "exited", EXIT_LAUNCH_REFUSED,
+                                         f"LaunchRefused: hived: launch failed: {e}", FAILED, "LaunchRefused",
+                                         None, gang.attempt, ran=False))
 
     def flush(self, timeout: float = 60.0) -> bool:
         """Wait until every queued API call was made (pipeline mode); True when drained."""
@@ -423,85 +402,7 @@ class KubernetesLauncher:
         self.events.job(ns, job_id, "Scheduled", f"{len(pods)} pod(s) placed ({kind}) on "
                         f"{', '.join(sorted({str(q.get('node')) for q in binding['pods']}))}")
 
-    # -- recovery helpers (k8s/recovery.py) ------------------------------
-    def create_members(self, job_id: str, request: JobRequest, placement: Placement, attempt: int,
-                       ranks: list[int]) -> None:
-        """Create the gang members ``ranks`` at their recorded cells (finishing an interrupted launch);
-        all or none of them, like ``launch``."""
-        template = self.validate(request)
-        ns = self.namespace_for(request.vc)
-        pods = [p for p in self._with_grace(pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
-                                                          instance=self.instance, bind=self.bind,
-                                                          spec_version=self.spec_version))
-                if int(p["metadata"]["annotations"][pb.A_RANK]) in set(ranks)]
-        self._create_all(job_id, ns, pods)
-
-    def bind_unbound(self, pods: list[dict]) -> list[str]:
-        """Binding mode: bind the pods a crash left created but unbound (their node is in their
-        gang-binding annotation); returns their names. Nothing to do in node_name mode."""
-        if self.bind != "binding":
-            return []
-        done = []
-        for pod in pods:
-            md = pod["metadata"]
-            if (pod.get("spec") or {}).get("nodeName") or md.get("deletionTimestamp"):
-                continue
-            self.raw.bind_pod(md["namespace"], md["name"], pb.binding_body(pod))
-            done.append(md["name"])
-        return done
-
-    def drain(self, job_id: str, ns: str, names: list[str], grace_period: float) -> None:
-        """Follow pods of a job hived no longer tracks until they are gone (see ``drained``)."""
-        self.start()
-        with self._lock:
-            self._draining[job_id] = (ns, set(names),
-                                      time.monotonic() + self.grace_of(grace_period) + self.teardown_margin)
-
-    def drained(self) -> list[str]:
-        """Jobs given to ``drain`` whose pods are all gone (or ended), or past the lost-node bound."""
-        if not self._draining:
-            return []
-        present = {pod_key(p): p for p in self.watch.snapshot()}
-        now, out = time.monotonic(), []
-        with self._lock:
-            for jid, (ns, names, give_up) in list(self._draining.items()):
-                live = [n for n in names if (ns, n) in present and not pod_state(present[(ns, n)]).terminal]
-                if not live or now >= give_up:
-                    if live:
-                        log.warning("job %s: pods %s not confirmed gone after the grace period; their GPUs "
-                                    "are handed on", jid, live)
-                    del self._draining[jid]
-                    out.append(jid)
-        return out
-
-    def delete_gang(self, job_id: str, ns: str, names: list[str], grace_period: float) -> None:
-        """Delete pods hived no longer tracks (recovery: leftovers of a job that ended), with the job's grace,
-        and the gang's headless Service (if it had one)."""
-        self._delete_pods(ns, names, self.grace_of(grace_period), f"delete {job_id}")
-        self._delete_service(ns, pb.service_name(job_id))
-
-    def relabel_opportunistic(self, job_id: str) -> None:
-        """A tracked gang was downgraded (spec reload): relabel its pods."""
-        with self._lock:
-            gang = self._gangs.get(job_id)
-        pods = [p for p in self.watch.snapshot()
-                if (p["metadata"].get("annotations") or {}).get(pb.A_JOB) == job_id
-                and gang is not None and p["metadata"]["name"] in gang.names]
-        if pods and gang is not None:
-            binding = json.loads(pods[0]["metadata"]["annotations"][pb.A_BINDING])
-            self.mark_opportunistic(gang.namespace, [p["metadata"]["name"] for p in pods], binding)
-
-    def mark_opportunistic(self, ns: str, names: list[str], placement: dict) -> None:
-        """Relabel a downgraded gang's pods: priority class and binding say opportunistic now."""
-        binding = json.dumps({**placement, "opportunistic": True}, separators=(",", ":"), sort_keys=True)
-        body = {"metadata": {"labels": {pb.L_PRIORITY: "opportunistic"},
-                             "annotations": {pb.A_BINDING: binding}}}
-        for name in names:
-            try:
-                _send(self.core.patch_namespaced_pod, name, ns, body)
-            except ApiException as e:
-                log.error("relabel %s/%s as opportunistic: %s", ns, name, _api_message(e))
-
+    # -- deleting pods ----------------------------------------------------
     def _rollback(self, ns: str, names: list[str], job_id: str = "") -> None:
         """Delete the pods of a gang that could not be created whole (grace 0: they never ran)."""
         self._delete_pods(ns, names, 0, "rollback", job_id=job_id)
@@ -609,7 +510,7 @@ class KubernetesLauncher:
             for ev in out:
                 if ev.kind == "exited":
                     self._retire(ev.job_id)
-        self.gc.maybe_run(self.watch.snapshot, self._tracked)
+        self.gc.maybe_run(lambda: self.trusted(self.watch.snapshot()), self._tracked)
         return out
 
     def _delete_service(self, ns: str, name: str) -> None:
@@ -657,57 +558,6 @@ class KubernetesLauncher:
         while len(self._retired) > RETIRED_KEPT:
             self._retired.popitem(last=False)
 
-    def adopt(self, job_id: str, placement: Placement) -> bool:
-        """After a restart: track the job's pods again. True when its pods exist in the cluster
-        (a gang that ended while hived was down is adopted too; its ``exited`` follows in poll)."""
-        self.start()
-
-        def of_job(items):
-            return [p for p in items if (p["metadata"].get("annotations") or {}).get(pb.A_JOB) == job_id]
-        pods = self._cache_by_job().get(job_id, [])
-        if not pods:
-            return False
-        attempt = max(int(p["metadata"]["annotations"].get(pb.A_ATTEMPT, 0)) for p in pods)
-        pods = [p for p in pods if int(p["metadata"]["annotations"].get(pb.A_ATTEMPT, 0)) == attempt]
-        binding = json.loads(pods[0]["metadata"]["annotations"][pb.A_BINDING])
-        ns = pods[0]["metadata"]["namespace"]
-        request = json.loads(pods[0]["metadata"]["annotations"].get(pb.A_REQUEST, "{}"))
-        if len(pods) < len(binding["pods"]):
-            # The cache may lag behind members created a moment ago (recovery completing a
-            # gang): ask the server before calling a member missing.
-            pods = [p for p in of_job(self.watch.list_now()[0])
-                    if int(p["metadata"]["annotations"].get(pb.A_ATTEMPT, 0)) == attempt]
-        names = [pb.pod_name(job_id, attempt, q["rank"]) for q in binding["pods"]]
-        gang = _Gang(job_id, attempt, ns, names, self.grace_of(float(request.get("grace_period", 0.0))))
-        present = {p["metadata"]["name"]: p for p in pods}
-        with self._lock:
-            self._gangs[job_id] = gang
-            if len(names) > 1:     # created before the restart: deleted when the gang ends
-                self._services[job_id] = (ns, pb.service_name(job_id))
-            for rank, name in enumerate(names):
-                pod = present.get(name)
-                gang.states[rank] = pod_state(pod) if pod else PodState(DELETED, "missing after restart",
-                                                                        EXIT_DELETED)
-            # A gang already running when hived went down was reported started then.
-            gang.started = all(s.state in (RUNNING, SUCCEEDED) or s.terminal for s in gang.states.values()) \
-                and any(s.state != PENDING for s in gang.states.values())
-            gang.pending_since = time.monotonic()    # not started yet: the Pending timeout counts from now
-            self._evaluate(gang)
-        return True
-
-    def _cache_by_job(self) -> dict[str, list[dict]]:
-        """The pod cache grouped by job, rebuilt only when the cache changed: a restart adopts every
-        gang in turn, and scanning all pods for each would cost O(pods^2)."""
-        key = (self.watch.resource_version, self.watch.relists, len(self.watch.pods))
-        if self._by_job_key != key:
-            index: dict[str, list[dict]] = {}
-            for p in self.watch.snapshot():
-                jid = (p["metadata"].get("annotations") or {}).get(pb.A_JOB)
-                if jid is not None:
-                    index.setdefault(jid, []).append(p)
-            self._by_job, self._by_job_key = index, key
-        return self._by_job
-
     def logs(self, job_id: str, rank: int = 0, offset: int = 0) -> tuple[str, int]:
         with self._lock:
             gang = self._gangs.get(job_id)
@@ -727,33 +577,6 @@ class KubernetesLauncher:
         """Node health changes since the last call: [(node, healthy)] (start() first)."""
         return self.node_health.changes() if self.node_health else []
 
-    def owned_pods(self, fresh: bool = False) -> list[dict]:
-        """The pods of this hived instance: as the watch cache holds them, or (``fresh``) as a
-        new list returns them (recovery wants the latest word, not the cache's). A cache that was
-        listed in full a moment ago (the watch just started) is that word already, with the watch's
-        events since on top: listing thousands of pods twice would double a restart's cost."""
-        self.start()
-        if fresh and time.monotonic() - self.watch.listed_at > FRESH_LIST_S:
-            return self.watch.list_now()[0]
-        return self.watch.snapshot()
-
-    def cluster_job_ids(self) -> list[str]:
-        """The job ids on every hived pod in the watched namespaces, of *any* hived instance:
-        a new job id must not name an old pod (pod names derive from it)."""
-        # this instance's pods are in the watch cache; the list fetches only other instances'
-        sel = f"{pb.L_MANAGED}=hived,{pb.L_INSTANCE}!={pb.label_value(self.instance)}"
-        own = [a[pb.A_JOB] for p in self.owned_pods() if pb.A_JOB in (a := (p["metadata"].get("annotations") or {}))]
-        resp: Any   # with _preload_content=False: the raw urllib3 response, not a V1PodList
-        if self.watch_namespace is None:
-            resp = self.core.list_pod_for_all_namespaces(label_selector=sel, _preload_content=False)
-        else:
-            resp = self.core.list_namespaced_pod(self.watch_namespace, label_selector=sel, _preload_content=False)
-        try:
-            items = json.loads(resp.read()).get("items") or []
-        finally:
-            resp.release_conn()
-        return own + [a[pb.A_JOB] for p in items if pb.A_JOB in (a := (p["metadata"].get("annotations") or {}))]
-
     def gang_states(self, job_id: str) -> dict[int, PodState]:
         with self._lock:
             gang = self._gangs.get(job_id)
@@ -767,8 +590,10 @@ class KubernetesLauncher:
             return
         with self._lock:
             gang = self._gangs.get(job_id)
-            if gang is None or int(ann.get(pb.A_ATTEMPT, -1)) != gang.attempt:
-                return
+            md = pod["metadata"]
+            if gang is None or int(ann.get(pb.A_ATTEMPT, -1)) != gang.attempt or \
+                    md.get("namespace") != gang.namespace or md.get("name") not in gang.names:
+                return      # not a member of a gang hived runs (an old attempt, or not hived's pod)
             gang.states[int(ann.get(pb.A_RANK, 0))] = pod_state(pod, deleted=(kind == "DELETED"))
             if not gang.launching:
                 self._evaluate(gang)
@@ -781,10 +606,9 @@ class KubernetesLauncher:
         states = [gang.states.get(r) for r in range(size)]
         if gang.terminating:
             gone = all(s is not None and s.terminal for s in states)
-            if gone or (gang.release_at and time.monotonic() >= gang.release_at and not gang.launching):
-                if not gone:
-                    log.warning("job %s: pods not confirmed gone %.0fs after their grace period (node lost?); "
-                                "its cells are handed on", gang.job_id, self.teardown_margin)
+            if not gone and gang.release_at and time.monotonic() >= gang.release_at and not gang.launching:
+                self._lingering(gang, states)      # never hands cells on while a pod may still run
+            if gone:
                 codes = [s for s in states if s is not None and s.state not in (DELETED, SUCCEEDED)
                          and s.terminal]
                 first = codes[0] if codes else PodState(DELETED, "Deleted", EXIT_DELETED)
@@ -806,10 +630,9 @@ class KubernetesLauncher:
             # The job is over, but its cells are free only when no member can still use a GPU:
             # a job placed there at once would share GPUs with members still stopping.
             gone = all(s is not None and s.terminal for s in states)
-            if gone or time.monotonic() >= gang.release_at:
-                if not gone:
-                    log.warning("job %s: members still terminating %.0fs after the grace period; "
-                                "releasing its cells", gang.job_id, self.teardown_margin)
+            if not gone and time.monotonic() >= gang.release_at:
+                self._lingering(gang, states)
+            if gone:
                 rank, s = gang.failing
                 gang.ended = True
                 self._failing.discard(gang)
@@ -821,6 +644,67 @@ class KubernetesLauncher:
         if all(s is not None and s.state == SUCCEEDED for s in states):
             gang.ended = True
             self._emit(gang, "exited", PodState(SUCCEEDED, "Completed", 0), None, "")
+
+    def _lingering(self, gang: _Gang, states: list) -> None:
+        """Members outlive grace period + margin (lock held). On a Ready node the kubelet may still
+        run them: their cells stay held however long (``stuck``, shown by REST). On a node that is
+        NotReady, unreachable or gone, nothing confirms the end: those pods are force-deleted (an
+        Event says so), and the gang ends once the API server has them gone."""
+        left = [r for r, s in enumerate(states) if not (s is not None and s.terminal)]
+        stuck = [r for r in left if r < len(gang.nodes) and self._node_ready(gang.nodes[r])]
+        if stuck and not gang.stuck:
+            gang.stuck = (f"terminating (stuck): pod {gang.names[stuck[0]]} on Ready node {gang.nodes[stuck[0]]} has "
+                          f"not stopped {gang.grace + self.teardown_margin:g}s after deletion (grace period "
+                          f"{gang.grace:g}s + {self.teardown_margin:g}s); its GPUs stay held until it is gone")
+            log.warning("job %s: %s", gang.job_id, gang.stuck)
+            self.events.job(gang.namespace, gang.job_id, "TerminationStuck", gang.stuck, warning=True)
+        force = [gang.names[r] for r in left if r not in stuck and gang.names[r] not in gang.forced]
+        if force:
+            gang.forced.update(force)
+            threading.Thread(target=self._force_delete, args=(gang.namespace, force, gang.job_id),
+                             name="hived-force-delete", daemon=True).start()
+
+    def _force_delete(self, ns: str, names: list[str], job_id: str) -> None:
+        for name in names:
+            self.events.pod(ns, name, "ForceDeleted", f"hived force-deletes pod {name} of job {job_id}: its node is "
+                            "NotReady or unreachable and confirmed nothing within the grace period + margin",
+                            warning=True)
+            log.warning("job %s: force-deleting pod %s/%s (its node is not Ready)", job_id, ns, name)
+        self._delete_pods(ns, names, 0, f"force delete {job_id}", job_id=job_id)
+
+    def _node_ready(self, node: str) -> bool:
+        """The node's kubelet reports Ready (the service's node watch, else a read, cached briefly)."""
+        known = self.node_ready(node) if self.node_ready is not None else None
+        if known is None and self.node_health is not None:
+            known = self.node_health.ready(node)
+        if known is not None:
+            return known
+        now = time.monotonic()
+        hit = self._ready_cache.get(node)
+        if hit is not None and now - hit[1] < NODE_READ_EVERY:
+            return hit[0]
+        try:
+            ready = node_ready(json.loads(_send(self.core.read_node, node)))
+        except Exception:       # gone (404) or unreachable: nothing there confirms anything
+            ready = False
+        self._ready_cache[node] = (ready, now)
+        return ready
+
+    def gang_note(self, job_id: str) -> str | None:
+        """What REST shows of a launched gang beyond its job state: stuck, or still starting."""
+        with self._lock:
+            gang = self._gangs.get(job_id)
+            if gang is None or gang.ended:
+                return None
+            if gang.stuck:
+                return gang.stuck
+            if gang.started or gang.launching or gang.terminating or gang.failing or not gang.pending_since:
+                return None
+            states = [gang.states.get(r) for r in range(len(gang.names))]
+            running = sum(1 for s in states if s is not None and s.state in (RUNNING, SUCCEEDED))
+            waiting = sorted({s.reason or s.state for s in states if s is not None and s.state == PENDING})
+            return (f"starting: {running} of {len(states)} pods Running"
+                    + (f" (waiting: {', '.join(waiting)})" if waiting else ""))
 
     def _emit(self, gang: _Gang, kind: str, s: PodState, rank: int | None, note: str) -> None:
         tail = ""

@@ -111,6 +111,14 @@ class NodeHealth:
         with self._lock:
             return {n: s != LOST for n, s in self.state.items()}
 
+    def ready(self, name: str) -> bool | None:
+        """Whether node ``name``'s kubelet reports Ready now (False: NotReady, unknown or no Node
+        object); None for a node this watch does not follow or has not listed yet."""
+        with self._lock:
+            if name not in self.nodes or name not in self._seen:
+                return None
+            return node_ready(self._seen[name])
+
     def _set(self, name: str, node: dict | None) -> None:
         if name not in self.nodes:
             return

@@ -41,10 +41,11 @@ RESTRICTED_VOLUMES = ("configMap", "csi", "downwardAPI", "emptyDir", "ephemeral"
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 
 
-def volume_type(volume: dict) -> str:
-    """The one source key of a core/v1 Volume (``hostPath``, ``emptyDir`` ...)."""
+def volume_sources(volume: dict) -> list[str]:
+    """Every source key of a core/v1 Volume (``hostPath``, ``emptyDir`` ...). A valid volume has
+    exactly one (template.py refuses more); every rule judges each key, never just the first."""
     keys = [k for k in volume if k != "name"]
-    return keys[0] if keys else "emptyDir"      # no source: the API defaults it to emptyDir
+    return keys or ["emptyDir"]                 # no source: the API defaults it to emptyDir
 
 
 def violations(template: Any, level: str) -> Iterator[tuple[str, str, str]]:
@@ -110,9 +111,9 @@ def violations(template: Any, level: str) -> Iterator[tuple[str, str, str]]:
         return
     # -- restricted -------------------------------------------------------
     for i, v in enumerate(template.volumes):
-        kind = volume_type(v)
-        if kind not in RESTRICTED_VOLUMES and kind != "hostPath":      # hostPath: said above
-            yield f"{T}.volumes[{i}].{kind}", "restricted: Volume Types", f"a {kind} volume"
+        for kind in volume_sources(v):
+            if kind not in RESTRICTED_VOLUMES and kind != "hostPath":      # hostPath: said above
+                yield f"{T}.volumes[{i}].{kind}", "restricted: Volume Types", f"a {kind} volume"
     if csc.get("allowPrivilegeEscalation") is not False:
         yield (f"{T}.security_context.allowPrivilegeEscalation", "restricted: Privilege Escalation",
                "allowPrivilegeEscalation must be false")

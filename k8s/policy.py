@@ -40,7 +40,7 @@ import yaml
 from kubernetes.client import models as m
 
 from . import pod_builder as pb
-from .pod_security import LEVELS, RESTRICTED_VOLUMES, violations, volume_type
+from .pod_security import LEVELS, RESTRICTED_VOLUMES, violations, volume_sources
 from .template import JobTemplate, TemplateError
 
 PSA = "pod-security.kubernetes.io/"
@@ -50,6 +50,8 @@ DEFAULT_SCHEDULER_NAMESPACE = "hived"
 JOBS_CLUSTER_ROLE = "hived-jobs"          # k8s/deploy/rbac.yaml: what hived may do in a VC namespace
 # Namespaces no VC may map to: the cluster's own and (checked separately) the scheduler's.
 SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
+# Projected sources that carry no identity of the pod: allowed whatever the VC's accounts.
+PROJECTED_SOURCES = ("configMap", "secret", "downwardAPI")
 VOLUME_TYPES = sorted(f.serialization_alias or n for n, f in m.V1Volume.model_fields.items() if n != "name")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -209,13 +211,29 @@ def refusals(template: JobTemplate, vp: VCPolicy) -> Iterator[tuple[str, str]]:
         yield "template.service_account", (f"service account {sa!r} is not allowed for VC {vp.vc!r} (allowed: "
                                            f"{', '.join(vp.service_accounts) or 'none; a job gets no API token'})")
     for i, v in enumerate(template.volumes):
-        kind = volume_type(v)
-        if kind not in vp.volume_types:
-            yield f"template.volumes[{i}].{kind}", (f"volume type {kind!r} is not allowed for VC {vp.vc!r} "
-                                                     f"(allowed: {', '.join(vp.volume_types)})")
+        for kind in volume_sources(v):
+            if kind not in vp.volume_types:
+                yield f"template.volumes[{i}].{kind}", (f"volume type {kind!r} is not allowed for VC {vp.vc!r} "
+                                                         f"(allowed: {', '.join(vp.volume_types)})")
+        yield from _projected_refusals(template, vp, i, v)
     if template.namespace is not None and template.namespace != vp.namespace:
         yield "template.namespace", (f"VC {vp.vc!r} runs its jobs in namespace {vp.namespace!r} only, "
                                      f"not {template.namespace!r}")
+
+
+def _projected_refusals(template: JobTemplate, vp: VCPolicy, i: int, volume: dict) -> Iterator[tuple[str, str]]:
+    """A projected volume's sources beyond configMap/secret/downwardAPI (a service account token, a
+    pod certificate, a trust bundle ...) speak for the pod's service account: the template's, else
+    the namespace's ``default``. Allowed only when the VC allows that very account."""
+    account = template.service_account or "default"
+    if account in vp.service_accounts:
+        return
+    for j, src in enumerate((volume.get("projected") or {}).get("sources") or []):
+        for key in sorted(set(src) - set(PROJECTED_SOURCES)):
+            yield (f"template.volumes[{i}].projected.sources[{j}].{key}",
+                   f"a projected {key} source acts as service account {account!r}, which VC {vp.vc!r} does not "
+                   f"allow (rule 'Projected Sources': only {', '.join(PROJECTED_SOURCES)} without an allowed "
+                   f"service account; allowed accounts: {', '.join(vp.service_accounts) or 'none'})")
 
 
 def namespace_manifest(vc: str, policy: AdminPolicy | None = None) -> dict:

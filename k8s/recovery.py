@@ -56,10 +56,12 @@ from hived.core.jobs import STARTED, WAITING, JobState, state_values
 from hived.core.jobs import TERMINAL as TERMINAL_STATES
 
 from . import pod_builder as pb
-from .watch import PENDING, SUCCEEDED, pod_state
+from .watch import PENDING, RUNNING, SUCCEEDED, pod_state
 
 log = logging.getLogger("hived.k8s.recovery")
 
+# what an adopted gang whose pods are not all Running is doing (REST: state placed, this reason)
+STARTING = "starting: its pods are not all Running yet"
 # the records are JSON here: the states' wire names
 HOLDING = state_values(HOLDING_STATES)
 TERMINAL = state_values(TERMINAL_STATES)
@@ -98,6 +100,13 @@ class ClusterGang:
         """Some member got past Pending (or is being deleted): something may have run."""
         return any(s.state != PENDING or p["metadata"].get("deletionTimestamp")
                    for p, s in ((self.pods[r], st) for r, st in self.states.items()))
+
+    @property
+    def running(self) -> bool:
+        """Every member exists and is Running (or has succeeded): the gang has started as a whole."""
+        states = self.states
+        return not self.missing and bool(states) and all(s.state in (RUNNING, SUCCEEDED)
+                                                         for s in states.values())
 
     @property
     def over(self) -> bool:
@@ -198,10 +207,16 @@ def reconcile(store, launcher, new_engine: Callable[[], object], now: float) -> 
             continue
         if entry is None:
             req = request_from_dict(g.request)
-            rec = JobRecord(job_id=jid, request=req, state=JobState.RUNNING, submitted=now, started=now,
-                            first_started=now, placement=placement_from_dict(pl), attempts=g.attempt,
-                            opportunistic=pl["opportunistic"])
-            rec.log(now, JobState.RUNNING, f"rebuilt from its pods (attempt {g.attempt}); the journal had no record")
+            if g.running:
+                rec = JobRecord(job_id=jid, request=req, state=JobState.RUNNING, submitted=now, started=now,
+                                first_started=now, placement=placement_from_dict(pl), attempts=g.attempt,
+                                opportunistic=pl["opportunistic"])
+                rec.note(now, f"rebuilt from its pods (attempt {g.attempt}); the journal had no record")
+            else:   # launched, not all Running: starting; the launcher's "started" makes it running
+                rec = JobRecord(job_id=jid, request=req, state=JobState.PLACED, submitted=now,
+                                placement=placement_from_dict(pl), attempts=g.attempt - 1,
+                                opportunistic=pl["opportunistic"])
+                rec.note(now, f"rebuilt from its pods (attempt {g.attempt}); the journal had no record; {STARTING}")
             d = rec.to_dict()
             writes[jid] = (d, None, [])
             added.add(jid)
@@ -227,12 +242,16 @@ def reconcile(store, launcher, new_engine: Callable[[], object], now: float) -> 
                 continue
             diffs = []
             want_attempt = g.attempt - (1 if state == "placed" else 0)
-            if state == "queued":
+            if state == "queued" and g.running:
                 diffs.append("journal: queued, cluster: running pods")
                 d["state"] = "running"
                 d["started"] = d["first_started"] = d.get("first_started") or now
                 d["queued_since"] = None
                 want_attempt = g.attempt
+            elif state == "queued":
+                diffs.append(f"journal: queued, cluster: pods not all Running ({STARTING})")
+                d["state"], d["queued_since"], d["waiting_for"] = "placed", None, []
+                want_attempt = g.attempt - 1
             if not _same_placement(d.get("placement"), pl):
                 diffs.append(f"placement differs (journal {_brief(d.get('placement'))}, cluster {_brief(pl)})")
                 d["placement"] = pl

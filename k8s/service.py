@@ -27,11 +27,15 @@ import json
 import logging
 import os
 import re
-from typing import Any
+import threading
+from typing import Any, cast
 
+from hived.core.engine_records import JobRecord, request_from_dict, request_to_dict
+from hived.core.jobs import HOLDING, DecisionKind, JobState
 from hived.service.degraded import ServiceDegraded
 from hived.service.scheduler import SchedulerService
 
+from .durable import ClusterJobs
 from .launcher import KubernetesLauncher
 from .leader import Elector
 from .nodes import NodeHealth
@@ -41,7 +45,8 @@ from .recovery import RecoveryReport, reconcile
 log = logging.getLogger("hived.k8s.service")
 
 ENV = {
-    "HIVED_K8S_NAMESPACE": "hived's own namespace, where its Lease lives (default: the pod's own namespace); "
+    "HIVED_K8S_NAMESPACE": "hived's own namespace, where its Lease and pod signing key live (default: the pod's "
+                           "own namespace, else the policy's schedulerNamespace); "
                            "jobs never run there: each VC's run in the namespace the pod policy names",
     "HIVED_K8S_TEMPLATE": "path of the default job template (JSON or YAML)",
     "HIVED_K8S_BIND": "node_name (default) or binding",
@@ -127,6 +132,7 @@ def launcher_from_env(nodes=None, **kw) -> KubernetesLauncher:
         pending_timeout=_env_seconds("HIVED_K8S_PENDING_TIMEOUT", 600.0),
         teardown_margin=_env_seconds("HIVED_K8S_TEARDOWN_MARGIN", 30.0),
         finished_pod_ttl=_env_seconds("HIVED_K8S_FINISHED_POD_TTL", 3600.0),
+        namespace=env.get("HIVED_K8S_NAMESPACE") or _own_namespace(),
         nodes=nodes, **{"pipeline": True, **kw})
 
 
@@ -179,6 +185,13 @@ class KubernetesSchedulerService(SchedulerService):
             tol = _env_seconds("HIVED_K8S_NOTREADY_TOLERATION", 60.0)
             health = NodeHealth(launcher.core, spec_nodes(spec_path), timeout_seconds=launcher.watch.timeout_seconds,
                                 notready_toleration=tol)
+        if isinstance(health, NodeHealth) and launcher.node_ready is None:
+            launcher.node_ready = health.ready       # lingering pods: force-deleted only off Ready nodes
+        # accepted jobs and job ids live in the API server (durable.py); the journal is a cache
+        self.cluster_jobs = ClusterJobs(launcher.core, launcher.own_namespace, launcher.instance, launcher.signer)
+        self._durable: set[str] = set()          # jobs with a record in the cluster, deleted when they end
+        self._submit_lock = threading.Lock()
+        self._not_launched: set[str] = set()     # START decisions for gangs whose pods exist (see _execute)
         self.cluster_recovery: RecoveryReport | None = None
         self._allocatable: dict[str, tuple[float, float]] = {}   # node -> (cpus, memory GB) its kubelet admits
         if leader == "env":
@@ -231,11 +244,76 @@ class KubernetesSchedulerService(SchedulerService):
     def tick(self) -> list[dict]:
         if self._standby:
             return []
-        return super().tick()
+        out = super().tick()
+        with self._lock:
+            again, self._not_launched = self._not_launched, set()
+        return [d for d in out if not (d["kind"] == "start" and d["job_id"] in again)]
 
     def submit(self, user: str, payload: dict, groups=()) -> dict:
+        """Accepted only once the cluster holds it: its id is reserved from the cluster's counter and
+        the job recorded in its VC's namespace before the answer (durable.py); a standby that takes
+        over finds it there, under the same id."""
         self._require_leader()
-        return super().submit(user, payload, groups)
+        with self._submit_lock:
+            ids = self.job_ids
+            try:
+                n = ids._next = self.cluster_jobs.reserve(ids._next)
+            except Exception as e:
+                raise ServiceDegraded(f"cannot reserve a job id in the cluster: {e}") from None
+            out = super().submit(user, payload, groups)
+            if int(out["id"][1:]) != n:               # n was taken here: the counter moves past the one used
+                self.cluster_jobs.reserve(int(out["id"][1:]))
+        with self._lock:
+            rec = self.eng.find(out["id"])
+            req = request_to_dict(rec.request) if rec is not None else None
+        try:
+            if req is not None:
+                self.cluster_jobs.put(out["id"], req, out["submitted"])
+        except Exception as e:      # not recorded = not accepted: it is taken back
+            SchedulerService.cancel(self, out["id"], user, groups)
+            raise ServiceDegraded(f"job {out['id']} was not accepted: {e}") from None
+        with self._lock:
+            self._durable.add(out["id"])
+        return out
+
+    def _write(self, ids, now: float, meta: dict | None = None, **kw: Any) -> Any:
+        out = cast(Any, super()._write)(ids, now, meta, **kw)     # **kw: the service's own options (sync=...)
+        for jid in [j for j in ids if j in self._durable]:
+            rec = self.eng.find(jid)
+            if rec is not None and rec.state.terminal:     # ended: its record in the cluster goes
+                self._durable.discard(jid)
+                threading.Thread(target=self.cluster_jobs.delete, args=(jid,),
+                                 name="hived-k8s-forget", daemon=True).start()
+        return out
+
+    def _queue_accepted(self, now: float) -> list[str]:
+        """Jobs accepted by any leader and recorded in the cluster that neither the journal nor the
+        pods know (the leader that accepted them died): queued here, under the same id."""
+        recorded = self.cluster_jobs.load()
+        if not recorded:
+            return []
+        journal = {d["job_id"]: d for d, _ in self.store.load_jobs_with_keys()}
+        with_pods = {(p["metadata"].get("annotations") or {}).get("hived.io/job-id")
+                     for p in self.launcher.owned_pods()}
+        added = []
+        for jid, (req, submitted) in sorted(recorded.items(), key=lambda kv: kv[1][1]):
+            d = journal.get(jid)
+            if (d is not None and JobState(d["state"]).terminal) or (d is None and jid in with_pods):
+                # ended here, or its pods ended with no journal to say how: never run it again
+                threading.Thread(target=self.cluster_jobs.delete, args=(jid,),
+                                 daemon=True).start()
+                continue
+            self._durable.add(jid)
+            if d is not None:
+                continue
+            rec = JobRecord(job_id=jid, request=request_from_dict(req), state=JobState.QUEUED, submitted=submitted)
+            rec.note(now, "accepted by a hived instance that stopped; recorded in the cluster, "
+                          "queued here under the same id")
+            self.store.add_job(rec.to_dict(), now)
+            added.append(jid)
+            log.warning("recovery: job %s was accepted before the last leader stopped and is in no journal; "
+                        "queued from its record in the cluster", jid)
+        return added
 
     def cancel(self, job_id: str, user: str, groups=()) -> dict:
         self._require_leader()
@@ -303,6 +381,48 @@ class KubernetesSchedulerService(SchedulerService):
             self._write_live(now, also=[d.job_id for d in decisions])
             self._execute(decisions, now)
 
+    # -- what REST shows: the cluster's word on launched gangs --------------
+    def _events(self, now: float) -> list[str]:
+        """As the service's, and a launch the cluster refused before any pod existed says why in its
+        reason (the namespace missing and the command that creates it), not only in ``last_error``."""
+        with self._inbox_lock:
+            refused = {ev.job_id: ev.log_tail for ev in self._inbox if not getattr(ev, "ran", True)}
+        touched = super()._events(now)
+        for jid, tail in refused.items():
+            rec = self.eng.find(jid)
+            if rec is None or not rec.history:
+                continue
+            detail = tail.split("launch failed: ", 1)[-1]
+            t, st, why = rec.history[-1]
+            rec.history[-1] = (t, st, f"{why}; {detail}")
+            if rec.reason:
+                rec.reason = f"{rec.reason}; {detail}"
+        return touched
+
+    def _execute(self, decisions, now: float) -> None:
+        """As the service's, but no second launch of a gang whose pods exist: a gang adopted while its
+        pods are still Pending stays ``placed`` (the engine restores it as to be started) and becomes
+        running when the pod watch reports every member Running."""
+        again = {d.job_id for d in decisions if d.kind is DecisionKind.START and self.launcher.has_live_gang(d.job_id)}
+        self._not_launched |= again
+        super()._execute([d for d in decisions if not (d.kind is DecisionKind.START and d.job_id in again)], now)
+
+    def _shown(self, d: dict) -> dict:
+        """A REST job dict with the pods' truth: ``starting`` while a launched gang's pods are not all
+        Running, ``terminating (stuck)`` while a pod outlives its grace period on a Ready node."""
+        note = self.launcher.gang_note(d["id"]) if JobState(d["state"]) in HOLDING else None
+        if note:
+            d["reason"] = note
+            if d["state"] == "placed":
+                d["wait_reason"] = note          # what a placed job waits for (the dashboards show it)
+        return d
+
+    def get_job(self, job_id: str) -> dict:
+        return self._shown(super().get_job(job_id))
+
+    def list_jobs(self, vc: str | None = None, state: str | None = None, user: str | None = None) -> list[dict]:
+        return [self._shown(d) for d in super().list_jobs(vc, state, user)]
+
     def status(self) -> dict:
         out = super().status()
         if self.elector is not None:
@@ -316,7 +436,7 @@ class KubernetesSchedulerService(SchedulerService):
         top = max((int(m.group(1)) for m in map(_JOB_ID.fullmatch, seen) if m), default=0)
         # the service hands out ids from its JobIds (data directory); the cluster's pods bound it too
         ids = self.job_ids
-        ids._next = max(ids._next, top + 1)
+        ids._next = max(ids._next, top + 1, self.cluster_jobs.peek())
 
     def reload_spec(self, path_or_text) -> dict:
         """The service's one reconfiguration (see ``SchedulerService.reload_spec``), on the leader
@@ -339,8 +459,10 @@ class KubernetesSchedulerService(SchedulerService):
         self.launcher.start()
         report = reconcile(self.store, self.launcher, lambda: self._new_engine(self.spec), self.clock())
         self.cluster_recovery = report
+        accepted = self._queue_accepted(self.clock())
         summary = super()._recover()
         summary["cluster"] = report.to_dict()
+        summary["cluster"]["accepted"] = accepted
         self._continue_job_ids()
         self._hold_draining(report.draining, self.clock())
         return summary

@@ -42,7 +42,12 @@ _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[
                         r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 
-GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu")
+# Device plugins' resources: hived picks GPUs itself, so none of them may be requested. By
+# vendor domain (every resource of it, MIG slices and shared GPUs included) and by name.
+DEVICE_PLUGIN_DOMAINS = ("nvidia.com", "amd.com", "gpu.intel.com")
+DEVICE_PLUGIN_WORDS = ("gpu", "mig")
+# Resources a template may ask for besides a domain-qualified extended resource.
+PLAIN_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 # Environment names hived sets itself; a template may not override them.
 # MASTER_*/WORLD_SIZE/RANK: the gang's rendezvous (torchrun's names), from the placement.
 RESERVED_ENV = ("NVIDIA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
@@ -115,11 +120,7 @@ class JobTemplate:
         if d.get("resources") is not None:
             kw["resources"] = _resources(d["resources"], f"{where}.resources")
         if d.get("volumes") is not None:
-            kw["volumes"] = _typed_list(d["volumes"], m.V1Volume, f"{where}.volumes")
-            names = [v["name"] for v in kw["volumes"]]
-            dup = {n for n in names if names.count(n) > 1}
-            if dup:
-                raise TemplateError(f"{where}.volumes", f"duplicate volume name {sorted(dup)[0]!r}")
+            kw["volumes"] = _volumes(d["volumes"], f"{where}.volumes")
         if d.get("volume_mounts") is not None:
             kw["volume_mounts"] = _typed_list(d["volume_mounts"], m.V1VolumeMount, f"{where}.volume_mounts")
             known = {v["name"] for v in kw.get("volumes", ())}
@@ -256,17 +257,42 @@ def _resources(v: Any, where: str) -> dict:
         if not isinstance(q, dict):
             raise TemplateError(f"{where}.{part}", "must map resource names to quantities")
         for res, amount in q.items():
-            if res in GPU_RESOURCES or str(res).endswith("/gpu"):
+            if is_device_plugin_resource(str(res)):
                 raise TemplateError(f"{where}.{part}.{res}",
-                                    "hived chooses the GPUs itself; do not request them through the device plugin")
-            if res not in ("cpu", "memory", "ephemeral-storage") and "/" not in str(res):
-                raise TemplateError(f"{where}.{part}.{res}",
-                                    "unknown resource; use cpu, memory, ephemeral-storage or a domain/name resource")
+                                    "hived chooses the GPUs itself (rule 'No device plugin resources': nothing of "
+                                    f"{', '.join(DEVICE_PLUGIN_DOMAINS)}, no name with gpu or mig); do not request "
+                                    "them through the device plugin")
+            if res not in PLAIN_RESOURCES and not str(res).startswith("hugepages-") and "/" not in str(res):
+                raise TemplateError(f"{where}.{part}.{res}", "unknown resource; use cpu, memory, ephemeral-storage, "
+                                                             "hugepages-<size> or a domain/name resource")
             s = str(amount) if isinstance(amount, (int, float)) and not isinstance(amount, bool) else amount
             if not isinstance(s, str) or not _QUANTITY.match(s):
                 raise TemplateError(f"{where}.{part}.{res}", f"{amount!r} is not a quantity (e.g. 4, 500m, 16Gi)")
         out[part] = {k: str(x) for k, x in q.items()}
     return out
+
+
+def is_device_plugin_resource(name: str) -> bool:
+    """Whether resource ``name`` is a device plugin's (``nvidia.com/mig-1g.10gb``, ``gpu.intel.com/i915``)."""
+    low = name.lower()
+    domain = low.partition("/")[0] if "/" in low else ""
+    return (any(domain == d or domain.endswith("." + d) for d in DEVICE_PLUGIN_DOMAINS)
+            or any(w in low for w in DEVICE_PLUGIN_WORDS))
+
+
+def _volumes(v: Any, where: str) -> tuple[dict, ...]:
+    """The template's volumes, typed, uniquely named, each with exactly one source."""
+    vols = _typed_list(v, m.V1Volume, where)
+    for i, vol in enumerate(vols):
+        sources = [k for k in vol if k != "name"]
+        if len(sources) > 1:
+            raise TemplateError(f"{where}[{i}]", f"has {len(sources)} sources ({', '.join(sources)}); a volume "
+                                                 "has exactly one source (rule 'One source per volume')")
+    names = [vol["name"] for vol in vols]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise TemplateError(where, f"duplicate volume name {sorted(dup)[0]!r}")
+    return vols
 
 
 def _labels(v: Any, where: str) -> dict:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from mlflow.tracking import MlflowClient
 
 from hived.core.estimator import signature as _signature
+from hived.core.jobs import STARTED, state_values
 
 SIGNATURE_TAG = "hived.signature"
 KIND_TAG = "hived.kind"
@@ -57,7 +58,7 @@ def running_seconds(history: list) -> float | None:
             continue
         if not isinstance(t, (int, float)):
             continue
-        if state in ("running", "preempting"):
+        if state in state_values(STARTED):
             if since is None:
                 since = t
         elif since is not None:

@@ -21,6 +21,7 @@ from mlflow.projects.submitted_run import SubmittedRun
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
+from hived.core.jobs import STARTED, WAITING, state_values
 from hived.mlflow_plugin.history import RUN_SECONDS_TAG, running_seconds
 from hived.service.client import TERMINAL_STATES, HivedClient, HivedError, HivedUnreachable
 from hived.service.terminal_text import visible
@@ -49,7 +50,7 @@ def mlflow_status(job: dict) -> str:
     state = job.get("state")
     if state not in _STATUS:
         raise ValueError(f"unknown hived job state {state!r} (job {job.get('id')})")
-    if state in ("queued", "placed") and (job.get("preemptions") or job.get("attempts") or 0) > 0:
+    if state in state_values(WAITING) and (job.get("preemptions") or job.get("attempts") or 0) > 0:
         return "RUNNING"  # it ran before; the MLflow run continues when it is rescheduled
     return _STATUS[state]
 
@@ -131,7 +132,7 @@ class HivedSubmittedRun(SubmittedRun):
                 TAG + "preemptions": str(job.get("preemptions") or 0),
                 TAG + "attempts": str(job.get("attempts") or 0)}
         tags.update(placement_tags(job))
-        if job.get("state") in ("running", "preempting"):
+        if job.get("state") in state_values(STARTED):
             self._tags_seen_running = True
         changed = {k: v for k, v in tags.items() if self._tags.get(k) != v}
         if changed:  # one store transaction, not one per tag: this runs on every poll

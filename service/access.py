@@ -98,6 +98,17 @@ class Access:
                                                 | self.vc_admin_groups.get(vc, frozenset()))]
         return ", ".join(names) or "none but the cluster admins"
 
+    def vcs_text(self, user: str, groups: Iterable[Hashable] = ()) -> str:
+        """The VCs ``user`` sees, for a refusal: never a VC the caller is not in."""
+        return ", ".join(sorted(self.vcs_of(user, groups))) or "none"
+
+    def admins_for(self, user: str, vc: str, groups: Iterable[Hashable] = ()) -> str:
+        """`` (VC admins only: ...)`` naming the admins to ask, for a refusal; the names are told
+        only to members of ``vc`` (another team's admins are not an outsider's to know)."""
+        if self.is_member(user, vc, groups):
+            return f" (VC admins only: {self.admins_text(vc)})"
+        return " (VC admins only)"
+
     def admins_text(self, vc: str) -> str:
         """Who the admins of ``vc`` are, for a refusal."""
         names = sorted(self.vc_admins.get(vc, frozenset()) | self.admins)

@@ -57,8 +57,8 @@ class Discovery:
 
 
 def _nvml():
-    import pynvml
-    return pynvml
+    from .nvml_backend import nvml_module
+    return nvml_module()
 
 
 def _text(x) -> str:
@@ -165,12 +165,17 @@ def read_gpus(nvml=None) -> tuple[list[GpuInfo], dict, dict, list[str], dict[int
 
 
 def discover(nvml=None, host: str | None = None, vcs: list[str] | None = None) -> Discovery:
-    """Discover this machine's GPUs and build a spec (see the module docstring)."""
+    """Discover this machine's GPUs and build a spec (see the module docstring).
+
+    A replayed NVML (``nvml_replay.NvmlReplay``) stands for the machine it
+    was recorded on: its host name, CPUs and memory are used, so a replay
+    gives the spec that machine got."""
     nvml = nvml or _nvml()
     gpus, topo, nvlink, notes, _ = read_gpus(nvml)
-    host = host or socket.gethostname().split(".")[0] or "node0"
+    facts = getattr(nvml, "facts", None) or {}
+    host = host or facts.get("host") or socket.gethostname().split(".")[0] or "node0"
     try:
-        return _build(host, gpus, topo, nvlink, notes, vcs)
+        return _build(host, gpus, topo, nvlink, notes, vcs, machine=(facts.get("cpus"), facts.get("mem_gb")))
     finally:
         try:
             nvml.nvmlShutdown()
@@ -190,7 +195,8 @@ def virtual_node(n: int, host: str = "virtual0", model: str = "VIRTUAL-GPU",
 
 
 def _build(host: str, gpus: list[GpuInfo], topo: dict, nvlink: dict, notes: list[str],
-           vcs: list[str] | None, level_notes: bool = True) -> Discovery:
+           vcs: list[str] | None, level_notes: bool = True,
+           machine: tuple[int | None, int | None] = (None, None)) -> Discovery:
     models: dict[str, list[GpuInfo]] = {}
     for g in gpus:
         models.setdefault(chain_name(g.model), []).append(g)
@@ -200,7 +206,7 @@ def _build(host: str, gpus: list[GpuInfo], topo: dict, nvlink: dict, notes: list
     physical: list = []
     node_map: dict = {}
     gpu_ids: dict = {}
-    cpus, mem_gb = os.cpu_count() or 1, _mem_gb()
+    cpus, mem_gb = machine[0] or os.cpu_count() or 1, machine[1] or _mem_gb()
     share = len(gpus)
     for cname, members in models.items():
         node = host if len(models) == 1 else f"{host}-{cname}"

@@ -114,17 +114,17 @@ class ExchangeMixin(MixinHost):
         return self._exchange_post("request", user, body, groups)
 
     def _exchange_post(self, kind: str, user: str, body: dict, groups=()) -> dict:
-        from .scheduler import NotAuthorized, NotFound
+        from .scheduler import NotAuthorized
         if not isinstance(body, dict):
             raise RequestError("body", f"must be an object, got {type(body).__name__}")
         vc = body.get("vc")
         with self._lock:
             arb = self._arbiter()
             if not isinstance(vc, str) or vc not in self.spec.vcs:
-                raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
+                raise self.unknown_vc(vc, user, groups)
             if not self._is_admin(user, vc, groups):
-                raise NotAuthorized(f"user {user!r} may not trade the cells of VC {vc!r} "
-                                    f"(VC admins only: {self._admins(vc)})")
+                raise NotAuthorized(f"user {user!r} may not trade the cells of VC {vc!r}"
+                                    f"{self.access.admins_for(user, vc, groups)}")
             now = self.clock()
             self._require_journal(now)
             # matching moves no cells (start=False): the board alone changes, and comes back as

@@ -41,8 +41,8 @@ class HealthMonitor:
         the monitor checks nothing (``notes`` says why); a GPU NVML cannot
         open is reported unhealthy at the first poll."""
         if self.nvml is None:
-            import pynvml
-            self.nvml = pynvml
+            from .nvml_backend import nvml_module
+            self.nvml = nvml_module()
         nv = self.nvml
         try:
             nv.nvmlInit()

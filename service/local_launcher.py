@@ -43,7 +43,7 @@ from hived.core.jobs import JobRequest, Placement
 
 from . import local_cgroups
 from .launcher import LauncherEvent
-from .local_accounts import Account, AccountError, JobAccounts
+from .local_accounts import Account, AccountError, JobAccounts, shared_account_note
 from .local_exits import ExitWatcher
 from .pod_runner import SegmentLog, proc_start_ticks, seg_path, segments
 
@@ -456,6 +456,10 @@ class LocalLauncher:
                         "others, so none of them can reach its folder under %s: allow it (chmod o+x), "
                         "put the data directory elsewhere, or map VCs to accounts that may (docs/security.md)",
                         blocked, blocked.stat().st_mode & 0o777, self.root.parent)
+
+    def shared_account(self, vcs: list[str]) -> str | None:
+        """Set when the jobs of several VCs run as one account (local_accounts.shared_account_note)."""
+        return shared_account_note(self.accounts, vcs)
 
     def check_account(self, request: JobRequest) -> None:
         """Raises AccountError when the job could not be given an account (see local_accounts)."""

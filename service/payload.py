@@ -241,6 +241,7 @@ def job_dict(rec: JobRecord, queue_position: int | None = None) -> dict:
         "queue_position": queue_position if rec.state is JobState.QUEUED else None,
         "reason": rec.reason or (rec.history[-1][2] if rec.history else ""),
         "wait_reason": rec.wait_reason,
+        "kill_at": rec.grace_deadline if rec.state is JobState.PREEMPTING else None,
         "progress": list(rec.progress) if rec.progress else None,
         "history": [{"time": t, "state": s, "reason": r} for t, s, r in rec.history],
     }

@@ -1,15 +1,26 @@
-"""Per-VC disk quota for job folders (a mixin of SchedulerService).
+"""Per-VC disk quota for job folders (a mixin of SchedulerService, and the thread that measures).
 
-Each job writes under ``jobs/<id>/`` (logs, ``work/``: ``$HIVED_JOB_DIR``),
-all on the data directory's disk. A VC's admins (or a cluster admin) may cap
-what the folders of the VC's jobs hold together. The timer measures them
-every ``QUOTA_INTERVAL`` seconds (a finished job's folder is measured once:
-nothing writes to it any more). While a VC is over its quota:
+Each job writes under ``jobs/<id>/`` (logs, ``work/``: ``$HIVED_JOB_DIR``), all on the data
+directory's disk. A VC's admins (or a cluster admin) may cap what the folders of the VC's jobs
+hold together. :class:`QuotaMeter` measures them, every folder of every job of the VC,
+finished ones included (a job's account can still write into the folder of a finished job of
+its own), every ``QUOTA_INTERVAL`` seconds per VC:
+
+- on a thread of its own, never under the service lock: it takes the lock only to list a VC's
+  jobs and to publish the result, so a slow tree delays no request and no scheduling round;
+- in slices of ``SLICE`` seconds per VC in turn, so a VC whose folders hold 300,000 files
+  delays its own measurement only;
+- with an iterative walk that neither recursion depth nor path length can break
+  (service/disk_walk.py); a VC whose walk fails is reported (``error`` in ``disk_quotas``,
+  and the log) and measured again at its next interval; the other VCs go on.
+
+While a VC is over its quota:
 
 - its submissions are refused, saying how much it uses and what to do;
-- its running jobs whose folders grew since the last measurement are
-  stopped (cancelled, their history saying why), so that one VC cannot fill
-  the disk the journal and the other VCs share.
+- its running jobs whose folders grew since the last measurement are stopped (cancelled,
+  their history saying why); when the folder of a *finished* job grew, every running job of
+  the VC is stopped, since any of them may be the writer. So one VC cannot fill the disk the
+  journal and the other VCs share.
 
 Removing finished jobs (``hived gc``) or raising the quota ends it.
 The quotas are kept in the journal (``meta`` key ``disk_quota``).
@@ -18,16 +29,21 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 
 from hived.core.engine import RequestError
 from hived.core.jobs import HOLDING
 
+from .disk_walk import TreeWalk
 from .mixin_host import MixinHost
-from .retention import _dir_bytes, _limit
+from .retention import _limit, sweep_aside
 
 log = logging.getLogger("hived.service")
 
-QUOTA_INTERVAL = 5.0   # seconds between two measurements of the job folders
+QUOTA_INTERVAL = 5.0   # seconds between two measurements of a VC's job folders
+SLICE = 0.05           # seconds one VC's walk goes on before the next VC's turn
+SET_BUDGET = 2.0       # seconds set_disk_quota waits for a first measurement of its VC
 
 
 def _size(n: float) -> str:
@@ -38,24 +54,153 @@ def _size(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
+class _VcWalk:
+    """One measurement of one VC: its job folders one after the other, resumable in slices."""
+
+    def __init__(self, folders: list[tuple[str, object]]):
+        self.folders = folders          # (job id, path)
+        self.sizes: dict[str, int] = {}
+        self.errors: list[str] = []
+        self._walk: TreeWalk | None = None
+
+    def advance(self, budget: float) -> bool:
+        deadline = time.monotonic() + budget
+        while self.folders:
+            jid, path = self.folders[-1]
+            if self._walk is None:
+                self._walk = TreeWalk(path)
+            if not self._walk.advance(max(0.0, deadline - time.monotonic())):
+                return False
+            self.sizes[jid] = self._walk.bytes
+            if self._walk.error:
+                self.errors.append(f"job {jid}: {self._walk.error}")
+            self._walk = None
+            self.folders.pop()
+        return True
+
+    def close(self) -> None:
+        if self._walk is not None:
+            self._walk.close()
+
+
+class QuotaMeter:
+    """Measures the job folders of the VCs that have a quota, off the service lock."""
+
+    def __init__(self, svc: QuotaMixin):
+        self.svc = svc
+        self._walks: dict[str, _VcWalk] = {}
+        self._due: dict[str, float] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="hived-quota", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        for walk in self._walks.values():
+            walk.close()
+        self._walks.clear()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def poke(self, vc: str | None = None) -> None:
+        """Measure ``vc`` (every VC: None) now rather than at its interval."""
+        if vc is None:
+            self._due.clear()
+        else:
+            self._due.pop(vc, None)
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                busy = self.run_pass()
+            except Exception:   # a bug here must not end the measurements
+                log.exception("disk quota measurement failed")
+                busy = False
+            if not busy:
+                due = min(list(self._due.values()), default=time.monotonic() + QUOTA_INTERVAL)   # poke() may change it
+                self._wake.wait(max(0.01, min(QUOTA_INTERVAL, due - time.monotonic())))
+                self._wake.clear()
+
+    def run_pass(self, budget: float = SLICE) -> bool:
+        """Start the walks that are due, give each walk ``budget`` seconds, publish the finished
+        ones. True while a walk is unfinished. Folders of removed jobs left aside go first."""
+        if self.svc._aside_pending:
+            self.svc._aside_pending = False
+            sweep_aside(self.svc.data_dir / "jobs")
+        vcs = self.svc._quota_vcs()
+        for vc in set(self._walks) - set(vcs):
+            self._walks.pop(vc).close()
+        now = time.monotonic()
+        for vc in vcs:
+            if vc not in self._walks and now >= self._due.get(vc, 0.0):
+                self._walks[vc] = _VcWalk(self.svc._job_folders(vc))
+        for vc, walk in list(self._walks.items()):
+            try:
+                if not walk.advance(budget):
+                    continue
+            except Exception as exc:   # one VC's failure is that VC's: reported, the others go on
+                walk.errors.append(f"{type(exc).__name__}: {exc}")
+            del self._walks[vc]
+            self._due[vc] = time.monotonic() + QUOTA_INTERVAL
+            self.svc._publish(vc, walk.sizes, walk.errors)
+        return bool(self._walks)
+
+    def run_inline(self) -> None:
+        """Without the thread (the CLI, tests driving ``tick``): measure what is due, whole."""
+        while self.run_pass(float("inf")):
+            pass
+
+    def measure_now(self, vc: str, budget: float) -> None:
+        """Measure ``vc`` in the caller's thread (off the lock) for up to ``budget`` seconds."""
+        walk = _VcWalk(self.svc._job_folders(vc))
+        try:
+            done = walk.advance(budget)
+        except Exception as exc:
+            walk.errors.append(f"{type(exc).__name__}: {exc}")
+            done = True
+        if done:
+            self.svc._publish(vc, walk.sizes, walk.errors)
+        else:
+            walk.close()
+            self.poke(vc)
+
+
 class QuotaMixin(MixinHost):
     _quota: dict[str, float]     # vc -> max bytes
-    _last_quota: float | None = None
 
     def _load_quota(self) -> None:
         raw = getattr(self.store, "get_meta", lambda k: None)("disk_quota")
         self._quota = json.loads(raw) if raw else {}
-        self._used: dict[str, int] = {}        # vc -> bytes at the last measurement
-        self._job_bytes: dict[str, int] = {}   # job id -> bytes at the last measurement
-        self._final_bytes: dict[str, int] = {}  # finished jobs: measured once
+        self._used: dict[str, int] = {}          # vc -> bytes at the last measurement
+        self._job_bytes: dict[str, int] = {}     # job id -> bytes at the last measurement
+        self._quota_errors: dict[str, str] = {}  # vc -> why its last measurement was incomplete
+        self._final_seen: set[str] = set()       # finished jobs measured since they finished
+        self._aside_pending = True               # folders of removed jobs to delete (a crash may leave some)
+        self._meter = QuotaMeter(self)
 
     def disk_quotas(self) -> dict:
         with self._lock:
             return {"quotas": {v: {"max_bytes": self._quota.get(v), "used_bytes": self._used.get(v),
-                                   "over": self._over(v)} for v in sorted(self.spec.vcs)}}
+                                   "over": self._over(v),
+                                   **({"error": self._quota_errors[v]} if v in self._quota_errors else {})}
+                               for v in sorted(self.spec.vcs)}}
 
     def set_disk_quota(self, user: str, vc: str, max_bytes=None, groups=()) -> dict:
-        """Cap the job folders of ``vc`` at ``max_bytes`` (``None``: no cap); durable first."""
+        """Cap the job folders of ``vc`` at ``max_bytes`` (``None``: no cap); durable first. The VC
+        is measured at once, off the lock, for up to ``SET_BUDGET`` s (``used_bytes`` None: later)."""
         max_bytes = _limit("max_bytes", max_bytes, integer=True)
         with self._lock:
             self._administered(user, vc, groups)
@@ -68,8 +213,10 @@ class QuotaMixin(MixinHost):
                 quota[vc] = max_bytes
             self._write([], now, meta={"disk_quota": json.dumps(quota)})
             self._quota = quota
-            self._measure(now, [vc])
-            return {"vc": vc, "max_bytes": quota.get(vc), "used_bytes": self._used.get(vc)}
+        if max_bytes is not None:
+            self._meter.measure_now(vc, SET_BUDGET)
+        with self._lock:
+            return {"vc": vc, "max_bytes": self._quota.get(vc), "used_bytes": self._used.get(vc)}
 
     def _over(self, vc: str) -> bool:
         cap = self._quota.get(vc)
@@ -82,42 +229,45 @@ class QuotaMixin(MixinHost):
                                      f"of {_size(self._quota[vc])}: remove finished jobs (hived gc) or files "
                                      f"under their work folders, or ask a VC admin to raise the quota")
 
-    def _quota_tick(self, now: float) -> None:
-        if not self._quota or (self._last_quota is not None and now - self._last_quota < QUOTA_INTERVAL):
-            return
-        self._last_quota = now
-        for vc in self._measure(now, sorted(v for v in self._quota if v in self.spec.vcs)):
-            self._stop_writers(vc)
+    def _quota_vcs(self) -> list[str]:
+        with self._lock:
+            return sorted(v for v in self._quota if v in self.spec.vcs)
 
-    def _measure(self, now: float, vcs: list[str]) -> list[str]:
-        """Measure the folders of ``vcs``' jobs; returns the VCs over their quota."""
+    def _job_folders(self, vc: str) -> list[tuple[str, object]]:
         jobs_dir = self.data_dir / "jobs"
-        wanted = set(vcs)
-        used = {v: 0 for v in vcs}
-        grew: dict[str, list] = {v: [] for v in vcs}
-        for rec in self.eng.jobs():
-            vc = rec.request.vc
-            if vc not in wanted:
-                continue
-            jid = rec.job_id
-            if jid in self._final_bytes:
-                n = self._final_bytes[jid]
-            else:
-                n = _dir_bytes(jobs_dir / jid)
-                if rec.state.terminal:
-                    self._final_bytes[jid] = n
-                elif rec.state in HOLDING and n > self._job_bytes.get(jid, 0):
-                    grew[vc].append(jid)
-            self._job_bytes[jid] = n
-            used[vc] += n
-        self._used.update(used)
-        self._growing = grew
-        return [v for v in vcs if self._over(v)]
+        with self._lock:
+            return [(rec.job_id, jobs_dir / rec.job_id) for rec in self.eng.jobs(vc)]
 
-    def _stop_writers(self, vc: str) -> None:
+    def _publish(self, vc: str, sizes: dict[str, int], errors: list[str]) -> None:
+        """A finished measurement of ``vc``: record it, and stop the VC's writers when over."""
+        with self._lock:
+            writers: set[str] = set()
+            for jid, n in sizes.items():
+                rec = self.eng.find(jid)
+                if rec is None:
+                    continue   # removed while measured
+                grew = n > self._job_bytes.get(jid, 0)
+                self._job_bytes[jid] = n
+                if grew and rec.state in HOLDING:
+                    writers.add(jid)
+                elif grew and rec.state.terminal and jid in self._final_seen:
+                    # a finished job's folder grew: some running job of the VC wrote there
+                    writers.update(r.job_id for r in self.eng.jobs(vc) if r.state in HOLDING)
+                if rec.state.terminal:
+                    self._final_seen.add(jid)
+            self._used[vc] = sum(n for jid, n in sizes.items() if jid in self.eng)
+            if errors:
+                self._quota_errors[vc] = f"measured in part ({len(errors)} problem(s)), first: {errors[0]}"
+                log.warning("disk quota of VC %s: %s", vc, self._quota_errors[vc])
+            else:
+                self._quota_errors.pop(vc, None)
+            if self._over(vc):
+                self._stop_writers(vc, sorted(writers))
+
+    def _stop_writers(self, vc: str, writers: list[str]) -> None:
         from .degraded import ServiceDegraded
         now = self.clock()
-        for jid in self._growing.get(vc, []):
+        for jid in writers:
             rec = self.eng.find(jid)
             if rec is None or rec.state not in HOLDING or rec.cancel_requested:
                 continue
@@ -132,5 +282,5 @@ class QuotaMixin(MixinHost):
                 return
 
     def _forget_sizes(self, job_id: str) -> None:
-        for book in (self._job_bytes, self._final_bytes):
-            book.pop(job_id, None)
+        self._job_bytes.pop(job_id, None)
+        self._final_seen.discard(job_id)

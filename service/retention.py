@@ -20,27 +20,17 @@ import json
 import logging
 import math
 import os
-import shutil
 
 from hived.core.engine import RequestError
 from hived.core.jobs import TERMINAL
 
+from .disk_walk import TreeWalk
 from .mixin_host import MixinHost
 
 log = logging.getLogger("hived.service")
 
 GC_INTERVAL = 600.0   # seconds between automatic collections
-
-
-def _dir_bytes(path) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(root, f)).st_size
-            except OSError:
-                pass
-    return total
+TRASH_PREFIX = ".removed-"   # jobs/.removed-<id>: the folder of a removed job, until it is deleted
 
 
 def _number(job_id: str) -> int:
@@ -67,13 +57,13 @@ class RetentionMixin(MixinHost):
         self._retention = json.loads(raw) if raw else {}
 
     def _administered(self, user: str, vc: str | None, groups=()) -> list[str]:
-        from .scheduler import NotAuthorized, NotFound
+        from .scheduler import NotAuthorized
         if vc is not None:
             if vc not in self.spec.vcs:
-                raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
+                raise self.unknown_vc(vc, user, groups)
             if not self._is_admin(user, vc, groups):
-                raise NotAuthorized(f"user {user!r} may not set or apply the retention of VC {vc!r} "
-                                    f"(VC admins only: {self._admins(vc)})")
+                raise NotAuthorized(f"user {user!r} may not set or apply the retention of VC {vc!r}"
+                                    f"{self.access.admins_for(user, vc, groups)}")
             return [vc]
         mine = [v for v in sorted(self.spec.vcs) if self._is_admin(user, v, groups)]
         if not mine:
@@ -118,10 +108,14 @@ class RetentionMixin(MixinHost):
                     raise RequestError("policy", "a trial policy needs vc and dry_run; set_retention sets one")
                 policy = {"max_age": _limit("max_age", policy.get("max_age"), integer=False),
                           "keep": _limit("keep", policy.get("keep"), integer=True)}
-                return {**self._collect(vcs, now, True, {vc: policy}), "policy": policy}
-            if not dry_run:
-                self._require_journal(now)
-            return self._collect(vcs, now, dry_run)
+                out = {**self._collect(vcs, now, True, {vc: policy}), "policy": policy}
+            else:
+                if not dry_run:
+                    self._require_journal(now)
+                out = self._collect(vcs, now, dry_run)
+        # outside the lock: the folders are measured (and removed) by a walk no tree can break
+        out["freed_bytes"] = sweep(out.pop("folders"), remove=not dry_run)
+        return out
 
     def _gc_tick(self, now: float) -> None:
         if not self._retention or (self._last_gc is not None and now - self._last_gc < GC_INTERVAL):
@@ -133,7 +127,8 @@ class RetentionMixin(MixinHost):
         except ServiceDegraded:
             return   # degraded now; tried again at the next interval
         if out["removed"]:
-            log.info("retention: removed %d finished jobs (%d bytes)", len(out["removed"]), out["freed_bytes"])
+            log.info("retention: removed %d finished jobs", len(out["removed"]))
+            self._aside_pending = True   # their folders are deleted by the quota meter, off the lock
 
     def _expired(self, vcs: list[str], now: float, policies: dict) -> list[str]:
         out = []
@@ -153,27 +148,62 @@ class RetentionMixin(MixinHost):
         return sorted(out, key=_number)
 
     def _collect(self, vcs: list[str], now: float, dry_run: bool, policies: dict | None = None) -> dict:
+        """Under the lock: forget the expired jobs and move their folders aside (a rename), so
+        that the walk that measures and removes them runs after the lock is released
+        (``folders``: what to measure, or to remove)."""
         from .degraded import ServiceDegraded
         from .store import JournalWriteError
         ids = self._expired(vcs, now, self._retention if policies is None else policies)
         jobs_dir = self.data_dir / "jobs"
-        freed = sum(_dir_bytes(jobs_dir / j) for j in ids)
         if dry_run or not ids:
-            return {"removed": ids, "freed_bytes": freed, "dry_run": dry_run, "vcs": vcs}
+            return {"removed": ids, "folders": [jobs_dir / j for j in ids], "dry_run": dry_run, "vcs": vcs}
         try:   # write, then act: the rows go first, so a crash leaves folders, never rows without them
             self.store.delete_jobs(ids)
         except JournalWriteError as exc:
             self._degrade(exc)
             assert self.degraded is not None   # _degrade has just set it
             raise ServiceDegraded(self.degraded) from None
+        folders = []
         for j in ids:
-            if j in self.eng:
+            rec = self.eng.find(j)
+            if rec is not None:
+                vc = rec.request.vc
+                if vc in self._used:   # what was freed counts at once (quota.py measures again later)
+                    self._used[vc] = max(0, self._used[vc] - self._job_bytes.get(j, 0))
                 self.eng.forget(j)
             self._seen.pop(j, None)
             self._live.discard(j)
-            shutil.rmtree(jobs_dir / j, ignore_errors=True)
             self._forget_sizes(j)
-        quota = [v for v in vcs if v in self._quota]
-        if quota:   # what was freed counts at once (quota.py)
-            self._measure(now, quota)
-        return {"removed": ids, "freed_bytes": freed, "dry_run": False, "vcs": vcs}
+            self._admission.forget(j)
+            aside = jobs_dir / f"{TRASH_PREFIX}{j}"
+            try:
+                os.rename(jobs_dir / j, aside)
+                folders.append(aside)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.error("retention: cannot move the folder of %s aside: %s", j, exc)
+        self._meter.poke()
+        return {"removed": ids, "folders": folders, "dry_run": False, "vcs": vcs}
+
+
+def sweep(folders, remove: bool) -> int:
+    """The bytes the plain files under ``folders`` hold; with ``remove``, the folders go too.
+    A folder that cannot be walked whole is logged and left (``sweep_aside`` tries again)."""
+    total = 0
+    for folder in folders:
+        walk = TreeWalk(folder, remove=remove)
+        walk.advance()
+        total += walk.bytes
+        if walk.error:
+            log.error("retention: %s: %s", folder, walk.error)
+    return total
+
+
+def sweep_aside(jobs_dir) -> None:
+    """Remove the folders of removed jobs left aside (by the automatic collection, or a crash)."""
+    try:
+        names = [n for n in os.listdir(jobs_dir) if n.startswith(TRASH_PREFIX)]
+    except FileNotFoundError:
+        return
+    sweep([os.path.join(jobs_dir, n) for n in names], remove=True)

@@ -51,6 +51,7 @@ from hived.core.engine_records import JobRecord
 from hived.core.jobs import HOLDING, Decision, DecisionKind, JobState, state_values
 
 from .access import Access
+from .admission import AdmissionControl
 from .degraded import ServiceDegraded
 from .exchange import ExchangeMixin, make_arbiter
 from .job_ids import JobIds, JobIdsError
@@ -76,6 +77,11 @@ class NotAuthorized(PermissionError):
 
 class NotFound(RequestError, LookupError):
     """Unknown job or VC (``field`` says which); a LookupError too, so doors answer 404."""
+
+
+def unknown_job(job_id) -> NotFound:
+    """What a job that does not exist answers, and so also one the caller may not see."""
+    return NotFound("job_id", f"unknown job {job_id!r}")
 
 
 class DataDirBusy(RuntimeError):
@@ -242,6 +248,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
         self._launched: set[str] = set()         # jobs the launcher is running (or adopted)
         self._extra: dict[str, dict] = {}        # stored jobs the current spec cannot restore
         self.recovered = self._recover()
+        self._admission = AdmissionControl()
+        self._admission.rebuild(self.eng.jobs())
 
     def _new_engine(self, spec) -> Engine:
         qp, pp, cfg = self._policies
@@ -258,9 +266,11 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
                 rec.killed, len(rec.waiting_for), rec.queue_key, rec.not_before,
                 rec.cancel_requested)
 
-    def _write(self, ids, now: float, meta: dict | None = None) -> None:
+    def _write(self, ids, now: float, meta: dict | None = None, *, sync: bool = True) -> int:
         """Write the jobs among ``ids`` whose state moved since last written and ``meta`` in
-        one commit (each record holds its placement, queue key and history).
+        one commit (each record holds its placement, queue key and history). Returns the
+        store's commit ticket; with ``sync=False`` the caller makes it durable with
+        ``store.sync_through(ticket)`` after letting go of the lock (group commit).
 
         The bookkeeping of what was written changes only once the commit succeeded, so a
         failed commit is written again in full next time. On failure the service turns
@@ -268,7 +278,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
         eng = self.eng
         seen, written = {}, []
         try:
-            with self.metrics.commit_seconds.time(), self.store.transaction():
+            with self.metrics.commit_seconds.time(), self.store.transaction(sync=sync):
                 for jid in dict.fromkeys(ids):
                     rec = eng.find(jid)
                     if rec is None:
@@ -303,6 +313,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
         if self.degraded is not None:
             log.warning("the journal is written again; service no longer degraded")
             self.degraded = None
+        return self.store.commit_ticket
 
     def _write_live(self, now: float, also=(), meta=None) -> None:
         self._write(list(self._live) + [j for j in also if j not in self._live], now, meta)
@@ -387,7 +398,9 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
                 self._launched.add(jid)
                 adopted.append(jid)
                 if rec.state is JobState.PLACED:
-                    self.eng.on_started(jid, now)
+                    # a launcher that can tell (Kubernetes: pods still Pending) says "started" later
+                    if getattr(self.launcher, "gang_started", lambda _j: True)(jid):
+                        self.eng.on_started(jid, now)
                 elif rec.state is JobState.PREEMPTING:
                     left = max(0.0, (rec.grace_deadline or now) - now)
                     self.launcher.terminate(jid, left)
@@ -438,6 +451,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
             if warm is not None:
                 warm()
             self._launchq.start()
+            self._meter.start()   # disk quotas, measured off the lock (quota.py)
             self._thread = threading.Thread(target=self._run, name="hived-scheduler", daemon=True)
             self._thread.start()
         return self
@@ -470,6 +484,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
             self._thread.join(timeout=10)
             self._thread = None
         self._launchq.stop()   # what was decided and committed is still carried out
+        self._meter.stop()
 
     def close(self) -> None:
         """Stop the loop and release the store and the data directory."""
@@ -528,6 +543,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
             out = self._round()
         if inline:
             self._launchq.run_pending()
+            if not self._meter.running:   # disk quotas: measured outside the lock (quota.py)
+                self._meter.run_inline()
         return out
 
     def _round(self) -> list[dict]:
@@ -543,7 +560,6 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
         self._pending.extend(decisions)
         if self._flush(now, also=touched):
             self._gc_tick(now)
-            self._quota_tick(now)
             self._kernel_idle_tick(now)
         self._next_wakeup = self.eng.next_wakeup()
         return [{"kind": d.kind.value, "job_id": d.job_id, "reason": d.reason} for d in decisions]
@@ -579,8 +595,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
                 self._launched.discard(ev.job_id)
                 if rec.state not in HOLDING:
                     continue
-                if rec.state is JobState.PLACED and not rec.waiting_for:
-                    self.eng.on_started(ev.job_id, now)
+                if rec.state is JobState.PLACED and not rec.waiting_for and getattr(ev, "ran", True):
+                    self.eng.on_started(ev.job_id, now)     # it ran, however briefly (not a refused launch)
                 if rec.state is JobState.PREEMPTING:
                     # we asked it to stop: whatever its exit code, it goes back to its queue
                     self.eng.on_preempted(ev.job_id, now)
@@ -650,19 +666,19 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
         return cached[1]
 
     def _authorize_vc(self, user: str, vc: str, groups=()) -> None:
-        """``groups``: the caller's JupyterHub groups, for VCs that name groups."""
+        """``groups``: the caller's JupyterHub groups, for VCs that name groups. The refusals
+        name no member of the VC and list only the caller's own VCs (docs/security.md)."""
         if vc not in self.spec.vcs:
-            raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
+            raise self.unknown_vc(vc, user, groups)
         if not self.access.is_member(user, vc, groups):
-            raise NotAuthorized(f"user {user!r} is not a member of VC {vc!r} "
-                                f"(members: {self.access.members_text(vc)})")
+            raise NotAuthorized(f"user {user!r} is not a member of VC {vc!r}")
+
+    def unknown_vc(self, vc, user: str, groups=()) -> NotFound:
+        return NotFound("vc", f"unknown VC {vc!r}; your VCs: {self.access.vcs_text(user, groups)}")
 
     def _is_admin(self, user: str, vc: str, groups=()) -> bool:
         """An admin of ``vc`` (cluster admins are admins of every VC)."""
         return self.access.is_vc_admin(user, vc, groups)
-
-    def _admins(self, vc: str) -> str:
-        return self.access.admins_text(vc)
 
     def submit(self, user: str, payload: dict, groups=()) -> dict:
         """Validate, queue and durably store one job; returns its job dict.
@@ -674,6 +690,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
         with self._lock:
             self._authorize_vc(user, req.vc, groups)
             self._check_quota(req.vc)
+            self._admission.check(req, self.spec.vcs[req.vc].admission, self.eng)   # admission.py
             now = self.clock()
             self._require_journal(now)
             try:
@@ -686,16 +703,35 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
                 self.job_ids.give_back(jid)   # a refused request uses no id
                 raise
             try:
-                self._write([jid], now)
+                ticket = self._write([jid], now, sync=False)
             except Exception:
                 # not stored = not accepted: take it back out of the engine
                 self.eng.cancel(jid, now, user)
                 self.eng.forget(jid)
                 raise
+            self._admission.add(jid, req)
             rec = self.eng.job(jid)
             out = job_dict(rec, self._tail_position(rec))
-        self._wake.set()
+        self._wake.set()   # the round's own commit is synced before it acts: no start before durable
+        self._sync_submitted(ticket, jid, user)
         return out
+
+    def _sync_submitted(self, ticket: int, jid: str, user: str) -> None:
+        """Group commit: wait, outside the lock, for the fsync that covers this submission;
+        submissions made meanwhile share it. Answered only once durable; if the disk fails,
+        the job is cancelled (it may or may not have reached the disk) and refused."""
+        try:
+            self.store.sync_through(ticket)
+        except JournalWriteError as exc:
+            with self._lock:
+                self.eng.cancel(jid, self.clock(), user)
+                raise ServiceDegraded(self._degrade(exc)) from None
+
+    def refuse_early(self, user: str) -> None:
+        """Raise ``LimitReached`` now when ``user`` submits faster than allowed (no lock taken)."""
+        refusal = self._admission.early_refusal(user)
+        if refusal is not None:
+            raise refusal
 
     def _check_for_launcher(self, req) -> None:
         """Refuse at submission what the launcher would refuse at launch (a job's own Kubernetes
@@ -742,7 +778,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
     def _rec(self, job_id: str) -> JobRecord:
         rec = self.eng.find(job_id) if isinstance(job_id, str) else None
         if rec is None:
-            raise NotFound("job_id", f"unknown job {job_id!r}")
+            raise unknown_job(job_id)
         return rec
 
     def get_job(self, job_id: str) -> dict:
@@ -756,7 +792,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
                   user: str | None = None) -> list[dict]:
         with self._lock:
             if vc is not None and vc not in self.spec.vcs:
-                raise NotFound("vc", f"unknown VC {vc!r}; known: {', '.join(sorted(self.spec.vcs))}")
+                raise NotFound("vc", f"unknown VC {vc!r}")
             if state is not None:
                 try:
                     JobState(state)
@@ -858,7 +894,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
     def vc(self, name: str) -> dict:
         with self._lock:
             if name not in self.spec.vcs:
-                raise NotFound("vc", f"unknown VC {name!r}; known: {', '.join(sorted(self.spec.vcs))}")
+                raise NotFound("vc", f"unknown VC {name!r}")
             return vc_dict(self, name)
 
     def reload_spec(self, path_or_text) -> dict:
@@ -927,6 +963,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
             return {"ok": True, "degraded": self.degraded,
                     "data_dir": str(self.data_dir), "jobs": counts, "ticks": self.ticks,
                     "pid": os.getpid(), "last_error": self.last_error,
+                    "shared_account": getattr(self.launcher, "shared_account", lambda vcs: None)(sorted(self.spec.vcs)),
                     "health_checks": None if self.health is None else list(getattr(self.health, "notes", [])),
                     "unhealthy": [{"node": n, "gpu": g, "reason": r} for (n, g), r in self._unhealthy.items()],
                     "recovered": {

@@ -136,8 +136,19 @@ class Store(abc.ABC):
     """What the service needs from durable state. All records are JSON dicts."""
 
     @abc.abstractmethod
-    def transaction(self) -> contextlib.AbstractContextManager:
-        """Group writes into one atomic commit (nestable)."""
+    def transaction(self, *, sync: bool = True) -> contextlib.AbstractContextManager:
+        """Group writes into one atomic commit (nestable). ``sync=False``: the commit need not
+        be durable when the block ends; ``sync_through(commit_ticket)`` makes it so later."""
+
+    @property
+    def commit_ticket(self) -> int:
+        """Commits made so far; ``sync_through`` of a value taken after a commit covers it."""
+        return 0
+
+    def sync_through(self, ticket: int) -> None:
+        """Return once every commit up to ``ticket`` is durable (a store whose commits always
+        are has nothing to do)."""
+        return None
 
     @abc.abstractmethod
     def add_job(self, record: dict, now: float) -> None:
@@ -188,6 +199,13 @@ class Store(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} cannot remove jobs")
 
 
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
+
+
 def _private_dir(path: Path) -> None:
     """The data directory: created, or narrowed, to its owner only (it holds every job's env)."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -230,9 +248,19 @@ def _dumps(obj: Any) -> str:
 class SqliteStore(Store):
     """The embedded store: ``<data_dir>/hived.db`` (or any path ending in .db).
 
-    ``synchronous="FULL"`` (default) fsyncs the WAL at each commit, so an
-    acknowledged submission survives a power cut too; ``"NORMAL"`` survives
-    a killed process but not a crashed machine, and is faster.
+    ``synchronous="FULL"`` (default) makes every commit durable before it is
+    acknowledged, so an acknowledged submission survives a power cut too;
+    ``"NORMAL"`` survives a killed process but not a crashed machine, and is
+    faster.
+
+    Group commit (FULL): SQLite itself runs with ``synchronous=NORMAL`` (a
+    commit writes the WAL without fsync), and the store fsyncs the WAL file
+    itself: ``transaction()`` does so at once, while ``transaction(sync=False)``
+    leaves it to ``sync_through(ticket)``, which the caller runs after letting
+    go of its own lock. Commits made while one fsync runs all ride on the
+    next one: concurrent submissions share an fsync, and each is still
+    answered only once its commit is on disk. A checkpoint moves only WAL
+    frames SQLite has synced, so nothing committed is ever lost by it.
 
     ``check``: ``"full"`` (default) runs ``PRAGMA integrity_check`` on an
     existing file before anything is written (about 60 ms for 10,000 jobs,
@@ -240,7 +268,8 @@ class SqliteStore(Store):
     ``quick_check`` (about half that; it skips index-against-table checks).
     """
 
-    def __init__(self, path: str | os.PathLike, *, synchronous: str = "FULL", check: str = "full"):
+    def __init__(self, path: str | os.PathLike, *, synchronous: str = "FULL", check: str = "full",
+                 group_commit: bool = True):
         path = Path(path)
         if path.suffix != ".db":
             _private_dir(path)
@@ -254,6 +283,13 @@ class SqliteStore(Store):
         self.path = path
         self._lock = threading.RLock()
         self._depth = 0
+        # group commit: one fsync of the WAL per group (False: SQLite's own fsync per commit, for comparisons)
+        self._group = group_commit and synchronous.upper() == "FULL"
+        self._wal_fd: int | None = None
+        self._committed = 0            # commits made (under _lock)
+        self._synced = 0               # commits known to be on disk
+        self._syncing = False          # an fsync is running (its leader took every commit before it)
+        self._sync_cond = threading.Condition()
         existed = path.exists() and path.stat().st_size > 0
         if existed:
             _check_header(path)
@@ -273,7 +309,7 @@ class SqliteStore(Store):
                     with contextlib.suppress(FileNotFoundError):
                         os.chmod(f, 0o600)
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            self._db.execute(f"PRAGMA synchronous={'NORMAL' if self._group else synchronous.upper()}")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
         except sqlite3.Error as exc:
@@ -352,9 +388,11 @@ class SqliteStore(Store):
     # -- transactions ----------------------------------------------------
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self, *, sync: bool = True) -> Iterator[None]:
         """All of the block's writes or none. The disk failing at any point (disk full, I/O
-        error) raises ``JournalWriteError`` with the transaction rolled back."""
+        error) raises ``JournalWriteError`` with the transaction rolled back. The commit is
+        durable when the block ends, unless ``sync=False`` (see the class docstring)."""
+        outer = False
         with self._lock:
             outer = self._depth == 0
             if outer:
@@ -376,6 +414,49 @@ class SqliteStore(Store):
                 except JournalWriteError:
                     self._rollback()
                     raise
+                self._committed += 1
+                ticket = self._committed
+        if outer and sync:
+            self.sync_through(ticket)
+
+    @property
+    def commit_ticket(self) -> int:
+        return self._committed
+
+    def sync_through(self, ticket: int) -> None:
+        """Return once commits up to ``ticket`` are on disk; one fsync serves every commit made
+        before it started. A failed fsync raises ``JournalWriteError``: whether those commits
+        are durable is unknown."""
+        if not self._group:
+            return
+        with self._sync_cond:
+            while self._synced < ticket and self._syncing:
+                self._sync_cond.wait()
+            if self._synced >= ticket:
+                return
+            self._syncing = True
+            target = self._committed
+        try:
+            self._fsync_wal()
+        except OSError as exc:
+            with self._sync_cond:
+                self._syncing = False
+                self._sync_cond.notify_all()
+            raise JournalWriteError(f"{self.path}: sync failed: {exc}", str(exc)) from exc
+        with self._sync_cond:
+            self._synced = max(self._synced, target)
+            self._syncing = False
+            self._sync_cond.notify_all()
+
+    def _fsync_wal(self) -> None:
+        wal = self.path.with_name(self.path.name + "-wal")
+        fd = self._wal_fd
+        if fd is not None and os.fstat(fd).st_ino != _inode(wal):   # the WAL was made anew
+            os.close(fd)
+            fd = None
+        if fd is None:
+            fd = self._wal_fd = os.open(wal, os.O_RDONLY)
+        os.fsync(fd)
 
     def _guarded(self, fn, *args):
         try:
@@ -485,5 +566,8 @@ class SqliteStore(Store):
     def close(self) -> None:
         with self._lock:
             if self._db is not None:
-                self._db.close()
+                self._db.close()   # the last connection checkpoints (synced) and removes the WAL
                 self._db = None  # type: ignore[assignment]
+            if self._wal_fd is not None:
+                os.close(self._wal_fd)
+                self._wal_fd = None

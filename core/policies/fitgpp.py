@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .preemption_order import under_cap
+
 if TYPE_CHECKING:   # the engine imports the policies; they only read its records and view
     from ..engine_records import JobRecord
     from ..engine_view import ClusterView
@@ -295,7 +297,7 @@ def choose(
     ka = 1.0 / max_size if max_size > 0 else 0.0
     kb = s / max_gp if max_gp > 0 else 0.0
     heap = [(c.size * ka + c.grace_period * kb, c.job_id, i)
-            for i, c in enumerate(candidates) if c.preemptions < cap]
+            for i, c in enumerate(candidates) if under_cap(c.preemptions, cap)]
     if not heap:
         return Choice([], f"fitgpp: every running BE job reached the preemption cap P={cap}")
     if known_unfit:  # the caller already found eq. 4 empty: straight to the fallback

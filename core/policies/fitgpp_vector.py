@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .fitgpp import Vec, size
+from .preemption_order import under_cap
 
 if TYPE_CHECKING:
     from ..engine_records import JobRecord
@@ -157,7 +158,7 @@ class VectorScorer:
         free_c = np.fromiter((nodes[n].cpus_free for n in names), dtype=float, count=len(names))
         free_m = np.fromiter((nodes[n].memory_free_gb for n in names), dtype=float, count=len(names))
         free_g = np.fromiter((nodes[n].gpus_free for n in names), dtype=float, count=len(names))
-        ok = np.fromiter(pre, dtype=np.int64, count=len(pre)) < cap
+        ok = under_cap(np.fromiter(pre, dtype=np.int64, count=len(pre)), cap)
         if chain is not None:
             chains = np.array([nodes[n].chain == chain for n in names])
         elig = ok.copy() if rng is not None else None
@@ -193,7 +194,7 @@ class VectorScorer:
         if on_chain is not None:
             elig = elig & on_chain
         if not elig.any():
-            if not (np.asarray(pre) < cap).any():
+            if not under_cap(np.asarray(pre, dtype=np.int64), cap).any():
                 return Choice([], f"fitgpp: every running BE job reached the preemption cap P={cap}")
             return Choice([], "fitgpp: preempting all 0 eligible BE jobs would still not make room")
         col = self.cols

@@ -24,6 +24,7 @@ from .fitgpp import (
     preempt_until_fits,
     restrict_to_chain,
 )
+from .preemption_order import under_cap
 
 if TYPE_CHECKING:
     from ..engine_records import JobRecord
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 def choose(pods: Sequence[Vec], candidates: Sequence[Candidate], free: Mapping[str, Vec], *,
            cap: float = DEFAULT_CAP) -> Choice:
-    eligible = [c for c in candidates if c.preemptions < cap]
+    eligible = [c for c in candidates if under_cap(c.preemptions, cap)]
     if not eligible:
         return Choice([], f"lrtp: no running BE job below the preemption cap P={cap}")
     # longest remaining first; ties by id so runs are reproducible

@@ -15,27 +15,33 @@ When a guaranteed job of VC v does not fit, hived preempts in two stages:
    policy, and a BE job never preempts another BE job.
 
 Each victim gets a PREEMPT decision carrying its own grace period (from its
-request; 0 = rewindable), then a KILL when the grace period is over; once it
+request; 0 = rewindable), bounded by the VC that wants the cells (stage 1: the
+lender's ``opportunisticGrace``, ``lender_grace``; stage 2: the VC's
+``maxGrace``, ``max_grace``), then a KILL when that grace period is over; once it
 is gone it goes back to the head of its VC's queue (after the queued TE jobs,
 which still go first: ``requeue_position``) and keeps its preemption count.
 The preemptor asks again only once its victims have left.
 
 Where the engine (core/engine.py) does each step: stage 1 in ``_bind``
 (``grant.victims``), stage 2 in ``_ask_policy``, the grace period in
-``_preempt`` and ``step``, the requeue in ``on_preempted``.
-tests/fitgpp/test_engine_integration.py checks the engine against
-``policy_candidates`` and ``may_preempt`` below, and that stage 1 comes first.
+``_preempt`` and ``step``, the requeue in ``on_preempted``. The engine takes
+stage 2's candidates from ``policy_candidates`` (which asks ``may_preempt`` and
+``under_cap``): the rule is written here once.
+tests/fitgpp/test_engine_integration.py checks that stage 1 comes first.
 docs/fitgpp.md says the same for users.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, overload
 
 from hived.core.jobs import JobClass, JobState
 
 if TYPE_CHECKING:   # the engine imports this module; these are only read
+    import numpy as np
+    import numpy.typing as npt
+
     from ..engine import EngineConfig
     from ..engine_records import JobRecord
     from ..engine_view import ClusterView
@@ -78,28 +84,59 @@ def preemption_cap(config: EngineConfig, spec: ClusterSpec, vc: str) -> int:
     return own if own is not None else config.preemption_cap
 
 
-def policy_candidates(job: JobRecord, running: Iterable[JobRecord], cap: int) -> list[JobRecord]:
-    """Stage 2's candidates for ``job``: running BE jobs of its VC under the cap.
+@overload
+def under_cap(preemptions: float, cap: float) -> bool: ...
+@overload
+def under_cap(preemptions: npt.NDArray[np.int64], cap: float) -> npt.NDArray[np.bool_]: ...
+def under_cap(preemptions: float | npt.NDArray[np.int64], cap: float) -> bool | npt.NDArray[np.bool_]:
+    """The one test of "below the preemption cap P": a BE job preempted ``preemptions``
+    times may be chosen by the policy again. The engine (``policy_candidates``), the
+    policies' own ``choose`` functions (standalone use) and the wait reasons all ask this
+    (elementwise for FitGpp's numpy columns)."""
+    return preemptions < cap
 
-    Returns [] unless ``job`` is a TE job. ``running`` are JobRecords; those in
-    their grace period already (PREEMPTING) are not candidates twice.
+
+def policy_candidates(job: JobRecord, running: Iterable[JobRecord], cap: float) -> list[JobRecord]:
+    """Stage 2's candidates for ``job``: running BE jobs of its VC under the cap, on its chain.
+
+    The engine asks the policy with exactly these (``Engine._ask_policy``). Returns []
+    unless ``job`` is a TE job. ``running`` are JobRecords; those in their grace period
+    already (PREEMPTING) are not candidates twice, nor jobs running on lent cells (stage 1's
+    business) or on another chain than the one ``job`` must use.
     """
-    if job.request.job_class is not JobClass.TE:
+    cls = job.request.job_class
+    if cls is not JobClass.TE:
         return []
     vc = job.request.vc
+    chain = getattr(job, "chain", None)   # resolved by the engine; None = any chain
     out = []
     for rec in running:
         req = rec.request
-        if req.vc != vc or req.job_class is not JobClass.BE:
-            continue
+        if req.job_class is JobClass.OPPORTUNISTIC or not may_preempt(cls, req.job_class, req.vc == vc):
+            continue   # opportunistic victims are stage 1's, never the policy's
         if getattr(rec, "state", JobState.RUNNING) is not JobState.RUNNING:
             continue
         if getattr(rec, "opportunistic", False):
             continue  # a BE job running on lent cells is stage 1's business, not the policy's
-        if int(getattr(rec, "preemptions", 0) or 0) >= cap:
+        if not under_cap(int(getattr(rec, "preemptions", 0) or 0), cap):
+            continue
+        if chain is not None and getattr(rec, "bound_chain", chain) != chain:
             continue
         out.append(rec)
     return out
+
+
+def lender_grace(spec: ClusterSpec, lender: str) -> float:
+    """Stage 1's grace bound: an opportunistic job on cells that ``lender`` takes back for a
+    guaranteed job stops within the lender's ``opportunisticGrace`` (spec, per VC), whatever
+    grace it asked. The borrower never decides how long the owner waits."""
+    return float(spec.vcs[lender].opportunistic_grace)
+
+
+def max_grace(spec: ClusterSpec, vc: str) -> float:
+    """Stage 2's grace bound: a BE job the policy preempts for a TE job of ``vc`` stops within
+    the VC's ``maxGrace`` (spec, per VC)."""
+    return float(spec.vcs[vc].max_grace)
 
 
 @dataclass

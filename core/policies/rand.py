@@ -23,6 +23,7 @@ from .fitgpp import (
     preempt_until_fits,
     restrict_to_chain,
 )
+from .preemption_order import under_cap
 
 if TYPE_CHECKING:
     from ..engine_records import JobRecord
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 def choose(pods: Sequence[Vec], candidates: Sequence[Candidate], free: Mapping[str, Vec], *,
            cap: float = DEFAULT_CAP, rng: random.Random) -> Choice:
-    eligible = [c for c in candidates if c.preemptions < cap]
+    eligible = [c for c in candidates if under_cap(c.preemptions, cap)]
     if not eligible:
         return Choice([], f"rand: no running BE job below the preemption cap P={cap}")
     victims = preempt_until_fits(pods, _shuffled(eligible, rng), free)

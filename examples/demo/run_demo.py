@@ -32,9 +32,14 @@ import threading
 import time
 from pathlib import Path
 
+from hived.core.jobs import STARTED, TERMINAL, JobState, state_values
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 PY = sys.executable
+# what the demo waits for, in the job states' wire names (core/jobs.py defines the groups)
+RAN = state_values(STARTED | {JobState.SUCCEEDED})   # it started (and may have ended well)
+ENDED = state_values(TERMINAL)
 
 
 def say(text: str = "") -> None:
@@ -229,7 +234,7 @@ def run_jobs(svc, p) -> list[str]:
     vjob = svc.get_job(victim)
     reason = next((h["reason"] for h in reversed(vjob["history"]) if h["state"] == "preempting"), "")
     say(f"  FitGpp picked {victim}: {reason}")
-    wait_for(lambda: svc.get_job(te)["state"] in ("running", "succeeded"), 30, "the TE job to start")
+    wait_for(lambda: svc.get_job(te)["state"] in RAN, 30, "the TE job to start")
     say(f"  {victim} got SIGTERM, then its grace period: " +
         (log_lines(svc, victim, "train: SIGTERM") or ["(it did not say)"])[-1])
     say(f"  {te} (TE) now runs on {svc.get_job(te)['placement']['pods'][0]['node']} "
@@ -242,7 +247,7 @@ def run_jobs(svc, p) -> list[str]:
     say("    " + log_lines(svc, victim, "train: rank")[-1])
     vc_views(svc, "the preempted run resumed")
     everything = be + other + [te]
-    wait_for(lambda: all(svc.get_job(j)["state"] in ("succeeded", "failed", "cancelled") for j in everything),
+    wait_for(lambda: all(svc.get_job(j)["state"] in ENDED for j in everything),
              90, "the jobs of this part to finish")
     return everything
 
@@ -289,7 +294,7 @@ def idle_cells(svc, p, spec) -> list[str]:
     wait_for(lambda: svc.get_job(opp)["preemptions"] > 0, 20, "the opportunistic job to be preempted")
     reason = next((h["reason"] for h in reversed(svc.get_job(opp)["history"]) if h["state"] == "preempting"), "")
     say(f"  {opp} is preempted: {reason}")
-    wait_for(lambda: all(svc.get_job(j)["state"] in ("running", "succeeded") for j in back), 30,
+    wait_for(lambda: all(svc.get_job(j)["state"] in RAN for j in back), 30,
              "the owner's jobs to start")
     vc_views(svc, f"VC {p['vc1']} has its cells back; {opp} waits for idle cells again")
     wait_for(lambda: all(svc.get_job(j)["state"] == "succeeded" for j in back), 30, "the owner's jobs to end")
@@ -331,7 +336,7 @@ def exchange_loan(svc, p, spec) -> list[str]:
     loan = svc.submit(p["u2"], {"vc": p["vc2"], "name": "on-loan", "job_class": "te", "chain": p["chain"],
                                 "pods": pods, "gpus": gpus,
                                 "command": [PY, str(HERE / "notebook_task.py"), "3"], "workdir": str(HERE)})["id"]
-    job = wait_for(lambda: (lambda j: j if j["state"] in ("running", "succeeded") else None)(svc.get_job(loan)),
+    job = wait_for(lambda: (lambda j: j if j["state"] in RAN else None)(svc.get_job(loan)),
                    30, "the job on the borrowed cell to start")
     pods_text = "; ".join(f"{q['node']} GPUs {q['gpus']}" for q in (job["placement"] or {}).get("pods", []))
     say(f"  {loan} runs on {pods_text or 'its cells'} (opportunistic: "
@@ -340,7 +345,7 @@ def exchange_loan(svc, p, spec) -> list[str]:
 
 
 def all_jobs(svc, jobs: list[str]) -> None:
-    wait_for(lambda: all(svc.get_job(j)["state"] in ("succeeded", "failed", "cancelled") for j in jobs),
+    wait_for(lambda: all(svc.get_job(j)["state"] in ENDED for j in jobs),
              90, "every job to finish")
     say("\n  -- all jobs")
     say(f"  {'id':<5} {'name':<15} {'user':<7} {'VC':<10} {'class':<5} {'state':<10} attempts  preempted")

@@ -21,7 +21,9 @@ from jupyter_server.base.handlers import APIHandler
 from tornado import httputil, web
 from tornado.http1connection import HTTP1Connection
 
+from hived.service.admission import LimitReached
 from hived.service.degraded import ServiceDegraded
+from hived.service.scheduler import unknown_job
 
 from ..auth import caller_groups, job_resource
 from . import schema
@@ -44,6 +46,7 @@ class ApiError(web.HTTPError):
     def __init__(self, status: int, message: str, where: str | None = None):
         super().__init__(status, log_message=message.replace("%", "%%"))
         self.message, self.where = message, where
+        self.headers: dict[str, str] = {}
 
 
 def _reject_constant(name: str):
@@ -64,6 +67,11 @@ def service_errors(where_default: str | None = None) -> Iterator[None]:
         yield
     except ApiError:
         raise
+    except LimitReached as exc:   # an admission limit (service/admission.py): try again later
+        error = ApiError(429, str(exc.problem), str(exc.field) if exc.field else where_default)
+        if exc.retry_after is not None:
+            error.headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
+        raise error from None
     except ServiceDegraded as exc:
         raise ApiError(503, f"service degraded, nothing was changed; try again later: {exc.reason}",
                        "service") from None
@@ -159,15 +167,16 @@ class HivedHandler(APIHandler):
     async def job_or_404(self, job_id: str, action: str = "read") -> dict:
         """The job, after checking the user may ``action`` it.
 
-        A job the user may not even read answers 403 (not 404): the id space
-        is not secret, and a clear refusal is easier to act on. The refusal
-        names neither the job's owner nor its VC: those are not the caller's
-        to know.
+        A job the user may not even read answers exactly as a job that does not
+        exist (404, same body): otherwise anyone could count everyone's jobs. A
+        job the user sees but may not change answers 403.
         """
-        with service_errors(f"jobs/{job_id}"):
+        where = f"jobs/{job_id}"
+        with service_errors(where):
             job = await self.run(self.svc.get_job, job_id)
-        resource, where = job_resource(job["vc"], job["user"]), f"jobs/{job_id}"
-        await self.require("read", resource, f"see job {job_id}", where)
+            resource = job_resource(job["vc"], job["user"])
+            if not await self.allowed("read", resource):
+                raise unknown_job(job_id)
         if action != "read":
             await self.require(action, resource, f"cancel job {job_id}", where)
         return job
@@ -213,6 +222,8 @@ class HivedHandler(APIHandler):
         where = None
         if isinstance(exc, ApiError):
             message, where = exc.message, exc.where
+            for name, value in exc.headers.items():
+                self.set_header(name, value)
         elif isinstance(exc, web.HTTPError) and exc.log_message:
             message = exc.log_message % exc.args if exc.args else exc.log_message
         elif status_code == 403:

@@ -1,4 +1,4 @@
-"""``/hived/api/gc``: retention of finished jobs (read by anyone; applied and set by admins).
+"""``/hived/api/gc``: retention of finished jobs (read by members of the VCs shown; applied and set by admins).
 
 The service decides who may act (the VC's admins and cluster admins); see
 service/retention.py.
@@ -10,10 +10,13 @@ from .base import ApiError, HivedHandler, service_errors
 
 class GcHandler(HivedHandler):
     async def get(self):
+        """The policies and quotas of the VCs the caller is in (all of them for cluster admins)."""
+        await self.require("read", "hived:cluster", "see retention and quotas (not in any VC)", "gc")
+        mine = set(self.hived.access.vcs_of(self.username, self.groups))
         with service_errors("gc"):
             out = await self.run(self.svc.retention)
             out.update(await self.run(self.svc.disk_quotas))
-        self.reply(out)
+        self.reply({key: {vc: v for vc, v in views.items() if vc in mine} for key, views in out.items()})
 
     async def post(self):
         body = await self.json_body("Gc", required=False)

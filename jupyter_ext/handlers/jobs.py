@@ -14,11 +14,18 @@ STATES = tuple(s.value for s in JobState)
 
 
 class JobsHandler(HivedHandler):
+    async def prepare(self) -> None:  # type: ignore[override]
+        await super().prepare()
+        if self.request.method == "POST" and self.current_user is not None and not self._finished:
+            with service_errors("body.vc"):   # a user over their rate: refused before the body is read
+                self.svc.refuse_early(self.username)
+
     async def post(self):
         body = await self.json_body("JobSubmit")
         vc = body["vc"]
         if vc not in self.hived.access.vc_users:
-            raise ApiError(404, f"no VC named {vc!r}; VCs: {', '.join(sorted(self.hived.access.vc_users))}", "body.vc")
+            yours = self.hived.access.vcs_text(self.username, self.groups)
+            raise ApiError(404, f"no VC named {vc!r}; your VCs: {yours}", "body.vc")
         await self.require("write", vc_resource(vc), f"submit to VC {vc!r} (not in its users)", "body.vc")
         svc, user, groups = self.svc, self.username, self.groups
         with service_errors("body"):

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from .base import HivedHandler, service_errors
 
-_ADMIN_ONLY = ("data_dir", "pid", "last_error")
+_ADMIN_ONLY = ("data_dir", "pid", "last_error", "shared_account")
 
 
 class SummaryHandler(HivedHandler):
     async def get(self):
+        # cluster-wide counts: for people in a VC (docs/security.md: others get status and openapi.json only)
+        await self.require("read", "hived:cluster", "see the summary (not in any VC)", "summary")
         with service_errors("summary"):
             doc = dict(await self.run(self.svc.status))
         if not self.hived.access.is_admin(self.username, self.groups):

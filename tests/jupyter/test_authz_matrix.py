@@ -92,8 +92,10 @@ async def test_every_mutating_route_answers_the_same_table(call, service):
         for role in ROLES:
             code, doc = await route(name, role)
             assert code != 403 or "may not" in doc["error"], (name, role, doc)
-            # tokens/reload lets through to 404: this server has no tokens file
-            seen[name, role] = code != 403
+            # tokens/reload lets through to 404: this server has no tokens file; a job the
+            # caller may not see is refused as one that does not exist
+            hidden = code == 404 and "unknown job" in doc["error"]
+            seen[name, role] = code != 403 and not hidden
     table = {name: {role for role in ROLES if seen[name, role]} for name in ALLOWED}
     assert table == ALLOWED
 
@@ -132,7 +134,7 @@ async def test_a_vc_that_names_nobody_has_only_its_admins(call, service):
     assert code == 200, doc
     code, doc = await call("bob", "POST", "jobs", body={"vc": "vcb", "command": "true"})
     assert code == 403 and "may not submit to VC 'vcb'" in doc["error"], doc
-    with pytest.raises(NotAuthorized, match="'bob' is not a member of VC 'vcb' \\(members: none but the cluster"):
+    with pytest.raises(NotAuthorized, match="^user 'bob' is not a member of VC 'vcb'$"):
         service.submit("bob", {"vc": "vcb", "command": "true"})
     code, doc = await call("root", "POST", "jobs", body={"vc": "vcb", "command": "true"})
     assert code == 201, doc

@@ -28,7 +28,7 @@ async def test_foreign_job_refusal_names_no_owner_or_vc(api, service):
     for method, path in (("GET", ("jobs", job["id"])), ("POST", ("jobs", job["id"], "cancel")),
                          ("GET", ("jobs", job["id"], "logs"))):
         code, doc = await api("bob", method, *path)
-        assert_error(code, doc, 403, where=f"jobs/{job['id']}")
+        assert_error(code, doc, 404, where=f"jobs/{job['id']}")   # as if it did not exist
         assert "alice" not in doc["error"] and "vca" not in doc["error"] and "private" not in doc["error"], doc
     code, doc = await api("anna", "POST", "jobs", job["id"], "cancel")   # same VC, not the owner
     assert_error(code, doc, 403, says=f"may not cancel job {job['id']}")

@@ -209,9 +209,9 @@ async def test_get_job_visibility(api, service):
     for user in ("alice", "anna", "ada", "root"):
         code, doc = await api(user, "GET", "jobs", a["id"])
         assert code == 200 and doc["id"] == a["id"], (user, doc)
-    for user in ("bob", "eve"):
+    for user in ("bob", "eve"):   # answered as if it did not exist (test_outsiders.py)
         code, doc = await api(user, "GET", "jobs", a["id"])
-        assert_error(code, doc, 403, where=f"jobs/{a['id']}", says=f"{user!r} may not see job")
+        assert_error(code, doc, 404, where=f"jobs/{a['id']}", says=f"unknown job {a['id']!r}")
     code, doc = await api("alice", "GET", "jobs", "j999")
     assert_error(code, doc, 404, says="unknown job 'j999'")
     code, doc = await api("alice", "GET", "jobs", "x" * 5000)
@@ -224,9 +224,9 @@ async def test_cancel_permissions(api, service):
     mine = await submit(api, "alice", "vca", "sleep 30")
     theirs = await submit(api, "alice", "vca", "sleep 30")
     await wait_state(api, "alice", mine["id"], ("running",))
-    for user in ("anna", "bob", "eve"):  # same VC but not owner/admin; other VC; no VC
+    for user, status in (("anna", 403), ("bob", 404), ("eve", 404)):  # same VC, not owner/admin; other VC; no VC
         code, doc = await api(user, "POST", "jobs", mine["id"], "cancel")
-        assert_error(code, doc, 403, where=f"jobs/{mine['id']}")
+        assert_error(code, doc, status, where=f"jobs/{mine['id']}")
     code, doc = await api("root", "GET", "jobs", mine["id"])
     assert doc["state"] == "running"
     code, doc = await api("alice", "POST", "jobs", mine["id"], "cancel")
@@ -278,7 +278,7 @@ async def test_logs_read_and_follow(api, service):
 async def test_logs_refusals(api, service):
     j = await submit(api, "alice", "vca")
     code, doc = await api("bob", "GET", "jobs", j["id"], "logs")
-    assert_error(code, doc, 403)
+    assert_error(code, doc, 404, says="unknown job")   # not his to see: as if it did not exist
     for params, where in (({"rank": 1}, "query.rank"), ({"rank": -1}, "query.rank"),
                           ({"offset": "x"}, "query.offset"), ({"follow": 2}, "query.follow"),
                           ({"offset": 10 ** 20}, "query.offset")):

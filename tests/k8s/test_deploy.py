@@ -315,7 +315,7 @@ def test_rbac_allows_every_call_hived_makes_and_nothing_unused(kube, core, ns, u
     core.create_namespace({"metadata": {"name": lease_ns}})
     calls = []
     lau = KubernetesLauncher(kube.kubeconfig, template={"image": "img"}, namespace_prefix=vc_prefix(ns), instance=uid,
-                             bind="binding", nodes=[n1, n2], watch_timeout=1)
+                             bind="binding", nodes=[n1, n2], watch_timeout=1, namespace=lease_ns)
     lock = LeaseLock("hived-scheduler", lease_ns, "me")
     lock.api_instance = client.CoordinationV1Api(lau.api)           # the same recorded pool
     # Every call, generated or raw (k8s/rest_raw.py), goes through the client's urllib3 pool.
@@ -343,6 +343,13 @@ def test_rbac_allows_every_call_hived_makes_and_nothing_unused(kube, core, ns, u
         lau.delete_gang("j1", ns, names, 0)                           # pods and the gang's Service
         lau.health_changes()
         assert lau.events.flush()
+        # accepted jobs and the job id counter, in hived's namespace (k8s/durable.py)
+        from hived.k8s.durable import ClusterJobs
+        jobs = ClusterJobs(lau.core, lease_ns, uid, lau.signer)
+        assert jobs.reserve(1) == 1 and jobs.reserve(1) == 2          # create, then read + update
+        jobs.put("j1", {"user": "alice", "vc": "vc-a", "groups": [{"pods": 1, "gpus": 2}]}, 1.0)
+        assert list(jobs.load()) == ["j1"]                             # list
+        jobs.delete("j1")
         # leader election: read (none yet), create, read, renew
         assert lock.get("hived-scheduler", lease_ns)[0] is False
         rec = LeaderElectionRecord("me", "15", "2026-01-01 00:00:00.123456", "2026-01-01 00:00:00.123456")
@@ -368,6 +375,7 @@ def test_rbac_allows_every_call_hived_makes_and_nothing_unused(kube, core, ns, u
         {("list", "pods"), ("watch", "pods")}, "pods are written in VC namespaces only, and read everywhere"
     assert not any(res in ("services", "events") and scope != "vc" for _, _, res, scope in used)
     assert not any(g == "coordination.k8s.io" and scope != "own" for _, g, _, scope in used)
+    assert not any(res in ("secrets", "configmaps") and scope != "own" for _, _, res, scope in used)
 
 
 # ---------------------------------------------------------------- the image
@@ -432,6 +440,98 @@ def test_the_build_context_holds_only_what_the_image_installs():
     copied = {src for s in stages() for i, a in s if i == "COPY" and "--from" not in a for src in a.split()[:-1]}
     kept = {r[1:].rstrip("/") for r in rules if r.startswith("!")}
     assert copied <= kept, copied - kept
+
+
+def dockerignore_excludes(rules: list[str], path: str) -> bool:
+    """Whether the build context leaves out ``path`` (relative, '/'-separated), by Docker's documented
+    .dockerignore rules: patterns rooted at the context, ``*``/``?`` within one path element, ``**``
+    across any number of them, ``!`` re-includes, the last matching rule wins, and a rule matching a
+    parent folder matches everything under it."""
+    def rx(pat: str) -> re.Pattern:
+        out, i = "", 0
+        pat = pat.strip("/")
+        while i < len(pat):
+            if pat.startswith("**/", i):
+                out, i = out + "(?:.*/)?", i + 3
+            elif pat.startswith("**", i):
+                out, i = out + ".*", i + 2
+            else:
+                out += {"*": "[^/]*", "?": "[^/]"}.get(pat[i], re.escape(pat[i]))
+                i += 1
+        return re.compile(out)
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
+    excluded = False
+    for rule in rules:
+        negate = rule.startswith("!")
+        pattern = rx(rule[1:] if negate else rule)
+        if any(pattern.fullmatch(p) for p in prefixes):
+            excluded = not negate
+    return excluded
+
+
+def build_context_of_the_dockerfile(dest: Path) -> Path:
+    """What the build stage's COPY lines put into its WORKDIR, from the context the .dockerignore leaves."""
+    root = DEPLOY.parents[1]
+    lines = (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+    rules = [r.strip() for r in lines if r.strip() and not r.lstrip().startswith("#")]
+    context = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                     if p.is_file() and ".git" not in p.relative_to(root).parts[:1]
+                     and not p.relative_to(root).parts[0].startswith(".venv"))
+    context = [p for p in context if not dockerignore_excludes(rules, p)]
+    build = stages()[0]
+    assert "pip wheel" in " ".join(a for i, a in build if i == "RUN")
+    for ins, args in build:
+        if ins != "COPY":
+            continue
+        assert not args.startswith("--"), f"COPY {args}: flags are not modelled here"
+        *srcs, target = args.split()
+        for src in srcs:
+            src = src.rstrip("/")
+            files = [p for p in context if p == src or p.startswith(src + "/")]
+            assert files, f"COPY {src}: nothing of it is in the build context (.dockerignore)"
+            for f in files:
+                rel = Path(f).name if f == src else Path(f).relative_to(src)
+                out = dest / target / rel if (target.endswith("/") or f != src) else dest / target
+                out.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(root / f, out)
+    return dest
+
+
+def test_the_dockerignore_rules_are_read_as_docker_reads_them():
+    rules = ["*", "!core/", "**/__pycache__", "k8s/deploy/", "!k8s/", "k8s/deploy/"]
+    assert dockerignore_excludes(rules, "service/app.py")
+    assert not dockerignore_excludes(rules, "core/engine.py")
+    assert dockerignore_excludes(rules, "core/__pycache__/engine.pyc")
+    assert dockerignore_excludes(rules, "k8s/deploy/Dockerfile") and not dockerignore_excludes(rules, "k8s/nodes.py")
+
+
+def test_the_wheel_builds_from_exactly_what_the_dockerfile_copies_and_serves(tmp_path):
+    """Finding 8: the build stage's `pip wheel .` over its COPY lines, as the image builds it (offline:
+    no build isolation, no dependencies), then `hived serve --help` from that wheel alone."""
+    src = build_context_of_the_dockerfile(tmp_path / "src")
+    wheels = tmp_path / "wheels"
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                        "--wheel-dir", str(wheels), str(src)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (wheel,) = wheels.glob("hived-*.whl")
+    target = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target", str(target),
+                        str(wheel)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # -S: no .pth file runs, so the editable install of this checkout is not on the path; the wheel is,
+    # ahead of the dependencies installed beside the interpreter.
+    deps = [p for p in sys.path if p.endswith("site-packages")]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join([str(target), *deps]), "HOME": str(tmp_path)}
+    where = subprocess.run([sys.executable, "-S", "-c", "import hived.cli.main, hived.service, hived.k8s.service,"
+                            " hived.reports, hived.testing; print(hived.cli.main.__file__)"],
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert where.returncode == 0, where.stderr[-3000:]
+    assert where.stdout.strip().startswith(str(target)), where.stdout
+    r = subprocess.run([sys.executable, "-S", str(target / "bin" / "hived"), "serve", "--help"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "--launcher" in r.stdout and "--spec" in r.stdout
 
 
 # ---------------------------------------------------------------- the deployment, run

@@ -30,15 +30,17 @@ def test_binding_and_preemption_events(hv):
 
 def test_a_refused_launch_keeps_the_api_message_in_last_error_and_an_event(hv):
     svc = hv.service()
-    jid = svc.job_ids.next()                        # the id the next job gets (ids follow the cluster's)
-    svc.job_ids.give_back(jid)
+    local = svc.job_ids.next()                      # the id the next job gets: the cluster's counter decides
+    svc.job_ids.give_back(local)
+    jid = f"j{max(int(local[1:]), svc.cluster_jobs.peek())}"
     taken = pb.pod_name(jid, 1, 0)
     hv.core.create_namespaced_pod(hv.vca, {"metadata": {"name": taken},
                                           "spec": {"containers": [{"name": "c", "image": "x"}]}})
     got = svc.submit("alice", {**JOB, "pods": 1})["id"]
     assert got == jid
-    hv.tick_until(svc, lambda: svc.get_job(jid)["state"] in ("queued", "failed") and svc.get_job(jid)["attempts"])
+    hv.tick_until(svc, lambda: svc.get_job(jid)["state"] in ("queued", "failed") and svc.get_job(jid)["failure_class"])
     job = svc.get_job(jid)
+    assert job["failure_class"] == "infrastructure" and job["attempts"] == 0      # refused: nothing ran
     assert f'pods "{taken}" already exists' in job["last_error"], job
     assert svc.launcher.events.flush()
     (ev,) = [e for e in _events(hv.core, hv.vca, jid) if e[2] == "LaunchRefused"]

@@ -133,8 +133,8 @@ def test_a_bad_member_fails_the_gang_and_tears_it_down(launcher, core, ns, uid, 
 
 
 def test_a_failed_gang_is_released_when_a_member_never_confirms_its_deletion(kube, core, ns, uid, kubelet):
-    """A member whose node died never confirms its deletion: the gang's cells are released
-    teardown_margin after its grace period all the same."""
+    """A member whose node died (here: no Node object at all) never confirms its deletion: teardown_margin
+    after its grace period it is force-deleted, with an Event, and the gang's cells go."""
     lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=uid,
                              watch_timeout=2, teardown_margin=0.5).start()
     try:
@@ -149,7 +149,10 @@ def test_a_failed_gang_is_released_when_a_member_never_confirms_its_deletion(kub
         ev = wait_events(lau, lambda es: any(e.kind == "exited" for e in es))
         assert time.monotonic() - t0 >= 1.4        # grace 1 s + margin 0.5 s
         assert [(e.exit_code, e.rank) for e in ev if e.kind == "exited"] == [(3, 1)]
-        assert core.read_namespaced_pod(names[0], ns).metadata.deletion_timestamp is not None
+        assert [p.metadata.name for p in pods_of(core, ns)] == [names[1]]     # the failed one stays listed
+        assert lau.events.flush()
+        assert [e.involved_object.name for e in core.list_namespaced_event(ns).items
+                if e.reason == "ForceDeleted"] == [names[0]]
     finally:
         lau.stop()
 
@@ -211,7 +214,8 @@ def test_a_job_without_grace_gets_the_default_not_a_force_delete(kube, core, ns,
 
 
 def test_pods_never_confirmed_gone_are_released_after_the_stated_bound(kube, core, ns):
-    """A lost node's kubelet confirms nothing: the cells go on teardown_margin after the grace."""
+    """A lost node's kubelet confirms nothing: teardown_margin after the grace its pod is force-deleted
+    (its node "a" has no Node object) and the cells go."""
     lau = KubernetesLauncher(kube.kubeconfig, template=TEMPLATE, namespace_prefix=vc_prefix(ns), instance=ns,
                              watch_timeout=1, teardown_margin=1.0)
     try:
@@ -221,7 +225,7 @@ def test_pods_never_confirmed_gone_are_released_after_the_stated_bound(kube, cor
         lau.terminate("j1", 1.0)
         ev = wait_events(lau, lambda es: any(e.kind == "exited" for e in es))
         assert 1.8 <= time.monotonic() - t0 < 6 and ev[-1].kind == "exited"
-        assert len(pods_of(core, ns)) == 1              # still Terminating in the API
+        assert pods_of(core, ns) == []                  # force-deleted: no kubelet there to run it
     finally:
         lau.stop()
 

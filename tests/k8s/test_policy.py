@@ -28,7 +28,7 @@ from hived.k8s.policy import (  # noqa: E402
     vc_namespace,
 )
 from hived.k8s.service import KubernetesSchedulerService  # noqa: E402
-from hived.k8s.template import JobTemplate  # noqa: E402
+from hived.k8s.template import JobTemplate, TemplateError, check_for_vc  # noqa: E402
 from hived.k8s.watch import wait_for  # noqa: E402
 
 POLICY = """
@@ -311,3 +311,83 @@ def test_the_service_reads_the_policy_file_named_by_the_environment(kube, ns, tm
     with pytest.raises(PolicyFileError) as e:
         launcher_from_env()
     assert str(path) in str(e.value) and "defaults.podSecurity" in str(e.value)
+
+
+# ---------------------------------------------------------------- round 2: an allow-list, every source judged
+
+TOKEN_VOLUME = {"name": "tok", "projected": {"sources": [
+    {"serviceAccountToken": {"audience": "vault", "expirationSeconds": 86400, "path": "token"}}]}}
+TOKEN_MOUNT = [{"name": "tok", "mountPath": "/var/run/secrets/vault"}]
+
+
+def test_a_projected_service_account_token_needs_an_allowed_service_account():
+    """Finding 1: a kubelet would issue the token of the namespace's `default` account."""
+    tpl = {"image": IMG, "volumes": [TOKEN_VOLUME], "volume_mounts": TOKEN_MOUNT}
+    e = refusal(tpl)                                # vca allows `trainer`, the template names none
+    assert e.where == "template.volumes[0].projected.sources[0].serviceAccountToken"
+    assert "Projected Sources" in e.problem and "'default'" in e.problem
+    allowed({**tpl, "service_account": "trainer"})  # the token of an account the VC allows
+    e = refusal(tpl, vc="other")                    # the defaults allow no account at all
+    assert e.where == "template.volumes[0].projected.sources[0].serviceAccountToken"
+    # the same refusal without a policy file, for a job's own fields
+    with pytest.raises(PolicyError) as e2:
+        check_for_vc(JobTemplate.from_dict(tpl), "vca", None, own={"volumes": tpl["volumes"]})
+    assert e2.value.where == "template.volumes[0].projected.sources[0].serviceAccountToken"
+    # configMap, secret and downwardAPI sources carry no identity: allowed everywhere
+    allowed({"image": IMG, "volumes": [{"name": "p", "projected": {"sources": [
+        {"configMap": {"name": "c"}}, {"secret": {"name": "s"}},
+        {"downwardAPI": {"items": [{"path": "l", "fieldRef": {"fieldPath": "metadata.labels"}}]}}]}}]}, vc="other")
+
+
+@pytest.mark.parametrize("volume", [
+    {"name": "v", "configMap": {"name": "c"}, "nfs": {"server": "evil", "path": "/"}},
+    {"name": "v", "emptyDir": {}, "iscsi": {"targetPortal": "10.0.0.1:3260", "iqn": "iqn.x:y", "lun": 0}},
+])
+def test_a_volume_with_two_sources_is_refused(volume):
+    """Finding 3: the second source is what a kubelet might mount; one volume, one source."""
+    with pytest.raises(TemplateError) as e:
+        JobTemplate.from_dict({"image": IMG, "volumes": [volume]})
+    assert e.value.where == "template.volumes[0]"
+    second = [k for k in volume if k != "name"]
+    assert all(k in e.value.problem for k in second) and "one source" in e.value.problem
+
+
+def test_every_source_key_is_judged_by_the_profile():
+    """Even a volume that bypassed template validation is judged by each of its keys."""
+    tpl = JobTemplate(image=IMG, volumes=({"name": "v", "configMap": {"name": "c"}, "nfs": {"server": "s",
+                                                                                          "path": "/"}},))
+    assert [w for w, _, _ in violations(tpl, "restricted")] == ["template.volumes[0].nfs"]
+
+
+@pytest.mark.parametrize("res", ["nvidia.com/mig-1g.10gb", "nvidia.com/gpu.shared", "amd.com/gpu", "amd.com/xgmi",
+                                 "gpu.intel.com/i915", "example.com/vgpu", "example.com/mig-3g", "NVIDIA.COM/GPU"])
+def test_every_device_plugin_resource_is_refused(res):
+    """Finding 2: any device plugin resource would let the plugin pick GPUs hived gave to others."""
+    for part in ("limits", "requests"):
+        with pytest.raises(TemplateError) as e:
+            JobTemplate.from_dict({"image": IMG, "resources": {part: {res: "7"}}})
+        assert e.value.where == f"template.resources.{part}.{res}"
+        assert "device plugin" in e.value.problem and "hived chooses the GPUs" in e.value.problem
+    JobTemplate.from_dict({"image": IMG, "resources": {"limits": {"example.com/rdma": "1", "ephemeral-storage": "1Gi",
+                                                                  "hugepages-2Mi": "1Gi"}}})
+
+
+@pytest.mark.parametrize("bad,where", [
+    ({"volumes": [TOKEN_VOLUME], "volume_mounts": TOKEN_MOUNT},
+     "k8s_template.volumes[0].projected.sources[0].serviceAccountToken"),
+    ({"resources": {"limits": {"nvidia.com/mig-1g.10gb": "7"}}},
+     "k8s_template.resources.limits.nvidia.com/mig-1g.10gb"),
+    ({"resources": {"limits": {"nvidia.com/gpu.shared": "8"}}}, "k8s_template.resources.limits.nvidia.com/gpu.shared"),
+    ({"volumes": [{"name": "v", "configMap": {"name": "c"}, "nfs": {"server": "s", "path": "/"}}]},
+     "k8s_template.volumes[0]"),
+    ({"volumes": [{"name": "v", "emptyDir": {}, "iscsi": {"targetPortal": "t:3260", "iqn": "iqn.x:y", "lun": 0}}]},
+     "k8s_template.volumes[0]"),
+])
+def test_round2_findings_are_refused_at_submit_and_nothing_is_created(make_svc, core, jns, bad, where):
+    svc = make_svc()
+    with pytest.raises(RequestError) as e:
+        svc.submit("alice", {"vc": "vca", "command": "true", "gpus": 2, "k8s_template": bad})
+    assert e.value.field == where
+    assert svc.list_jobs() == [] and svc.store.count_jobs() == 0
+    svc.tick()
+    assert core.list_namespaced_pod(jns).items == []

@@ -11,6 +11,7 @@ random instants and restarts it.
 import json
 import os
 import sys
+import threading
 import time
 
 from hived.service.scheduler import SchedulerService
@@ -37,15 +38,25 @@ def main() -> int:
         json.dump({"jobs": jobs, "summary": svc.recovered}, f)
     svc.start()
     names = {j["name"] for j in jobs.values()}
+    # HIVED_TEST_SUBMITTERS threads submit at once (their commits share fsyncs: group commit)
+    threads = int(os.environ.get("HIVED_TEST_SUBMITTERS", "1"))
+    lock = threading.Lock()
     with open(os.path.join(data_dir, "acked.log"), "a") as acked:
-        for i in range(n):
-            p, user = payload(i)
-            if p["name"] in names:
-                continue
-            job = svc.submit(user, p)
-            acked.write(f"{job['id']} {p['name']}\n")
-            acked.flush()
-            time.sleep(0.004)
+        def submit_every(k: int) -> None:
+            for i in range(k, n, threads):
+                p, user = payload(i)
+                if p["name"] in names:
+                    continue
+                job = svc.submit(user, p)
+                with lock:   # acknowledged = submit returned: only then is it written here
+                    acked.write(f"{job['id']} {p['name']}\n")
+                    acked.flush()
+                time.sleep(0.004)
+        workers = [threading.Thread(target=submit_every, args=(k,)) for k in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
     while any(j["state"] not in ("succeeded", "failed", "cancelled") for j in svc.list_jobs()):
         time.sleep(0.05)
     svc.stop()

@@ -236,7 +236,7 @@ def test_served_exit_codes_and_error_lines(served):
          "hived submit: grace_period: must be between 0 and 86400, got -1\n"),
         (["submit", "--vc", "vca", "--grace", "nan", "--", "true"], 2,   # JSON has no NaN: refused before sending
          "hived submit: grace_period: must be a finite number\n"),
-        (["submit", "--vc", "nope", "--", "true"], 4, "hived submit: vc: no VC named 'nope'; VCs: vca, vcb\n"),
+        (["submit", "--vc", "nope", "--", "true"], 4, "hived submit: vc: no VC named 'nope'; your VCs: vca\n"),
         (["submit", "--vc", "vca", "--workdir", "/no/such/dir", "--", "true"], 2,
          "hived submit: workdir: /no/such/dir does not exist or is not a directory\n"),
         (["submit", "--vc", "vcb", "--", "true"], 3,
@@ -280,6 +280,22 @@ def test_served_cancel_and_logs_say_what_happened(served):
     assert "\nstarted\n" in json.loads(out)["text"] and json.loads(out)["state"] == "cancelled"
     code, out, _ = served("status", jid, "--user", "alice")
     assert "was cancelled" in out and "exit None" not in out and "None" not in out
+
+
+def test_served_second_cancel_kills_a_job_that_ignores_sigterm(served):
+    code, out, err = served("submit", "--vc", "vca", "--user", "alice", "--grace", "3600", "--json", "--",
+                            "trap '' TERM; echo started; sleep 600")
+    jid = json.loads(out)["id"]
+    deadline = time.time() + 30
+    while json.loads(served("status", jid, "--user", "alice", "--json")[1])["state"] != "running":
+        assert time.time() < deadline
+        time.sleep(0.2)
+    code, out, err = served("cancel", jid, "--user", "alice")
+    assert code == 0 and "SIGKILL in 3600 s" in out, out + err
+    code, out, err = served("cancel", jid, "--user", "alice")
+    assert code == 0 and out == f"{jid}: stopping: its processes are being killed; it ends as cancelled\n", out + err
+    code, out, err = served("logs", jid, "-f", "--user", "alice")   # returns once it ended: no hour's wait
+    assert code == 1 and err.startswith(f"hived logs: job {jid} was cancelled"), err
     code, out, _ = served("cancel", "j999", "--user", "alice")
     assert code == 4
 

@@ -56,7 +56,7 @@ def test_job_runs_with_its_gpus_and_log(make_service, tmp_path):
 
 
 BAD = [
-    ({"vc": "nope", "command": "true"}, NotFound, "vc: unknown VC 'nope'; known: vca, vcb"),
+    ({"vc": "nope", "command": "true"}, NotFound, "vc: unknown VC 'nope'; your VCs: vca"),
     ({"vc": "vca", "command": "true", "gpus": 9}, RequestError, "gpus"),
     ({"vc": "vca", "command": "true", "pods": 3, "gpus": 4}, RequestError, "never fits VC 'vca'"),
     ({"vc": "vca", "command": "true", "gpus": -1}, RequestError, "gpus: must be between 1 and"),

@@ -1,0 +1,101 @@
+"""One team floods ``hived serve`` with submissions; how much slower are the other team's?
+
+Two clients against one real ``hived serve`` (noop launcher, the tests' two-VC spec):
+
+- bob (VC vcb) submits small jobs at a steady pace (``--rate`` per second, ``--n`` of them),
+  within the default admission limits;
+- alice (VC vca) floods: ``--flooders`` clients in a closed loop, each job ~190 KB (three
+  60,000-character env values), as fast as the server answers.
+
+Bob's run is timed twice in the same session, without and with the flood, and the benchmark
+reports his submit median and p99 in both and their ratio (target: p99 with the flood <= 2x
+without), plus what the flood got: accepted (201) and refused by admission limits (429).
+
+Usage: bench_flood.py [--quick] [--n 120] [--rate 4] [--flooders 4]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_rest import SPEC, load, start_server, summary  # noqa: E402
+
+TARGET_RATIO = 2.0
+BIG_ENV = {f"BLOB{k}": "x" * 60_000 for k in range(3)}
+BIG_BODY = json.dumps({"vc": "vca", "command": "true", "env": BIG_ENV}).encode()   # encoded once: the client
+
+
+def bob(i: int):
+    return "POST", "jobs", "bob", {"vc": "vcb", "command": "true", "name": f"steady-{i}"}
+
+
+async def flood(api: str, clients: int, stop: asyncio.Event) -> dict:
+    import aiohttp
+    seen: dict[int, int] = {}
+
+    async def client() -> None:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as session:
+            while not stop.is_set():
+                try:
+                    async with session.post(api + "jobs", data=BIG_BODY, headers={
+                            "Authorization": "token tok-alice", "Content-Type": "application/json"}) as r:
+                        await r.read()
+                        status = r.status
+                except aiohttp.ClientError:   # a refusal before the body was read closes the connection
+                    status = 0
+                seen[status] = seen.get(status, 0) + 1
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return seen
+
+
+async def phase(api: str, n: int, rate: float, flooders: int) -> tuple[list[float], list[int], dict]:
+    stop = asyncio.Event()
+    flooding = asyncio.ensure_future(flood(api, flooders, stop)) if flooders else None
+    if flooding is not None:
+        await asyncio.sleep(1.0)   # the flood is under way before bob starts
+    lat, statuses, _ = await load(api, 1, n, bob, rate)
+    stop.set()
+    return lat, statuses, (await flooding) if flooding is not None else {}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer requests (CI)")
+    ap.add_argument("--n", type=int, default=120, help="bob's submissions per phase")
+    ap.add_argument("--rate", type=float, default=4.0,
+                    help="bob's submissions per second (under the default limit of 5 per user)")
+    ap.add_argument("--flooders", type=int, default=4, help="alice's concurrent flooding clients")
+    args = ap.parse_args()
+    n = 40 if args.quick else args.n
+    with tempfile.TemporaryDirectory(prefix="hived-flood-") as tmp:
+        proc, api = start_server(Path(tmp) / "data", spec=SPEC)   # the default admission limits
+        try:
+            rows = {}
+            for name, flooders in (("no flood", 0), ("flood", args.flooders)):
+                t0 = time.perf_counter()
+                lat, statuses, got = asyncio.run(phase(api, n, args.rate, flooders))
+                bad = [s for s in statuses if s != 201]
+                print(f"[{name}] bob: {len(statuses) - len(bad)}/{len(statuses)} accepted"
+                      + (f"; alice's flood: {got.get(201, 0)} accepted, {got.get(429, 0)} refused (429), "
+                         f"{got.get(0, 0)} cut off before the body was read, "
+                         f"other {sum(v for k, v in got.items() if k not in (0, 201, 429))}" if flooders else ""))
+                rows[name] = summary(f"bob {name}", lat, time.perf_counter() - t0)
+        finally:
+            proc.terminate()
+            proc.wait(20)
+    base, hit = rows["no flood"], rows["flood"]
+    ratio = hit["p99_ms"] / base["p99_ms"]
+    print(f"bob's submit with alice flooding vs not: median x{hit['median_ms'] / base['median_ms']:.2f}, "
+          f"p99 x{ratio:.2f} (target <= {TARGET_RATIO:g}): {'met' if ratio <= TARGET_RATIO else 'NOT met'}")
+    return 0 if ratio <= TARGET_RATIO else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

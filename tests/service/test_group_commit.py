@@ -1,0 +1,82 @@
+"""Group commit: submissions made while an fsync runs share the next one, each is
+answered only once its commit is on disk, and a failed fsync refuses the
+submission and cancels the job."""
+import threading
+
+import pytest
+
+from hived.service.degraded import ServiceDegraded
+from hived.testing.launcher_noop import NoopLauncher
+
+JOB = {"vc": "vca", "gpus": 1, "command": "true", "job_class": "be"}
+
+
+def blocking_fsync(store):
+    """Wrap the store's WAL fsync: the first call waits for ``release``; records each call's
+    commit count at entry."""
+    real = store._fsync_wal
+    started, release, calls = threading.Event(), threading.Event(), []
+
+    def fsync():
+        calls.append(store.commit_ticket)
+        if len(calls) == 1:
+            started.set()
+            assert release.wait(30)
+        real()
+    store._fsync_wal = fsync
+    return started, release, calls
+
+
+def test_submissions_during_an_fsync_share_the_next_one_and_wait_for_it(make_service):
+    svc = make_service(launcher=NoopLauncher(), start=False)
+    started, release, calls = blocking_fsync(svc.store)
+    answers: dict[int, dict] = {}
+
+    def submit(k):
+        answers[k] = svc.submit("alice", dict(JOB, name=f"g{k}"))
+    first = threading.Thread(target=submit, args=(0,))
+    first.start()
+    assert started.wait(30)                  # job 0 is committed, its fsync is held
+    base = svc.store.commit_ticket
+    others = [threading.Thread(target=submit, args=(k,)) for k in range(1, 6)]
+    for t in others:
+        t.start()
+    # they commit (the service lock is free during an fsync) but none is answered yet
+    for _ in range(3000):
+        if svc.store.commit_ticket >= base + 5:
+            break
+        threading.Event().wait(0.01)
+    assert svc.store.commit_ticket == base + 5
+    assert answers == {}
+    release.set()
+    for t in [first, *others]:
+        t.join(30)
+    assert sorted(answers) == [0, 1, 2, 3, 4, 5]
+    assert len(calls) == 2                   # one fsync for job 0, one for the five behind it
+    assert calls[1] == base + 5
+    assert {a["state"] for a in answers.values()} == {"queued"}
+
+
+def test_a_failed_fsync_refuses_the_submission_and_cancels_the_job(make_service):
+    svc = make_service(launcher=NoopLauncher(), start=False)
+
+    def broken():
+        raise OSError(5, "Input/output error")
+    svc.store._fsync_wal = broken
+    with pytest.raises(ServiceDegraded, match="Input/output error"):
+        svc.submit("alice", dict(JOB, name="lost"))
+    (job,) = svc.list_jobs()
+    assert job["name"] == "lost" and job["state"] == "cancelled"
+    assert svc.degraded is not None
+
+
+def test_normal_synchronous_makes_no_fsync_of_its_own(tmp_path):
+    from hived.service.store import SqliteStore
+    store = SqliteStore(tmp_path / "d", synchronous="NORMAL")
+    calls = []
+    store._fsync_wal = lambda: calls.append(1)
+    with store.transaction():
+        store.set_meta("k", "v")
+    store.sync_through(store.commit_ticket)
+    assert calls == [] and store.get_meta("k") == "v"
+    store.close()

@@ -18,6 +18,7 @@ help:
 	@echo "make test    - install (venv, packages, chromium, JupyterHub's proxy), lint, then run the whole test suite"
 	@echo "make soak    - the engine's randomized checker with a long budget (HIVED_SOAK_EXAMPLES)"
 	@echo "make bench   - run the benchmarks in quick mode"
+	@echo "make mutants - mutation testing of the allocator (core/alloc) with mutmut; not part of make test"
 	@echo "make gpu-wheels - the wheel folder .whl/ that tests/gpu/on_device.sh installs on a GPU machine"
 	@echo "make clean   - remove the venv and build outputs"
 
@@ -74,3 +75,18 @@ clean:
 .PHONY: soak
 soak: install
 	HIVED_SOAK_EXAMPLES=$${HIVED_SOAK_EXAMPLES:-3000} $(PY) -m pytest tests/engine/test_engine_state_machine.py -q -p no:cacheprovider
+
+# Mutation testing of the allocator (not part of `make test`; docs/allocator.md, "Mutation testing").
+# mutmut changes core/alloc one small edit at a time, in place, and runs the allocator's tests
+# against each mutant; a mutant no test kills is a gap. It restores every file when it ends.
+MUTMUT_VERSION ?= 2.5.1
+MUTANT_PATHS   ?= core/alloc/
+MUTANT_TESTS   ?= tests/core/test_allocator_reconfigure.py tests/core/test_allocator_restore.py \
+                  tests/core/test_allocator_rules.py tests/core/test_allocator_grant.py \
+                  tests/core/test_allocator_faults.py tests/core/test_reconfigure_properties.py
+.PHONY: mutants
+mutants: install
+	$(PY) -m pip install -q "mutmut==$(MUTMUT_VERSION)"
+	HIVED_HYPOTHESIS_EXAMPLES=$${HIVED_HYPOTHESIS_EXAMPLES:-15} $(VENV)/bin/mutmut run --paths-to-mutate $(MUTANT_PATHS) \
+	  --runner "$(PY) -m pytest -x -q -p no:randomly -p no:cacheprovider $(MUTANT_TESTS)"; \
+	  rc=$$?; $(VENV)/bin/mutmut results; [ $$((rc & 1)) -eq 0 ]   # survivors are reported, a fatal error fails

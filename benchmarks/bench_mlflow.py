@@ -99,7 +99,8 @@ def main(argv=None) -> int:
     uri = f"sqlite:///{tmp}/mlflow.db"
     os.environ["MLFLOW_TRACKING_URI"] = uri
     os.environ["HIVED_DATA_DIR"] = str(tmp)  # checkpoint dirs land here
-    proc, info = start_server(tmp, tick=args.tick)
+    # the store and checkpoints sit in a private temp folder: jobs run as this account
+    proc, info = start_server(tmp, tick=args.tick, job_account="server")
     cfg = {"vc": VC, "gpus": 1, "service_url": info["url"], "token": info["token"]}
     try:
         print(f"server tick {args.tick} s, tracking store {uri}, {os.cpu_count()} CPUs, "

@@ -7,6 +7,7 @@ command: --url/--token, $HIVED_URL/$HIVED_TOKEN, or the data dir)::
     hived exchange ledger                     # GPU-hours contributed/consumed/surplus per VC
     hived exchange offer   --vc A --cell-type NODE --count 1 --duration 10h [--start 1h]
     hived exchange request --vc B --cell-type NODE --count 1 --duration 10h
+    hived exchange withdraw o3                # take an open post off the board
 
 Offline, a dry run of the matching over a spec and a file of posts (YAML
 or JSON), nothing sent anywhere::
@@ -54,6 +55,9 @@ def register(subparsers, summary: str) -> None:
         q.add_argument("--count", type=int, required=True, help="number of cells")
         q.add_argument("--duration", type=duration, required=True, help="window length: 36000, 600m, 10h, 1d")
         q.add_argument("--start", type=duration, default=0.0, help="window start from now (default 0)")
+    w = sub.add_parser("withdraw", help="take an open offer or request off the board (VC admins)")
+    _conn(w)
+    w.add_argument("post_id", metavar="ID", help="the post's id, as the board shows it (o3, r4)")
     d = sub.add_parser("dry-run", help="match a file of posts offline against a spec (nothing is sent)")
     d.add_argument("--spec", required=True, help="cluster spec (YAML)")
     d.add_argument("--posts", required=True, help="posts file (YAML or JSON), see 'hived exchange --help'")
@@ -76,7 +80,8 @@ def _fail(msg: str) -> int:
 
 def run(args) -> int:
     if not args.action:
-        return _fail("say what to do: board, ledger, offers, requests, offer, request or dry-run (see --help)")
+        return _fail("say what to do: board, ledger, offers, requests, offer, request, withdraw or dry-run "
+                     "(see --help)")
     if args.action == "dry-run":
         return dry_run(args)
     from hived.service.client import HivedClient, HivedError
@@ -87,6 +92,8 @@ def run(args) -> int:
             body = {"vc": args.vc, "cell_type": args.cell_type, "count": args.count,
                     "duration": args.duration, "start": args.start}
             doc = (client.post_offer if args.action == "offer" else client.post_request)(body)
+        elif args.action == "withdraw":
+            doc = client.withdraw(args.post_id)
         else:
             doc = client.exchange(args.action)
     except HivedError as exc:
@@ -96,6 +103,9 @@ def run(args) -> int:
         print(json.dumps(doc, indent=2, sort_keys=True))
     elif args.action == "ledger":
         print(_ledger_table(doc.get("ledger", doc)))
+    elif args.action == "withdraw":
+        print(f"withdrew {doc['kind']} {doc['id']} of VC {doc['vc']}: {doc['count']} x {doc['chain']} "
+              f"level {doc['level']} over [{_clock(doc['start'])}, {_clock(doc['end'])})")
     else:
         print(_board_text(doc))
     return 0
@@ -123,8 +133,8 @@ def _board_text(doc: dict) -> str:
 
 
 def _clock(t) -> str:
-    import time
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if isinstance(t, (int, float)) else "-"
+    from hived.core.timefmt import clock
+    return clock(t) if isinstance(t, (int, float)) else "-"
 
 
 def _ledger_table(ledger: dict) -> str:
@@ -177,7 +187,7 @@ def dry_run(args) -> int:
     print(f"{len(made)} exchange(s) matched by policy {arb.policy.name}:")
     for e in made:
         legs = "; ".join(f"{g.lender} -> {g.borrower}: {g.cells}" for g in e.legs)
-        print(f"  {e.id} [{e.start:g}, {e.end:g}) {legs}{' (spatial)' if e.spatial else ''}")
+        print(f"  {e.id} [{_clock(e.start)}, {_clock(e.end)}) {legs}{' (spatial)' if e.spatial else ''}")
     left = result["left"]
     print(f"left on the board: {len(left['offers'])} offer(s), {len(left['requests'])} request(s)")
     print(_ledger_table(result["ledger"]))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from hived.cli import support as cs
-from hived.core.jobs import class_text
+from hived.service.job_table import jobs_table
 
 
 def register(subparsers, summary: str) -> None:
@@ -36,9 +36,5 @@ def run(args, backend) -> int:
     if not jobs:
         print("no jobs")
         return cs.OK
-    rows = [[j["id"], j["name"] or "-", j["user"], j["vc"], class_text(j).upper(), cs.state_text(j, short=True),
-             j["gpus"], cs.placement_text(j["placement"]), j["preemptions"], cs.ago(j["submitted"])]
-            for j in jobs]
-    print(cs.table(rows, ["ID", "NAME", "USER", "VC", "CLASS", "STATE", "GPUS", "PLACEMENT", "PREEMPTED", "AGE"],
-                   shrink=("NAME", "STATE", "PLACEMENT")))
+    print(jobs_table(jobs, cs.terminal_width()))
     return cs.OK

@@ -44,6 +44,9 @@ def register(subparsers, summary: str) -> None:
                    help="preemption policy among a VC's own jobs: TE jobs preempt BE jobs (default none)")
     p.add_argument("--max-preemptions", type=int, default=None, metavar="P",
                    help="the preemption cap P (default 1; a spec VC's maxPreemptions overrides it)")
+    p.add_argument("--backfill", choices=("off", "on"), default="off",
+                   help="on: later jobs pass a blocked VC head that holds a reservation, from the trace's "
+                        "durations (docs/engine.md); default off, HiveD's FIFO")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N jobs of the trace")
     p.add_argument("--scale", type=float, default=0.05, help="table1: share of the 141,950 jobs (default 0.05)")
     p.add_argument("--days", type=float, default=None,
@@ -187,10 +190,15 @@ def run(args) -> int:
             sizing = size_cluster(trace, args.load, nodes=args.nodes, shares=parse_shares(args, trace))
     except (TraceError, SpecError, ValueError, OSError) as e:
         return _fail(str(e))
+    for w in trace.warnings:
+        print(f"warning: {w}", file=sys.stderr)
     print(f"{len(trace.jobs)} jobs, {len(trace.tenants)} tenants, {sizing.nodes} nodes x 8 GPUs, "
-          f"offered load {sizing.load:.2f}", file=sys.stderr)
+          + ("no offered load (under 20 jobs or one submit time: too short to have one)" if sizing.load is None
+             else f"offered load {sizing.load:.2f}"), file=sys.stderr)
     from hived.core.engine import EngineConfig
-    config = EngineConfig() if args.max_preemptions is None else EngineConfig(preemption_cap=args.max_preemptions)
+    config = EngineConfig(backfill=args.backfill == "on", backfill_estimates="oracle")
+    if args.max_preemptions is not None:
+        config.preemption_cap = args.max_preemptions
     results = {}
     for scheme, cells in runs:
         plain = scheme in ("private", "private-quota", "quota")
@@ -206,7 +214,8 @@ def run(args) -> int:
         results[run_name(r)] = r
         s = write_run(r, args.out)
         print(f"{run_name(r)}: avg queueing delay {s['avg_queue_delay_s'] / 60:.1f} min, "
-              f"preempted GPUs {s['preempted_gpus']}, {s['wall_s']:.1f} s ({s['jobs_per_s']} jobs/s)")
+              f"preempted GPUs {s['preempted_gpus']}, idle while a job fit {s['idle_gpu_hours_job_fits']:g} "
+              f"GPU-h, {s['wall_s']:.1f} s ({s['jobs_per_s']} jobs/s)")
         if s["refused"]:
             print(f"{run_name(r)}: {s['refused']} job(s) refused, left out of every average "
                   f"(e.g. {s['refused_examples'][0]})")

@@ -88,6 +88,7 @@ def summary(spec) -> dict:
                                                                                    key=lambda x: (x[0][0], -x[0][1]))}
         vcs[name] = {"cells": cells, "pinned": list(vc.pinned), "gpus": spec.vc_gpus(name), "weight": vc.weight,
                      "users": list(vc.users), "admins": list(vc.admins), "max_preemptions": vc.max_preemptions,
+                     "queue_policy": vc.queue_policy or "fifo",
                      "account": vc.account}
     return {"ok": True, "source": spec.source, "gpus": spec.total_gpus, "chains": chains, "vcs": vcs,
             "admins": list(spec.admins), "accounts": dict(spec.accounts)}
@@ -114,6 +115,7 @@ def _check(spec, args) -> int:
         who += f"; admins {', '.join(vc['admins'])}" if vc["admins"] else ""
         who += f"; at most {vc['max_preemptions']} preemptions per job" if vc["max_preemptions"] is not None else ""
         who += f"; runs as {vc['account']}" if vc["account"] else ""
+        who += f"; queue {vc['queue_policy']}" if vc["queue_policy"] != "fifo" else ""
         print(f"  VC {name}: {vc['gpus']} GPUs, weight {vc['weight']:g}: {cells}{who}")
     if data["admins"]:
         print(f"  cluster admins: {', '.join(data['admins'])}")

@@ -38,6 +38,11 @@ def run(args, backend) -> int:
     print(f"  GPUs {j['gpus']} in {j['pods']} pod(s)  placement {cs.placement_text(j['placement'])}")
     command = j["command"] if isinstance(j["command"], str) else shlex.join(j["command"])
     print(f"  command {v(command)}")
+    est = j.get("estimated")
+    if j.get("estimate") is not None or est:
+        given = f"{j['estimate']:g} s given" if j.get("estimate") is not None else "none given"
+        now = f"; estimated {est['value']:g} s ({v(est['source'])}, confidence {est['confidence']:.2f})" if est else ""
+        print(f"  run time {given}{now}")
     ended = "" if j["state"] not in cs.TERMINAL else f"  {cs.outcome(j)}"
     print(f"  attempts {j['attempts']}  preemptions {j['preemptions']}{ended}")
     print("  history:")
@@ -56,7 +61,7 @@ def _summary(args, backend) -> int:
     else:
         me = backend.whoami()
         vcs = ", ".join(me.get("vcs") or []) or "none"
-        admin = ", admin" if me.get("admin") else ""
+        admin = "; cluster admin: sees and may cancel every job" if me.get("admin") else ""
         print(f"hived: service up at {backend.c.url} (version {me.get('version', '?')}); "
               f"you are {cs.visible(me.get('user'))} (VCs: {cs.visible(vcs)}{admin})")
     counts = st.get("jobs") or {}

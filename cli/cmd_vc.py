@@ -14,27 +14,25 @@ def register(subparsers, summary: str) -> None:
     p.set_defaults(func=cs.guarded("hived vc", run))
 
 
-def _view_rows(view) -> list[list]:
-    """The allocator's view is a dict (or nested dicts) of counters per chain/level."""
-    rows = []
-
-    def walk(prefix, v):
-        if isinstance(v, dict) and v and all(not isinstance(x, dict) for x in v.values()):
-            rows.append([prefix] + [_pair(k, x) for k, x in v.items()
-                                    if not isinstance(x, (list, dict)) and x is not None and x is not False])
-        elif isinstance(v, dict):
-            for k, x in v.items():
-                walk(f"{prefix}/{k}" if prefix else str(k), x)
-        elif isinstance(v, list):
-            for i, x in enumerate(v):
-                walk(f"{prefix}[{i}]", x)
-    walk("", view)
-    return rows
+LEVEL_COLUMNS = ("total", "used", "free", "opportunistic", "borrowed", "lent", "unhealthy")
 
 
-def _pair(key, value) -> str:
-    """``free=3``; a flag that is set shows as its name alone (no Python True/False)."""
-    return cs.visible(key) if value is True else f"{cs.visible(key)}={cs.visible(value)}"
+def cell_name(key: str, view: dict) -> str:
+    """``CHAIN/LEVEL`` -> the spelling ``--cell-type`` and ``spec check`` use: ``CHAIN`` for the
+    chain's own top cell type, else ``CHAIN.TYPE``."""
+    chain = key.split("/", 1)[0]
+    cell_type = ((view.get("levels") or {}).get(key) or {}).get("cell_type") or key
+    return chain if cell_type == chain else f"{chain}.{cell_type}"
+
+
+def _view_rows(view: dict) -> list[list]:
+    """One row per cell level of the VC: its cells counted by what holds them."""
+    return [[cell_name(key, view), lv.get("gpus_per_cell", "-")] + [lv.get(c, 0) for c in LEVEL_COLUMNS]
+            for key, lv in (view.get("levels") or {}).items()]
+
+
+def _cells_text(v: dict) -> str:
+    return ", ".join(f"{cs.visible(cell_name(k, v.get('view') or {}))} x{n}" for k, n in v["cells"].items())
 
 
 def run(args, backend) -> int:
@@ -43,12 +41,14 @@ def run(args, backend) -> int:
         if args.json:
             cs.print_json(v)
             return cs.OK
-        print(f"VC {cs.visible(v['name'])}: {v['gpus_used']}/{v['gpus_total']} guaranteed GPUs in use; "
+        print(f"VC {cs.visible(v['name'])}: {v['gpus_used']}/{v['gpus_total']} guaranteed GPUs in use"
+              f"{_loans(v)}; "
               f"users {cs.visible(', '.join(v['users'])) or 'anyone'}; "
               f"admins {cs.visible(', '.join(v['admins'])) or '-'}")
-        print("  cells: " + ", ".join(f"{cs.visible(k)} x{n}" for k, n in v["cells"].items()))
-        for row in _view_rows(v["view"]):
-            print("  " + "  ".join(cs.visible(c) for c in row))
+        print("  cells: " + _cells_text(v))
+        table = cs.table(_view_rows(v["view"]), ["CELL", "GPUS/CELL", *(c.upper() for c in LEVEL_COLUMNS)],
+                         shrink=("CELL",))
+        print("\n".join("  " + line for line in table.splitlines()))
         print(f"  running: {' '.join(v['running']) or '-'}")
         print(f"  queue:   {' '.join(v['queue']) or '-'}")
         return cs.OK
@@ -56,7 +56,16 @@ def run(args, backend) -> int:
     if args.json:
         cs.print_json({"vcs": vcs})
         return cs.OK
-    rows = [[n, f"{v['gpus_used']}/{v['gpus_total']}", len(v["running"]), len(v["queue"]),
-             ", ".join(f"{k} x{c}" for k, c in v["cells"].items())] for n, v in vcs.items()]
+    rows = [[n, f"{v['gpus_used']}/{v['gpus_total']}{_loans(v)}", len(v["running"]), len(v["queue"]),
+             _cells_text(v)] for n, v in vcs.items()]
     print(cs.table(rows, ["VC", "GPUS USED", "RUNNING", "QUEUED", "CELLS"], shrink=("CELLS",)))
     return cs.OK
+
+
+def _loans(v: dict) -> str:
+    """`` (spec 8: 4 lent)`` while cell exchange moved some of the VC's cells; empty otherwise."""
+    lent, borrowed = v.get("gpus_lent") or 0, v.get("gpus_borrowed") or 0
+    if not lent and not borrowed:
+        return ""
+    moved = ", ".join(t for t in (f"{lent} lent" if lent else "", f"{borrowed} borrowed" if borrowed else "") if t)
+    return f" (spec {v.get('gpus_spec', '?')}: {moved})"

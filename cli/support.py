@@ -18,13 +18,13 @@ import getpass
 import json
 import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hived.core.jobs import TERMINAL as TERMINAL_STATES
-from hived.core.jobs import WAITING, state_values
+from hived.core.jobs import state_values
+from hived.service.job_table import ago, placement_text, state_text  # noqa: F401  (the doors' one definition)
 from hived.service.terminal_text import table as _table
 from hived.service.terminal_text import terminal_width, visible
 
@@ -78,6 +78,7 @@ class Remote:
     def job(self, job_id): return self.c.job(job_id)
     def jobs(self, vc=None, state=None, user=None): return self.c.jobs(vc=vc, state=state, user=user)
     def cancel(self, job_id): return self.c.cancel(job_id)
+    def control(self, job_id, action): return self.c.control(job_id, action)
     def vcs(self): return self.c.vcs()
     def vc(self, name): return self.c.vc(name)
     def cluster(self): return self.c.cluster()
@@ -120,6 +121,7 @@ class Embedded:
     def job(self, job_id): return self.svc.get_job(job_id)
     def jobs(self, vc=None, state=None, user=None): return self.svc.list_jobs(vc, state, user)
     def cancel(self, job_id): return self.svc.cancel(job_id, self.user)
+    def control(self, job_id, action): return self.svc.control(job_id, action, self.user)
     def vcs(self): return self.svc.vcs()
     def vc(self, name): return self.svc.vc(name)
     def cluster(self): return self.svc.cluster()
@@ -222,30 +224,6 @@ def table(rows: list[list], headers: list[str], shrink: tuple = ("NAME", "PLACEM
     return _table(rows, headers, terminal_width(), shrink)
 
 
-def placement_text(p: dict | None) -> str:
-    if not p:
-        return "-"
-    return " ".join(f"{q['node']}:{','.join(map(str, q['gpus']))}" for q in p["pods"])
-
-
-def ago(t: float | None) -> str:
-    if not t:
-        return "-"
-    s = max(0, time.time() - t)
-    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.0f}h"
-
-
-def state_text(j: dict, short: bool = False) -> str:
-    """The state in words: queue position and the reason it waits when queued
-    (``short``: ``queued #2: reason`` for tables)."""
-    text = j["state"]
-    if j.get("queue_position") is not None:
-        text += f" #{j['queue_position']}" if short else f", position {j['queue_position']} in the queue"
-    if j.get("wait_reason") and j["state"] in state_values(WAITING):
-        text += f": {visible(j['wait_reason'])}" if short else f" ({visible(j['wait_reason'])})"
-    return text
-
-
 def outcome(j: dict) -> str:
     """How a job that ended ended, in words (no Python None in sight)."""
     state = j["state"]
@@ -257,5 +235,10 @@ def outcome(j: dict) -> str:
             bits.append(f"{visible(j['failure_class'])} failure")
         return "failed" + (f" ({', '.join(bits)})" if bits else "")
     if state == "cancelled":
-        return "was cancelled" + (f": {visible(j['reason'])}" if j.get("reason") else "")
+        # a running job's cancel is recorded when asked ("cancelled by alice"); its end then
+        # only says it stopped: the words that name who cancelled come from the history
+        who = next((h["reason"] for h in reversed(j.get("history") or [])
+                    if str(h.get("reason", "")).startswith("cancelled by ")), None)
+        why = who or j.get("reason")
+        return "was cancelled" + (f": {visible(why)}" if why else "")
     return state

@@ -31,7 +31,7 @@ from .alloc.buddy import NodeOk, memo_node_ok
 from .alloc.checks import check_invariants
 from .alloc.parts import AllocatorParts
 from .alloc.physical import PhysicalCluster
-from .alloc.pod_marks import guaranteed_over, set_pod
+from .alloc.pod_marks import guaranteed_over, set_pod, unmark_opportunistic, victims_under
 from .alloc.reconfigure import reconfigure
 from .alloc.restore import GrantLike
 from .alloc.views import LevelView, VCView, free_gpus, node_free, vc_view, why_never
@@ -54,6 +54,7 @@ class Allocator:
         if binding not in ("dynamic", "static"):
             raise ValueError(f"binding must be 'dynamic' or 'static', got {binding!r}")
         self._parts = AllocatorParts(spec, binding)
+        self._before: AllocatorParts | None = None   # what the last reconfigure replaced, until anything changes
 
     # ------------------------------------------------------------ the parts, for admins and tests
     @property
@@ -91,6 +92,7 @@ class Allocator:
               chain: str | None = None, within_level: int | None = None,
               node_ok: NodeOk = None) -> Grant | None:
         """Bind cells for a gang, all or nothing; None when it does not fit now."""
+        self._before = None
         parts = self._parts
         if owner in parts.grants:
             raise ValueError(f"owner {owner!r} already holds cells; release it first")
@@ -127,6 +129,7 @@ class Allocator:
 
     def allocate(self, owner: str, vc: str, level: int, chain: str | None = None) -> Grant | None:
         """Admin API: one whole guaranteed cell of ``level`` (any level, e.g. a rack) for the VC."""
+        self._before = None
         parts = self._parts
         if owner in parts.grants:
             raise ValueError(f"owner {owner!r} already holds cells; release it first")
@@ -146,6 +149,7 @@ class Allocator:
 
     def release(self, owner: str) -> None:
         """Free all cells of ``owner``; buddies merge back. Unknown owners are ignored."""
+        self._before = None
         parts = self._parts
         grant = parts.grants.pop(owner, None)
         if grant is None:
@@ -154,10 +158,12 @@ class Allocator:
         if grant.opportunistic:
             for cid, _ in grant.held:
                 c = by_id[cid]
-                set_pod(c, None, True)
-                for g in guaranteed_over(c):  # a victim that left no longer holds anyone up
+                unmark_opportunistic(c, owner)
+                # a victim that left no longer holds anyone up (a guaranteed job, or a downgraded one around it)
+                for g in guaranteed_over(c) | victims_under(c):
                     held = parts.grants[g]
-                    held.victims = held.victims - {owner}  # a new set: callers may be iterating the old one
+                    if owner in held.victims:
+                        held.victims = held.victims - {owner}  # a new set: callers may be iterating the old one
         else:
             vc = parts.vcs[grant.vc]
             for cid, _ in grant.held:
@@ -190,6 +196,7 @@ class Allocator:
     # ------------------------------------------------------------ opportunistic shares
     def set_opportunistic_demand(self, vc: str, gpus: int) -> None:
         """Tell the allocator how many opportunistic GPUs a VC wants (the engine's queue); 0 clears it."""
+        self._before = None
         self._parts.opportunistic.set_demand(vc, gpus)
 
     def opportunistic_usage(self, vc: str) -> int:
@@ -206,6 +213,7 @@ class Allocator:
     # ------------------------------------------------------------ health
     def set_health(self, node: str, gpu: int | None, healthy: bool) -> list[str]:
         """Mark a node (gpu=None) or one GPU bad or good; returns owners whose cells just went bad."""
+        self._before = None
         return self._parts.health.set(node, gpu, healthy)
 
     def unhealthy(self) -> list[str]:
@@ -221,20 +229,34 @@ class Allocator:
         guaranteed grant gets back as victims the opportunistic grants still
         on its GPUs, whichever is restored first.
         """
+        self._before = None
         self._parts.restorer.restore(grant, force_opportunistic)
 
     def reconfigure(self, new_spec: SpecSource) -> list[str]:
         """Load a new spec over the existing bindings; returns owners downgraded to opportunistic.
 
+        The one reconfiguration: every door reaches it (the service's ``reload_spec``).
         Nothing changes when it raises (BindingConflict).
         """
         if not isinstance(new_spec, ClusterSpec):
             new_spec = load_spec(new_spec)
-        self._parts, downgraded = reconfigure(self._parts, new_spec)
+        before = self._parts
+        self._parts, downgraded = reconfigure(before, new_spec)
+        self._before = before
         return downgraded
+
+    def undo_reconfigure(self) -> None:
+        """Put back the spec and grants the last ``reconfigure`` replaced (a door that could not store it).
+
+        Only while nothing else changed the allocator since: ``RuntimeError`` otherwise, changing nothing.
+        """
+        if self._before is None:
+            raise RuntimeError("undo_reconfigure: nothing to undo (no reconfigure, or the allocator changed since)")
+        self._parts, self._before = self._before, None
 
     def transfer(self, lender_vc: str, borrower_vc: str, chain: str, level: int, count: int) -> None:
         """Move ``count`` unbound level-``level`` cells of ``chain`` from lender to borrower."""
+        self._before = None
         self._parts.loans.transfer(lender_vc, borrower_vc, chain, level, count)
 
     def check_invariants(self) -> None:

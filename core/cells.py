@@ -31,8 +31,8 @@ class Cell:
     __slots__ = (
         "id", "chain", "level", "parent", "children", "index", "node", "gpu_index", "gpus", "pinned_id",
         "free_list", "free_key", "phys_free_children", "vc_free_children", "bound_vc", "doomed",
-        "guaranteed_owner", "opportunistic_owner", "opportunistic_gpus", "guaranteed_gpus", "bound_gpus",
-        "bad_gpus", "clean_level", "clean_children",
+        "guaranteed_owner", "opportunistic_owner", "waiting_owner", "opportunistic_gpus", "guaranteed_gpus",
+        "bound_gpus", "bad_gpus", "clean_level", "clean_children",
     )
 
     def __init__(self, cid: str, chain: str, level: int, parent: Cell | None, index: int,
@@ -56,6 +56,8 @@ class Cell:
         self.doomed = False                # bound only because its VC had no healthy choice (HiveD, OSDI '20, §4)
         self.guaranteed_owner: str | None = None     # owner of the guaranteed pod on exactly this cell
         self.opportunistic_owner: str | None = None  # owner of the opportunistic pod on exactly this cell
+        # a downgraded job's pod on exactly this cell, waiting for its victim (``opportunistic_owner``) to leave
+        self.waiting_owner: str | None = None
         self.opportunistic_gpus = 0        # GPUs under opportunistic pods at or below this cell
         self.guaranteed_gpus = 0           # GPUs under guaranteed pods at or below this cell
         self.bound_gpus = 0                # GPUs inside bound VC cells at or below this cell

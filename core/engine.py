@@ -16,9 +16,11 @@ order and try to place each job all-or-nothing through the allocator:
 3. a job whose VC is full may run opportunistically (low priority) when its
    request allows it; an opportunistic job only ever runs that way.
 
-The scan stops at the first job that fits none of these (FIFO without
-backfill). Two documented exceptions: a job in retry back-off
-(``not_before``) is skipped, and a policy may set ``backfill = True``.
+The first job that fits none of these is the VC's head: it holds a
+reservation and later jobs pass it only as backfill (core/engine_backfill.py;
+``EngineConfig(backfill=False)``: the scan stops there, strict FIFO). A job in
+retry back-off (``not_before``) is skipped; a policy may set ``backfill = True``
+to try every job with no reservation.
 
 Speed: a failed attempt is remembered with the allocator "version" it
 depended on (``_failed_at``, keyed by job id): a guaranteed attempt under HiveD depends only on
@@ -37,6 +39,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .engine_control import EngineControl
+from .engine_backfill import Backfill
 from .engine_events import EngineEvents
 from .engine_reasons import behind, explain
 from .engine_records import JobRecord
@@ -44,7 +48,7 @@ from .engine_validate import RequestError, alloc_total, check, node_gpus
 from .engine_view import ClusterView, NodeState  # noqa: F401  (re-exported)
 from .jobs import HOLDING, TERMINAL, Affinity, Decision, DecisionKind, JobClass, JobRequest, JobState
 from .policies.preemption_order import lender_grace, max_grace, policy_candidates, preemption_cap
-from .policies.registry import make_preemption_policy, make_queue_policy
+from .policies.registry import make_preemption_policy, make_queue_policy, vc_queue_policies
 
 if TYPE_CHECKING:
     from .allocator import SpecSource
@@ -66,9 +70,11 @@ class EngineConfig:
     keep_progress: bool = True    # simulator: a preempted job resumes where it stopped (checkpoints)
     isolated_vcs: bool | None = None  # None: ask the allocator (HiveD: True, quota: False)
     wait_reasons: bool = True     # write JobRecord.wait_reason (the simulator, which shows none, turns it off)
+    backfill: bool = True         # later jobs may pass a blocked VC head holding a reservation (engine_backfill.py)
+    backfill_estimates: str = "hint"  # reservations from: hint (estimator), oracle (sim durations), none
 
 
-class Engine(EngineEvents):
+class Engine(EngineEvents, EngineControl):
     def __init__(self, spec_or_allocator: EngineAllocator | SpecSource, *,
                  queue_policy: str | QueuePolicy = "fifo",
                  preemption_policy: str | PreemptionPolicy | None = "fitgpp",
@@ -86,7 +92,8 @@ class Engine(EngineEvents):
                 self.spec = load_spec(spec_or_allocator)
             self.alloc = Allocator(self.spec, binding=binding)
         self.config = config or EngineConfig()
-        self.queue_policy = make_queue_policy(queue_policy)
+        self.queue_policy = make_queue_policy(queue_policy)   # VCs without a queuePolicy of their own
+        self.vc_policies = vc_queue_policies(self.spec, self.queue_policy)
         # P is applied by the engine to the candidates (one definition), never by the policy
         self.preemption_policy = make_preemption_policy(preemption_policy)
         if getattr(self.preemption_policy, "cap", None) is not None:
@@ -126,6 +133,8 @@ class Engine(EngineEvents):
         self._holders_text: dict[str, tuple[int, str]] = {}                    # VC -> (_held_ver, text) cache
         self._blocked: dict[str, str | None] = {v: None for v in self.spec.vcs}  # VC -> head that waits
         self._explain = self.config.wait_reasons
+        self._after_jobs: set[str] = set()   # queued jobs waiting for others (engine_control.py)
+        self._backfill = Backfill(self, self.config.backfill_estimates) if self.config.backfill else None
         self.scanned: set[str] = set()     # VCs whose queue the last step() walked
         self.stats = {"attempts": 0, "starts": 0, "preempt_decisions": 0, "preempted_gpus": 0}
 
@@ -159,6 +168,7 @@ class Engine(EngineEvents):
         self._jobs[job_id] = rec
         self._arm_relax(rec, now)
         self._enqueue(rec, head=False)
+        self._note_deps(rec)
         head = self._blocked.get(req.vc)
         if head is not None and self._jobs[head].state is JobState.QUEUED:
             rec.explain_wait(behind(self._jobs[head]))
@@ -168,7 +178,8 @@ class Engine(EngineEvents):
 
     def _lane(self, rec: JobRecord) -> OrderedDict[str, None]:
         te, rest = self._lanes[rec.request.vc]
-        return te if rec.request.job_class is JobClass.TE and getattr(self.queue_policy, "te_first", False) else rest
+        te_first = getattr(self.vc_policies[rec.request.vc], "te_first", False)
+        return te if rec.request.job_class is JobClass.TE and te_first else rest
 
     def _enqueue(self, rec: JobRecord, head: bool) -> None:
         lane = self._lane(rec)
@@ -259,7 +270,9 @@ class Engine(EngineEvents):
             rec = self._timer_owner(kind, jid, epoch)
             if rec is None:
                 continue   # set for an earlier preemption, placement or queueing of the job
-            if kind == "grace":
+            if kind == "limit":
+                self._limit_due(jid, now, out)
+            elif kind == "grace":
                 if rec.grace_deadline is not None and rec.grace_deadline <= now:
                     rec.mark_killed()
                     out.append(Decision(DecisionKind.KILL, jid, reason="grace period over"))
@@ -273,6 +286,7 @@ class Engine(EngineEvents):
                 rec = self._jobs[jid]
                 if rec.state is JobState.PLACED and not rec.waiting_for:
                     self._emit_start(rec, now, out)
+        self._deps_dirty()
         scanned: set[str] = set()
         for vc, (te, rest) in self._lanes.items():
             if te or rest:
@@ -292,7 +306,7 @@ class Engine(EngineEvents):
 
     def _order(self, vc: str, now: float) -> Iterable[str]:
         te, rest = self._lanes[vc]
-        pol = self.queue_policy
+        pol = self.vc_policies[vc]
         if getattr(pol, "preserves_order", False):
             if getattr(pol, "te_first", False):
                 return itertools.chain(te, rest)
@@ -303,28 +317,33 @@ class Engine(EngineEvents):
 
     def _scan(self, vc: str, now: float, out: list[Decision]) -> None:
         done: list[str] = []
-        backfill = getattr(self.queue_policy, "backfill", False)
+        backfill = getattr(self.vc_policies[vc], "backfill", False)
         order = iter(self._order(vc, now))
         blocked = None
+        doomed: list[tuple[JobRecord, str]] = []
+        tried = False
         for jid in order:
             rec = self._jobs[jid]
             if rec.not_before > now:
                 if self._explain:
                     rec.explain_wait(explain(self, rec, now))
                 continue  # in retry back-off: does not block the queue
+            if (rec.held_by or rec.request.after) and self._skip_in_scan(rec, doomed):
+                continue  # held, or waiting for its dependencies: does not block the queue
             self._relax(rec, now)
-            if self._memo_valid(rec):
-                placed = False
-            else:
-                placed = self._attempt(rec, now, out)
-                if not placed and self._explain:
-                    rec.explain_wait(explain(self, rec, now))
+            tried = not self._memo_valid(rec)
+            placed = tried and self._attempt(rec, now, out)
+            if tried and not placed and self._explain:
+                rec.explain_wait(explain(self, rec, now))
             if placed:
                 done.append(jid)
             elif not backfill:
                 blocked = rec
                 break
-        if blocked is not None and self._blocked[vc] != blocked.job_id and self._explain:
+        if blocked is not None and self._backfill is not None:
+            # a reservation for the head; later jobs that cannot delay it start now (core/engine_backfill.py)
+            self._backfill.walk(blocked, tried, order, now, out, done, self._blocked[vc] != blocked.job_id)
+        elif blocked is not None and self._blocked[vc] != blocked.job_id and self._explain:
             # a new head blocks the queue: every job behind it waits for it (FIFO, no backfill)
             text = behind(blocked)
             for jid in order:
@@ -332,6 +351,8 @@ class Engine(EngineEvents):
                 if r.not_before <= now:
                     r.explain_wait(text)
         self._blocked[vc] = blocked.job_id if blocked is not None else None
+        if doomed:
+            self._end_doomed(doomed, now)
         if done:
             lanes = self._lanes[vc]
             for jid in done:
@@ -604,6 +625,8 @@ class Engine(EngineEvents):
             raise RequestError("job_id", f"{job_id} is {rec.state.value}; only ended jobs are forgotten")
         del self._jobs[job_id]
         self._failed_at.pop(job_id, None)
+        if self._backfill is not None:
+            self._backfill.forget(job_id)
         for waits in (self._waiters, self._pwaiters):
             waits.pop(job_id, None)
 

@@ -35,6 +35,7 @@ class EngineEvents:
     spec: ClusterSpec
     config: EngineConfig
     queue_policy: QueuePolicy
+    vc_policies: dict[str, QueuePolicy]
     view: ClusterView
     stats: dict[str, int]
     _jobs: dict[str, JobRecord]
@@ -63,6 +64,8 @@ class EngineEvents:
         def _arm_relax(self, rec: JobRecord, now: float) -> None: ...
         def _preempt(self, rec: JobRecord, now: float, reason: str, out: list[Decision],
                      bound: float | None = None) -> None: ...
+        def _arm_limit(self, rec: JobRecord, now: float) -> None: ...
+        def _end_timed_out(self, rec: JobRecord, now: float, exit_code: int | None) -> None: ...
 
     # ------------------------------------------------------------------ lifecycle events
 
@@ -80,6 +83,7 @@ class EngineEvents:
         if rec.first_started is None:
             rec.first_started = now
         rec.attempts += 1
+        self._arm_limit(rec, now)
         if rec.state is JobState.PLACED:
             rec.mark_running(now)
         else:   # its grace period (and the timer that ends it) stays as it was
@@ -146,6 +150,9 @@ class EngineEvents:
         if rec.cancel_requested:
             self._end(rec, now, JobState.CANCELLED, "cancelled", FailureClass.CANCELLED.value)
             return
+        if rec.timed_out:
+            self._end_timed_out(rec, now, None)
+            return
         rec.preemptions += 1
         rec.gpus_preempted += rec.gpus
         self.stats["preempted_gpus"] += rec.gpus
@@ -185,6 +192,10 @@ class EngineEvents:
             raise RequestError("job_id", f"{job_id} is {rec.state.value}, not running")
         if rec.state is JobState.PREEMPTING and exit_code != 0:
             self.on_preempted(job_id, now)  # it died because we asked it to
+            return
+        if rec.timed_out and not rec.cancel_requested:   # ended cleanly at its time limit's SIGTERM
+            self._release(rec, now)
+            self._end_timed_out(rec, now, exit_code)
             return
         c = classify(exit_code, log_tail)
         self._release(rec, now)
@@ -254,9 +265,13 @@ class EngineEvents:
         if not (isinstance(done, (int, float)) and 0 <= done <= total):
             raise RequestError("done", f"must be within [0, {total}], got {done!r}")
         rec.progress = (done, total)
-        hook = getattr(self.queue_policy, "on_progress", None)
+        hook = getattr(self.vc_policies[rec.request.vc], "on_progress", None)
         if hook is not None:   # e.g. a policy ordering by estimated remaining time
             hook(rec, now)
+
+    def capacity(self, vc: str) -> int:
+        """Guaranteed GPUs the VC holds now: its spec's, plus cells borrowed, less cells lent."""
+        return sum(self._vc_cap[vc].values())
 
     def on_capacity_changed(self, vcs: Iterable[str], downgraded: Iterable[str], now: float) -> None:
         """VC views changed under the engine (a cell exchange window began or ended).

@@ -15,13 +15,13 @@ import heapq
 from typing import TYPE_CHECKING
 
 from .jobs import JobClass, JobState
+from .timefmt import EPOCH  # clocks past it are Unix time (the service): shown as UTC dates, not seconds
 
 if TYPE_CHECKING:
     from .engine import Engine
     from .engine_records import JobRecord
 
 MAX_NAMED = 4   # holders named one by one; the rest are counted
-EPOCH = 1e9     # clocks past this are Unix time (the service): shown as UTC dates, not seconds
 
 
 def at(t: float, now: float) -> str:
@@ -93,6 +93,10 @@ def _vc_text(eng: Engine, rec: JobRecord) -> tuple[str, int]:
     free = max(eng._vc_cap[vc][c] - eng._vc_used[vc][c] for c in chains)
     text = (f"VC {vc}'s quota is {cap} GPUs{'' if rec.chain is None else ' in ' + rec.chain}: "
             f"{used} held by {holders_text(eng, vc)}, {max(0, cap - used)} free")
+    spec_cap = eng._capacity(vc)
+    lent = sum(spec_cap[c] for c in chains) - cap
+    if lent > 0:
+        text += f"; {lent} more GPUs are lent by cell exchange and come back when the window ends"
     return text, free
 
 

@@ -24,7 +24,7 @@ def request_to_dict(req: JobRequest) -> dict[str, Any]:
         "name": req.name, "env": dict(req.env), "workdir": req.workdir,
         "duration": req.duration, "estimate": req.estimate,
         "max_retries": req.max_retries, "labels": dict(req.labels),
-        "k8s_template": req.k8s_template,
+        "k8s_template": req.k8s_template, "time_limit": req.time_limit, "after": list(req.after),
     }
 
 
@@ -33,6 +33,7 @@ def request_from_dict(d: dict[str, Any]) -> JobRequest:
     d["job_class"] = JobClass(d.get("job_class", "te"))
     d["affinity"] = Affinity(d.get("affinity", "hard"))
     d["groups"] = [PodGroup(**g) for g in d.get("groups", [{}])]
+    d["after"] = list(d.get("after") or [])
     return JobRequest(**d)
 
 
@@ -110,6 +111,12 @@ class JobRecord:
     # keys, a job put back at the head a key below every other; journaled, so a
     # restart rebuilds the same order (``Engine.restore``).
     queue_key: float | None = None
+    # job control (core/engine_control.py): the current run's time-limit deadline, stopped by it,
+    # and who holds the queued job ("" when not held)
+    limit_at: float | None = None
+    timed_out: bool = False
+    held_by: str = ""
+    last_placement: Placement | None = None   # where its last run ran (kept after it ended)
     # Resolved by the engine from the request and the spec at submission and at
     # restore (never journaled: a spec reload may resolve them differently).
     chain: str | None = field(default=None, repr=False)     # the cell chain it may use; None = any
@@ -227,6 +234,8 @@ class JobRecord:
             "progress": list(self.progress) if self.progress else None,
             "reason": self.reason, "gpus_preempted": self.gpus_preempted, "last_error": self.last_error,
             "wait_reason": self.wait_reason, "queue_key": self.queue_key,
+            "limit_at": self.limit_at, "timed_out": self.timed_out, "held_by": self.held_by,
+            "last_placement": placement_to_dict(self.last_placement),
         }
 
     @classmethod
@@ -235,6 +244,7 @@ class JobRecord:
         d["request"] = request_from_dict(d["request"])
         d["state"] = JobState(d.get("state", "queued"))
         d["placement"] = placement_from_dict(d.get("placement"))
+        d["last_placement"] = placement_from_dict(d.get("last_placement"))
         d["history"] = [tuple(h) for h in d.get("history", [])]
         d["pod_demands"] = [tuple(p) for p in d.get("pod_demands", [])]
         if d.get("progress") is not None:

@@ -4,7 +4,9 @@ Queued jobs go back to their place in their VC's queue, the journaled
 ``queue_key`` (``Engine.restore_order`` lists records in the order to
 restore them); jobs that held cells re-bind exactly the placement they had through
 ``Allocator.restore`` (HiveD keeps bindings with the pods: HiveD, OSDI '20, §4), so the
-allocator and the engine's view agree with what is really running.
+allocator and the engine's view agree with what is really running. An allocator that
+already holds the job's grant (one reconfigured by ``Allocator.reconfigure`` for a spec
+reload) is trusted when it holds the same GPUs, and the restore is refused otherwise.
 """
 from __future__ import annotations
 
@@ -41,6 +43,14 @@ class Binding(Grant):
         return d
 
 
+def _gpus(g: Any) -> list[tuple[str, tuple[int, ...]]]:
+    return sorted((p.node, tuple(sorted(p.gpus))) for p in g.pods)
+
+
+def _same_gpus(held: Any, b: Binding) -> bool:
+    return bool(held.opportunistic) == b.opportunistic and held.chain == b.chain and _gpus(held) == _gpus(b)
+
+
 def restore_record(eng: Engine, rec: JobRecord) -> None:
     if not isinstance(rec, JobRecord):
         raise RequestError("record", f"must be a JobRecord, got {type(rec).__name__}")
@@ -58,12 +68,20 @@ def restore_record(eng: Engine, rec: JobRecord) -> None:
         p = rec.placement
         b = Binding(rec.job_id, rec.request.vc, p.chain, p.opportunistic,
                     0 if p.opportunistic else 1, list(p.pods))
-        eng.alloc.restore(b.to_dict())
+        held = eng.alloc.grant_of(rec.job_id)
+        if held is None:
+            eng.alloc.restore(b.to_dict())
+        elif not _same_gpus(held, b):   # a reconfigured allocator already holds it: it must agree
+            raise RequestError("placement", f"{rec.job_id}: the allocator holds {_gpus(held)} "
+                                            f"({'opportunistic' if held.opportunistic else 'guaranteed'}), "
+                                            f"the record says {_gpus(b)}")
         eng._jobs[rec.job_id] = rec
         rec.placement = None
         eng._bind_restored(rec, b)   # books the placement again; the state stays as journaled
         if rec.state is JobState.PREEMPTING and rec.grace_deadline is not None and not rec.killed:
             eng._timer(rec.grace_deadline, "grace", rec)
+        if rec.limit_at is not None and not rec.timed_out:
+            eng._timer(rec.limit_at, "limit", rec)
         if rec.state is JobState.PLACED and not rec.waiting_for:
             eng._ready.append(rec.job_id)
         for v in rec.waiting_for:
@@ -73,5 +91,6 @@ def restore_record(eng: Engine, rec: JobRecord) -> None:
     if rec.state is JobState.QUEUED:
         eng._arm_relax(rec, rec.queued_since if rec.queued_since is not None else rec.submitted)
         eng._enqueue_restored(rec)
+        eng._note_deps(rec)
         if rec.not_before:
             eng._timer(rec.not_before, "backoff", rec)

@@ -231,7 +231,7 @@ def _check_fits_at_all(req: JobRequest, alloc: EngineAllocator, spec: ClusterSpe
                               within_level=want if req.affinity is Affinity.HARD else None)
         if why:
             raise RequestError("groups", f"never fits VC {req.vc!r}: {why} "
-                               "(set allow_opportunistic to run it at low priority)")
+                               "(submit with --allow-opportunistic to run it at low priority)")
 
 
 def alloc_total(alloc: EngineAllocator, chain: str) -> int:

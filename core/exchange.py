@@ -32,8 +32,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .exchange_policy import ExchangePolicy, make_policy, qualifies
+from .exchange_policy import ExchangePolicy, make_policy, overlap, qualifies
 from .exchange_types import Cells, Exchange, ExchangeState, Ledger, LedgerEntry, Leg, Post, PostKind
+from .timefmt import clock, window
 
 
 class ReturnDelayed(RuntimeError):
@@ -129,7 +130,7 @@ class ExchangeArbiter:
         free = quota - self.committed(vc, cells.chain, cells.level, start, end)
         if cells.count > free:
             raise ExchangeError(where, f"VC {vc} can lend at most {max(free, 0)} more {cells.chain} level-"
-                                       f"{cells.level} cell(s) over [{start:g}, {end:g}) "
+                                       f"{cells.level} cell(s) over {window(start, end)} "
                                        f"(it has {quota}, {quota - free} already promised)")
 
     def post(self, kind: PostKind | str, vc: str, chain: str, level: int, count: int, start: float,
@@ -146,9 +147,9 @@ class ExchangeArbiter:
             if isinstance(t, bool) or not isinstance(t, (int, float)) or math.isnan(t) or math.isinf(t):
                 raise ExchangeError(name, f"must be a finite time in seconds, got {t!r}")
         if not start < end:
-            raise ExchangeError("end", f"window must end after it starts ({start:g} .. {end:g})")
+            raise ExchangeError("end", f"window must end after it starts ({clock(start)} .. {clock(end)})")
         if end <= now:
-            raise ExchangeError("end", f"window [{start:g}, {end:g}) is already over at {now:g}")
+            raise ExchangeError("end", f"window {window(start, end)} is already over at {clock(now)}")
         back = None
         if in_return is not None:
             back = in_return if isinstance(in_return, Cells) else self._cells("in_return", *in_return)
@@ -237,7 +238,7 @@ class ExchangeArbiter:
         self._expire(now)
         pairs = self.policy.match(sorted(self.requests.values(), key=lambda p: p.seq),
                                   sorted(self.offers.values(), key=lambda p: p.seq), self.ledger,
-                                  lambda r, o: self.gpu_hours(r.cells, r.start, r.end))
+                                  lambda r, o: self.gpu_hours(r.cells, *overlap(r, o)))
         made = []
         for r, o in pairs:
             if r.id not in self.requests or o.id not in self.offers or not qualifies(r, o) \
@@ -252,9 +253,10 @@ class ExchangeArbiter:
             legs = [Leg(o.vc, r.vc, r.cells)]
             if r.in_return is not None:
                 legs.append(Leg(r.vc, o.vc, r.in_return))
-            ex = Exchange(f"x{len(self.exchanges) + 1}", r.id, o.id, legs, r.start, r.end)
+            w_start, w_end = overlap(r, o)
+            ex = Exchange(f"x{len(self.exchanges) + 1}", r.id, o.id, legs, w_start, w_end)
             for g in legs:
-                gh = self.gpu_hours(g.cells, r.start, r.end)
+                gh = self.gpu_hours(g.cells, w_start, w_end)
                 ex.gpu_hours[g.lender] = ex.gpu_hours.get(g.lender, 0.0) + gh
                 self.ledger.record(g.lender, g.borrower, gh)
             self.exchanges[ex.id] = ex
@@ -269,7 +271,7 @@ class ExchangeArbiter:
         for ex in sorted(self.exchanges.values(), key=lambda e: (e.start, e.id)):
             if ex.state is ExchangeState.PENDING and ex.start <= now:
                 if ex.end <= now:   # whole window passed between ticks: never moved
-                    self._fail(ex, f"window [{ex.start:g}, {ex.end:g}) passed before the arbiter ran")
+                    self._fail(ex, f"window {window(ex.start, ex.end)} passed before the arbiter ran")
                     res.failed.append(ex)
                 elif self._start(ex):
                     res.started.append(ex)

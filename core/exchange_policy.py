@@ -7,7 +7,9 @@ qualifying offer) is the simple alternative to compare against.
 
 An offer *qualifies* for a request when it comes from another VC, gives the
 same chain and level, at least as many cells, over a window covering the
-request's; for a spatial request (cells given in return) the offer must
+request's within ``MATCH_TOLERANCE`` seconds at either end (two admins who
+post the same window a few seconds apart match); the exchange then runs
+over the overlap of the two windows. For a spatial request (cells given in return) the offer must
 give exactly the cells wanted and want exactly the cells given back. A
 larger offer is split: the rest stays on the board.
 """
@@ -18,13 +20,23 @@ from typing import Protocol
 
 from .exchange_types import Ledger, Post
 
+MATCH_TOLERANCE = 60.0   # seconds an offer's window may miss a request's at either end
+
+
+def overlap(request: Post, offer: Post) -> tuple[float, float]:
+    """The window an exchange of this pair runs over: the request's, clipped to the offer's."""
+    return max(request.start, offer.start), min(request.end, offer.end)
+
 
 def qualifies(request: Post, offer: Post) -> bool:
     if offer.vc == request.vc:
         return False
     if (offer.cells.chain, offer.cells.level) != (request.cells.chain, request.cells.level):
         return False
-    if not (offer.start <= request.start and offer.end >= request.end):
+    if offer.start > request.start + MATCH_TOLERANCE or offer.end < request.end - MATCH_TOLERANCE:
+        return False
+    start, end = overlap(request, offer)
+    if not start < end:
         return False
     if request.in_return is not None or offer.in_return is not None:
         return offer.in_return == request.in_return and offer.cells.count == request.cells.count

@@ -27,6 +27,8 @@ class FailureClass(str, enum.Enum):
     LOST = "lost"                     # killed from outside with no message (node gone, SIGKILL)
     CANCELLED = "cancelled"           # a user asked for it
     UNKNOWN = "unknown"               # kept for stored records; classify() no longer returns it
+    TIMEOUT = "timeout"               # stopped at its time limit (--time-limit)
+    DEPENDENCY = "dependency"         # never started: a job it runs --after failed or was cancelled
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,8 @@ RETRY: dict[FailureClass, RetryRule] = {
     FailureClass.PREEMPTED: RetryRule(1 << 30, base=0.0, counts=False),
     FailureClass.CANCELLED: RetryRule(0),
     FailureClass.UNKNOWN: RetryRule(0, base=10.0),
+    FailureClass.TIMEOUT: RetryRule(0, base=10.0),         # only when the request asks (max_retries)
+    FailureClass.DEPENDENCY: RetryRule(0),
 }
 
 
@@ -166,8 +170,9 @@ def retry_decision(cls: FailureClass, failures_so_far: int, max_retries: int | N
     if cap is not None:
         limit = min(limit, cap)
     if limit <= 0:
-        why = "not retried" + (" (the request's max_retries asks for retries)"
-                               if cls in (FailureClass.USER, FailureClass.OOM) and max_retries is None else "")
+        askable = cls in (FailureClass.USER, FailureClass.OOM, FailureClass.TIMEOUT) and max_retries is None
+        why = "not retried" + (" (hived submit --retries N, max_retries in the request, asks for retries)"
+                               if askable else "")
         return RetryDecision(False, 0.0, f"{cls.value}: {why}")
     if failures_so_far > limit:
         return RetryDecision(False, 0.0, f"{cls.value}: retry cap {limit} reached after {failures_so_far} failures")

@@ -18,7 +18,11 @@ if TYPE_CHECKING:
 
 
 class BindingConflict(ValueError):
-    """A stored binding cannot be rebuilt: names the owner, the cell and why."""
+    """A stored binding cannot be rebuilt: names the owner, the cell and why (``owner``, when one is to blame)."""
+
+    def __init__(self, message: str, owner: str | None = None):
+        super().__init__(message)
+        self.owner = owner
 
 
 class Grant:

@@ -116,6 +116,8 @@ class JobRequest:
     # Launcher-specific pod settings: the job's overrides of the Kubernetes job template
     # (k8s/template.py). The engine only carries them; the launcher validates them.
     k8s_template: dict[str, Any] | None = None
+    time_limit: float | None = None   # seconds each run may take; then stopped, failed as "timeout"
+    after: list[str] = field(default_factory=list)   # job ids that must succeed before it starts
 
     @property
     def total_pods(self) -> int:

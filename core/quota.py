@@ -199,6 +199,7 @@ class QuotaAllocator:
         self.used = {vc: {c: 0 for c in spec.chains} for vc in spec.vcs}
         self._grants: dict[str, QuotaGrant] = {}
         self._waiting: dict[str, set[str]] = {}    # opportunistic victim -> guaranteed owners waiting for its GPUs
+        self._before: tuple[Any, ...] | None = None   # what the last reconfigure replaced, until anything changes
 
     # -- reading
     def grant_of(self, owner: str) -> QuotaGrant | None:
@@ -244,6 +245,7 @@ class QuotaAllocator:
     def place(self, owner: str, vc: str, pod_gpus: Sequence[int], *, opportunistic: bool = False, priority: int = 0,
               chain: str | None = None, within_level: int | None = None,
               node_ok: Callable[[str, int], bool] | None = None) -> QuotaGrant | None:
+        self._before = None
         if owner in self._grants:
             raise ValueError(f"owner {owner!r} already holds a grant")
         if vc not in self.quota:
@@ -336,6 +338,7 @@ class QuotaAllocator:
         return grant
 
     def release(self, owner: str) -> None:
+        self._before = None
         gr = self._grants.pop(owner, None)
         if gr is None:
             return
@@ -363,6 +366,7 @@ class QuotaAllocator:
     def restore(self, grant_like: StoredGrant | dict[str, Any]) -> None:
         """Re-take a stored grant: an object with owner/vc/chain/opportunistic/pods or its
         dict form (the one ``Allocator.restore`` takes; pods as dicts with node and gpus)."""
+        self._before = None
         if isinstance(grant_like, dict):
             grant_like = _grant_from_dict(grant_like)
         c = grant_like.chain
@@ -401,6 +405,7 @@ class QuotaAllocator:
             p.recount(i)
 
     def set_health(self, node: str, gpu: int | None, healthy: bool) -> list[str]:
+        self._before = None
         for p in self.pools.values():
             if node in p.index:
                 i = p.index[node]
@@ -419,6 +424,39 @@ class QuotaAllocator:
                 p.recount(i)
                 return sorted(hit)
         raise KeyError(f"unknown node {node!r}")
+
+    _STATE = ("spec", "pools", "quota", "used", "_grants", "_waiting")
+
+    def reconfigure(self, new_spec: ClusterSpec) -> list[str]:
+        """The grants on pools built from ``new_spec`` (the contract's one reconfiguration).
+
+        The baseline has no cells to lose: a grant comes back when its nodes and GPUs
+        still exist, so nobody is downgraded. ``BindingConflict`` (nothing changed) when
+        a grant's VC, chain or GPUs are gone.
+        """
+        from .grant import BindingConflict
+        new = QuotaAllocator(new_spec)
+        for g in sorted(self._grants.values(), key=lambda g: (g.opportunistic, g.owner)):
+            if g.vc not in new.quota:
+                raise BindingConflict(f"reconfiguration refused: VC {g.vc!r} is not in the new spec but still "
+                                      f"holds {g.owner} (release it first)", g.owner)
+            try:
+                new.restore(g)
+            except ValueError as exc:
+                raise BindingConflict(f"reconfiguration would lose {g.owner}: {exc}", g.owner) from None
+        before = tuple(getattr(self, k) for k in self._STATE)
+        for k in self._STATE:
+            setattr(self, k, getattr(new, k))
+        self._before = before
+        return []
+
+    def undo_reconfigure(self) -> None:
+        """Put back what the last ``reconfigure`` replaced, while nothing else changed since (else RuntimeError)."""
+        if self._before is None:
+            raise RuntimeError("undo_reconfigure: nothing to undo (no reconfigure, or the allocator changed since)")
+        for k, v in zip(self._STATE, self._before):
+            setattr(self, k, v)
+        self._before = None
 
     def check_invariants(self) -> None:
         for vc, per in self.used.items():

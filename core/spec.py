@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
 
+from .policies.registry import QUEUE_POLICIES
+
 if TYPE_CHECKING:   # fastjsonschema is imported on first use (see _validator)
     from fastjsonschema import JsonSchemaValueException
 
@@ -184,6 +186,7 @@ class VCSpec:
     # seconds a Jupyter kernel job of this VC may run no cell before hived releases it; None: never
     kernel_idle_timeout: float | None = None
     admission: Admission = field(default_factory=Admission)   # submission limits (service/admission.py)
+    queue_policy: str | None = None     # queuePolicy: how its queue is ordered (fifo|allox); None: the engine's
 
 
 @dataclass
@@ -573,6 +576,7 @@ class _Builder:
                 vc.kernel_idle_timeout = float(raw["kernelIdleTimeout"])
             if "admission" in raw:
                 vc.admission = Admission(**{Admission.KEYS[k]: v for k, v in raw["admission"].items()})
+            vc.queue_policy = _queue_policy(raw, base)
             for i, vcell in enumerate(raw.get("virtualCells", [])):
                 path = f"{base}.virtualCells[{i}].cellType"
                 chain, level = _resolve_type(chains, vcell["cellType"], path)
@@ -701,3 +705,14 @@ def invariant_violation(chain: Chain, free: list[int], reserved: list[int], allo
     k, need, supply = hit
     return (f"chain {chain.name} level {k} ({chain.levels[k - 1]}): VCs reserve {need} more cells, "
             f"the chain can supply {supply} once higher-level reservations are counted")
+
+
+def _queue_policy(raw: dict[str, Any], base: str) -> str | None:
+    """A VC's ``queuePolicy``: a name of the engine's queue policies (docs/spec.md)."""
+    if "queuePolicy" not in raw:
+        return None
+    name = raw["queuePolicy"]
+    if name not in QUEUE_POLICIES:
+        known = ", ".join(sorted(QUEUE_POLICIES))
+        raise SpecError(f"{base}.queuePolicy", f"unknown queue policy {name!r}; known: {known}")
+    return str(name)

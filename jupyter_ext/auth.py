@@ -18,6 +18,7 @@ The REST handlers name what they touch as resource strings:
 ``hived:job:<vc>:<owner>``            read: members; write(cancel): owner,
                                       VC admin
 ``hived:exchange:<vc>``               write: admins of ``vc``
+``hived:exchange``                    read (the ledger): admins of any VC
 ``hived:admin``                       cluster admins only
 ====================================  =====================================
 
@@ -48,7 +49,8 @@ from traitlets import Bool, Dict, Unicode, default
 from hived.service.access import SERVER_ACCOUNT, Access
 from hived.service.client import USER_HEADER
 
-__all__ = ["SERVER_ACCOUNT", "Access", "HivedAuthorizer", "HivedIdentityProvider", "caller_groups", "decide"]
+__all__ = ["EXCHANGE_ADMINS", "SERVER_ACCOUNT", "Access", "HivedAuthorizer", "HivedIdentityProvider",
+           "caller_groups", "decide"]
 
 
 def groups_of(user) -> tuple[str, ...]:
@@ -69,6 +71,9 @@ def vc_resource(vc: str) -> str:
 
 def job_resource(vc: str, owner: str) -> str:
     return f"hived:job:{quote(vc, safe='')}:{quote(owner, safe='')}"
+
+
+EXCHANGE_ADMINS = "hived:exchange"   # what VC admins share: the exchange's GPU-hour ledger
 
 
 def exchange_resource(vc: str) -> str:
@@ -98,6 +103,8 @@ def decide(access: Access, username: str, action: str, resource: str,
         if action == "read":
             return access.may_see_job(username, vc, owner, groups)
         return access.may_change_job(username, vc, owner, groups)
+    if kind == "exchange" and not parts:
+        return action == "read" and any(access.is_vc_admin(username, vc, groups) for vc in access.vc_users)
     if kind == "exchange" and len(parts) == 1:
         if action == "read":
             return access.is_member(username, parts[0], groups)

@@ -19,7 +19,6 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 
-from hived.core.jobs import class_text
 from hived.service.client import TERMINAL_STATES, HivedClient, HivedError
 from hived.service.submit_flags import add_submit_flags, body_from_args
 from hived.service.terminal_text import visible
@@ -249,18 +248,12 @@ class HivedMagics(Magics):
         p.add_argument("--state")
         p.add_argument("--owner", "--user", dest="user", help="only this user's jobs (as `hived jobs --owner`)")
         args = p.parse_args(shlex.split(line))
-        from .widgets_job import elapsed, fmt_seconds, placement_text
+        from hived.service.job_table import jobs_table
         try:
             jobs = self.client.jobs(vc=args.vc, state=args.state, user=args.user)
         except HivedError as exc:
             return self._fail(exc)
-        if not jobs:
-            print("no jobs")
-        for j in jobs:
-            state = j["state"] + (f" ({visible(j['wait_reason'])})" if j.get("wait_reason") else "")
-            print(f"{j['id']:<14} {state:<10} {visible(j['vc']):<10} {visible(j['user']):<10} "
-                  f"{class_text(j):<4} {fmt_seconds(elapsed(j)):>7} {visible(j.get('name') or '')} "
-                  f"{visible(placement_text(j))}".rstrip())
+        print(jobs_table(jobs, 160) if jobs else "no jobs")   # the columns of `hived jobs`
         self._user_ns()["_gpu_jobs"] = jobs
 
 

@@ -1,4 +1,4 @@
-"""Actions under a dashboard: cancel a job, post an exchange offer, reload the spec.
+"""Actions under a dashboard: cancel a job, post or withdraw an exchange offer, reload the spec.
 
 Shown only for what the user may do: everyone cancels their own jobs; VC
 admins cancel their VC's jobs and trade its cells; cluster admins also
@@ -26,6 +26,11 @@ class AdminActions(W.VBox):
         self.offer_hours = W.BoundedFloatText(value=1.0, min=0.01, max=8760, description="hours",
                                               layout=W.Layout(width="150px"))
         self.offer_button = W.Button(description="Post offer")
+        self.post = W.Dropdown(description="post", options=[], layout=W.Layout(width="260px"))
+        self.withdraw_button = W.Button(description="Withdraw post")
+        self.withdraw_button.on_click(lambda _: self.withdraw())
+        self.withdraw_row = W.HBox([self.post, self.withdraw_button])
+        self._withdraw_shown = False
         self.reload_button = W.Button(description="Reload spec", button_style="warning")
         self.cancel_button.on_click(lambda _: self.cancel())
         self.offer_button.on_click(lambda _: self.offer())
@@ -53,9 +58,21 @@ class AdminActions(W.VBox):
             self.offer_vc.options = admin_of
         if admin_of and self.offer_vc.value not in admin_of:
             self.offer_vc.value = admin_of[0]
-        rows = [self.cancel_row] + ([self.offer_row] if admin_of else []) + \
-               ([self.reload_button] if cluster_admin else [])
-        self.children = rows
+        self._rows = [self.cancel_row] + ([self.offer_row] if admin_of else []) + \
+                     ([self.reload_button] if cluster_admin else [])
+        self.children = self._rows + ([self.withdraw_row] if self._withdraw_shown else [])
+
+    def update_posts(self, posts: list[dict], admin_of: list[str]) -> None:
+        """The open exchange posts of the VCs this user administers, to withdraw."""
+        options = [(f"{p['id']} {p['kind']} {p['vc']} {p['count']} x {p['chain']} level {p['level']}", p["id"])
+                   for p in posts if p["vc"] in admin_of]
+        current = self.post.value
+        if [v for _, v in self.post.options] != [v for _, v in options]:
+            self.post.options = options
+        ids = [v for _, v in options]
+        self.post.value = current if current in ids else (ids[0] if ids else None)
+        self._withdraw_shown = bool(options)
+        self.children = list(getattr(self, "_rows", [])) + ([self.withdraw_row] if options else [])
 
     def _do(self, what: Callable[[], str]) -> None:
         try:
@@ -78,6 +95,14 @@ class AdminActions(W.VBox):
                     "count": int(self.offer_count.value), "duration": float(self.offer_hours.value) * 3600}
             doc = self.client.post_offer(body)
             return f"offer posted: {doc}"
+        self._do(run)
+
+    def withdraw(self) -> None:
+        def run():
+            if not self.post.value:
+                raise HivedError(0, "choose a post to withdraw", "post")
+            doc = self.client.withdraw(self.post.value)
+            return f"withdrew {doc['kind']} {doc['id']} of VC {doc['vc']}"
         self._do(run)
 
     def reload(self) -> None:

@@ -15,7 +15,7 @@ import ipywidgets as W
 from hived.service.client import TERMINAL_STATES, HivedClient, HivedError
 
 from .widgets_admin import AdminActions
-from .widgets_render import esc, jobs_html, legend_html, picture_html, vc_colours, vc_table_html
+from .widgets_render import esc, exchange_html, jobs_html, legend_html, picture_html, vc_colours, vc_table_html
 
 
 class _Dashboard(W.VBox):
@@ -23,12 +23,14 @@ class _Dashboard(W.VBox):
                  autorefresh: bool = True):
         self.header, self.message = W.HTML(), W.HTML()
         self.legend, self.picture, self.table, self.jobs_view = W.HTML(), W.HTML(), W.HTML(), W.HTML()
+        self.exchange = W.HTML()   # the cell exchange panel (admins of a VC and cluster admins)
         super().__init__(layout=W.Layout(border="1px solid #93a1a1", padding="6px"))
         self.client = client if client is not None else HivedClient()
         self.refresh_seconds = float(refresh_seconds)
         self.refreshes = 0
         self.last_error: str | None = None
         self.admin: AdminActions | None = None
+        self._posts: list[dict] = []   # open exchange posts, for the admin's withdraw action
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -83,6 +85,24 @@ class _Dashboard(W.VBox):
         if self.admin is None:
             self.admin = AdminActions(self.client, on_done=self._after_action)
         self.admin.update(user, bool(status.get("admin")), admin_of, jobs)
+        self.admin.update_posts(self._posts if admin_of else [], admin_of)
+
+    def _exchange_panel(self, status: dict, vcs: dict) -> None:
+        """Board, loans and ledger for those who trade cells; nothing where exchange is off."""
+        user = status.get("user", "")
+        self._posts = []
+        if not (status.get("admin") or any(user in (d.get("admins") or []) for d in vcs.values())):
+            self.exchange.value = ""
+            return
+        try:
+            board, ledger = self.client.exchange("board"), self.client.exchange("ledger").get("ledger")
+        except HivedError as exc:
+            if exc.status == 404:      # this service trades no cells (quota scheme)
+                self.exchange.value = ""
+                return
+            raise
+        self._posts = [p for key in ("offers", "requests") for p in board.get(key) or []]
+        self.exchange.value = exchange_html(board, ledger)
 
     def _after_action(self, text: str, ok: bool) -> None:
         colour = "#859900" if ok else "#dc322f"
@@ -106,9 +126,11 @@ class ClusterDashboard(_Dashboard):
         self.picture.value = picture_html(cluster, colours)
         self.table.value = vc_table_html(vcs, colours)
         self.jobs_view.value = jobs_html(sorted(jobs, key=_job_order), "queued and running jobs")
+        self._exchange_panel(status, vcs)
         self._admin_panel(status, vcs, jobs)
         self.children = [w for w in (self.header, self.message, self.table, self.legend, self.picture,
-                                     self.jobs_view, self.admin) if w is not None]
+                                     self.jobs_view, self.exchange if self.exchange.value else None,
+                                     self.admin) if w is not None]
 
 
 class VCDashboard(_Dashboard):
@@ -133,6 +155,7 @@ class VCDashboard(_Dashboard):
         self.table.value = vc_table_html({self.vc: doc}, colours)
         self.jobs_view.value = (jobs_html(sorted(live, key=_job_order), f"queue and running jobs of {self.vc}")
                                 + jobs_html(done, "recently finished"))
+        self._posts = []
         self._admin_panel(status, {self.vc: doc}, live)
         self.children = [w for w in (self.header, self.message, self.table, self.legend, self.picture,
                                      self.jobs_view, self.admin) if w is not None]

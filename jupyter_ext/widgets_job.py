@@ -92,3 +92,8 @@ class JobStatusWidget(W.HTML):
 
     def text(self) -> str:
         return " | ".join(visible(f) for f in status_facts(getattr(self, "job", {}) or {}))
+
+    def __repr__(self) -> str:
+        # a frontend that cannot render widgets shows the text/plain part of the display,
+        # which ipywidgets makes from repr(): the status line, not the widget's HTML source
+        return self.text() or "hived job status"

@@ -108,7 +108,7 @@ def vc_table_html(vcs: dict, colours: dict[str, str]) -> str:
             lead = (f'<td rowspan="{max(1, len(levels))}"><span style="color:{colours.get(name, "#000")}">'
                     f'&#9632;</span> <b>{esc(name)}</b></td>') if first else ""
             tail = (f'<td rowspan="{max(1, len(levels))}" data-col="gpus_used">{esc(doc.get("gpus_used"))}/'
-                    f'{esc(doc.get("gpus_total"))}</td>'
+                    f'{esc(doc.get("gpus_total"))}{esc(loan_note(doc))}</td>'
                     f'<td rowspan="{max(1, len(levels))}" data-col="queue">{len(doc.get("queue") or [])}</td>'
                     f'<td rowspan="{max(1, len(levels))}" data-col="running">{len(doc.get("running") or [])}</td>'
                     ) if first else ""
@@ -118,6 +118,48 @@ def vc_table_html(vcs: dict, colours: dict[str, str]) -> str:
     return (f"<style>{TABLE_CSS}</style>"
             f'<table class="hived-vcs" style="border-collapse:collapse;font:12px sans-serif">'
             f"<tr>{head}</tr>{''.join(body)}</table>")
+
+
+def loan_note(doc: dict) -> str:
+    """`` (spec 8: 4 lent)`` while cell exchange moved some of a VC's cells; empty otherwise."""
+    lent, borrowed = doc.get("gpus_lent") or 0, doc.get("gpus_borrowed") or 0
+    moved = ", ".join(t for t in (f"{lent} lent" if lent else "", f"{borrowed} borrowed" if borrowed else "") if t)
+    return f" (spec {doc.get('gpus_spec', '?')}: {moved})" if moved else ""
+
+
+def exchange_html(board: dict, ledger: dict | None) -> str:
+    """The exchange panel: open posts, loans (pending and active exchanges), the GPU-hour ledger."""
+    from hived.core.timefmt import clock
+    posts = [p for key in ("offers", "requests") for p in board.get(key) or []]
+    rows = "".join(
+        f'<tr class="hived-post-row" data-id="{esc(p["id"])}" data-kind="{esc(p["kind"])}"><td>{esc(p["id"])}</td>'
+        f'<td>{esc(p["kind"])}</td><td>{esc(p["vc"])}</td><td>{esc(p["count"])} x {esc(p["chain"])} level '
+        f'{esc(p["level"])}</td><td>{esc(clock(p["start"]))}</td><td>{esc(clock(p["end"]))}</td></tr>'
+        for p in posts)
+    loans = [x for x in board.get("exchanges") or [] if x.get("state") in ("pending", "active")]
+    loan_rows = "".join(
+        f'<tr class="hived-loan-row" data-id="{esc(x["id"])}" data-state="{esc(x["state"])}"><td>{esc(x["id"])}</td>'
+        f'<td>{esc(x["state"])}</td><td>'
+        + esc("; ".join(f"{g['lender']} -> {g['borrower']} {g['count']} x {g['chain']} level {g['level']}"
+                        for g in x["legs"]))
+        + f'</td><td>{esc(clock(x["start"]))}</td><td>{esc(clock(x["end"]))}</td></tr>'
+        for x in loans)
+    out = ['<div class="hived-exchange" style="font:12px sans-serif"><b>cell exchange</b>',
+           _table("hived-posts", ("post", "kind", "VC", "cells", "from", "to"), rows, "no open posts"),
+           _table("hived-loans", ("exchange", "state", "cells", "from", "to"), loan_rows, "no loans")]
+    if ledger is not None:
+        led = "".join(f'<tr class="hived-ledger-row" data-vc="{esc(vc)}"><td>{esc(vc)}</td>'
+                      f'<td>{e["contributed"]:.2f}</td><td>{e["consumed"]:.2f}</td><td>{e["surplus"]:.2f}</td></tr>'
+                      for vc, e in sorted(ledger.items()))
+        out.append(_table("hived-ledger", ("VC", "contributed h", "consumed h", "surplus h"), led, "no VCs"))
+    return "".join(out) + "</div>"
+
+
+def _table(cls: str, heads: tuple[str, ...], rows: str, empty: str) -> str:
+    if not rows:
+        return f'<div class="{cls}">{esc(empty)}</div>'
+    head = "".join(f"<th>{esc(h)}</th>" for h in heads)
+    return f'<table class="{cls}" style="font:12px monospace"><tr>{head}</tr>{rows}</table>'
 
 
 def jobs_html(jobs: list[dict], title: str) -> str:
@@ -130,9 +172,10 @@ def jobs_html(jobs: list[dict], title: str) -> str:
         f'<td>{esc(j.get("queue_position") if j.get("queue_position") is not None else "")}</td>'
         f'<td>{esc(j["vc"])}</td><td>{esc(j["user"])}</td><td>{esc(class_text(j))}</td>'
         f'<td>{esc(j.get("gpus"))}</td><td>{esc(fmt_seconds(elapsed(j)))}</td>'
-        f'<td>{esc(j.get("name") or "")}</td><td>{esc(placement_text(j))}</td></tr>'
+        f'<td>{esc(j.get("name") or "")}</td><td>{esc(placement_text(j))}</td>'
+        f'<td class="hived-wait">{esc(j.get("wait_reason") or "")}</td></tr>'
         for j in jobs)
     head = "".join(f"<th>{h}</th>" for h in ("job", "state", "pos", "VC", "user", "class", "GPUs", "time",
-                                             "name", "where"))
+                                             "name", "where", "waits because"))
     return (f'<div class="hived-jobs"><b>{esc(title)}</b><table style="font:12px monospace">'
             f"<tr>{head}</tr>{rows}</table></div>")

@@ -37,6 +37,7 @@ from hived.mlflow_plugin.history import KIND_TAG, SIGNATURE_TAG, MlflowHistory, 
 from hived.mlflow_plugin.resume import attempts_in, checkpoint_dir_for, wrap_command
 from hived.mlflow_plugin.submitted_run import TAG, HivedSubmittedRun, print_sink
 from hived.service.client import HivedClient, HivedError, HivedUnreachable
+from hived.service.submit_flags import program_of
 
 # under "mlflow." so that `mlflow run` shows our lines the way it shows the local backend's
 _logger = logging.getLogger("mlflow.projects.hived")
@@ -95,6 +96,31 @@ def absolute_tracking_uri(uri: str | None) -> str | None:
         return uri
     path, sep, query = uri[len(prefix):].partition("?")
     return prefix + os.path.abspath(path) + sep + query
+
+
+def job_needs(command: str, checkpoint_dir: str, tracking_uri: str | None) -> dict:
+    """What the job's unix account must reach besides its workdir (a root-run hived runs jobs
+    under other accounts and checks these at submission, before anything runs): the entry
+    point's program, the checkpoint directory and a local tracking store's folder."""
+    writable = [checkpoint_dir]
+    store = local_store_dir(tracking_uri)
+    if store:
+        writable.append(store)
+    program = program_of(command)
+    return {"programs": [program] if program else [], "writable": writable}
+
+
+def local_store_dir(uri: str | None) -> str | None:
+    """The folder a local tracking store writes: sqlite's (its journal files go beside the
+    database) or a file store's; None for a tracking server."""
+    if not uri:
+        return None
+    if uri.startswith("sqlite:///") and ":memory:" not in uri:
+        path = uri[len("sqlite:///"):].partition("?")[0]
+        return os.path.dirname(path) if os.path.isabs(path) else None
+    if uri.startswith("file://"):
+        return uri[len("file://"):] or None
+    return uri if os.path.isabs(uri) else None
 
 
 def follow_in_background(submitted: HivedSubmittedRun, cfg: BackendConfig,
@@ -182,6 +208,7 @@ class HivedProjectBackend(AbstractBackend):
             env["MLFLOW_TRACKING_URI"] = uri
         payload = cfg.job_payload(wrap_command(command, ckpt), env, os.path.abspath(work_dir),
                                   f"mlflow-{project_name}-{entry_point}-{run_id[:8]}")
+        payload["needs"] = job_needs(command, ckpt, uri)
         sig = project_signature(project_name, entry_point)
         estimate = history_estimate(tracking_uri, experiment_id, sig)
         if estimate is not None:

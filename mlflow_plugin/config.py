@@ -35,10 +35,20 @@ SCHEMA: dict = {
         "cell_type": {"type": "string", "minLength": 1,
                       "description": "the CLI's spelling of 'cell' (hived submit --cell-type)"},
         "pods": {"type": "integer", "minimum": 1, "maximum": 1024},
+        "cpus": {"type": "number", "minimum": 0, "maximum": 1000000,
+                 "description": "CPUs per pod (hived submit --cpus)"},
+        "memory_gb": {"type": "number", "minimum": 0, "maximum": 1000000000,
+                      "description": "memory per pod in GB (hived submit --memory)"},
         "chain": {"type": "string", "minLength": 1,
                   "description": "GPU pool (cell chain); default: any that fits"},
         "max_retries": {"type": "integer", "minimum": 0, "maximum": 100},
         "affinity": {"enum": ["hard", "soft"]},
+        "time_limit": {"type": "number", "minimum": 1, "maximum": 31536000,
+                       "description": "seconds each run may take; then it fails as 'timeout' "
+                                      "(hived submit --time-limit)"},
+        "after": {"type": "string", "minLength": 1, "maxLength": 2000,
+                  "description": "JOB[,JOB]: hived jobs that must succeed before this run starts "
+                                 "(hived submit --after)"},
         "grace_period": {"type": "number", "minimum": 0, "maximum": 86400,
                          "description": "seconds between SIGTERM and SIGKILL on preemption"},
         "priority": {"enum": ["be", "opportunistic"]},
@@ -80,6 +90,10 @@ class BackendConfig:
     gpus: int | None = 1
     cell: str | None = None
     pods: int = 1
+    cpus: float | None = None
+    memory_gb: float | None = None
+    time_limit: float | None = None
+    after: str | None = None
     affinity: str | None = None
     chain: str | None = None
     max_retries: int | None = None
@@ -103,6 +117,8 @@ class BackendConfig:
                             job_class=self.priority, pods=self.pods, cell_type=self.cell,
                             gpus=None if self.cell else self.gpus, affinity=self.affinity, chain=self.chain,
                             max_retries=self.max_retries, grace_period=self.grace_period,
+                            cpus=self.cpus, memory_gb=self.memory_gb, time_limit=self.time_limit,
+                            after=[j.strip() for j in self.after.split(",") if j.strip()] if self.after else None,
                             name=self.name or name)
 
 

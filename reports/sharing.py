@@ -138,8 +138,7 @@ def write_comparison(results: dict, out_dir: str, *, tenants: list | None = None
         plot_normalized(results, os.path.join(out_dir, "normalized_delay.png"))
     if any(r.frag for r in results.values()):
         plot_fragmentation(results, os.path.join(out_dir, "fragmentation.png"))
-    if any(r.scheme.startswith("hived") for r in results.values()):
-        plot_preempted(results, os.path.join(out_dir, "preempted_gpus.png"))
+    plot_preempted(results, os.path.join(out_dir, "preempted_gpus.png"))
     return doc
 
 
@@ -151,15 +150,14 @@ def _tenants_by_jobs(results: dict) -> list:
     return sorted(count, key=lambda t: -count[t])
 
 
-def plot_delay_over_time(results: dict, path: str, tenants: list | None = None) -> None:
+def plot_delay_over_time(results: dict, path: str, tenants: list | None = None) -> list:
+    """Each tenant's delay over time, one line per run (every run); returns the runs drawn."""
     tenants = tenants or _tenants_by_jobs(results)
     cols = 3
     rows_n = (len(tenants) + cols - 1) // cols
     fig, axes = plt.subplots(rows_n, cols, figsize=(5 * cols, 2.6 * rows_n), squeeze=False, sharex=True)
     for ax, t in zip(axes.flat, tenants):
         for name, r in results.items():
-            if name.startswith("hived-static") or name == "hived-multi" and "hived-node" in results:
-                continue
             pts = [(row["submit"], row["queue_delay"] / 60.0) for row in r.rows
                    if row["tenant"] == t and row["queue_delay"] is not None]
             if pts:
@@ -169,13 +167,18 @@ def plot_delay_over_time(results: dict, path: str, tenants: list | None = None) 
         ax.set_ylabel("delay (min)", fontsize=8)
     for ax in list(axes.flat)[len(tenants):]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
     for ax in axes[-1]:
         ax.set_xlabel("submit time (days)", fontsize=8)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    for name in results:       # a run with no delay for the first tenant still gets its legend entry
+        if name not in labels:
+            axes.flat[0].plot([], [], label=name, lw=1)
+    axes.flat[0].legend(fontsize=7)
     fig.suptitle("Queueing delay, 12-hour moving average over submit time")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return list(results)
 
 
 def normalized(results: dict) -> dict:
@@ -185,12 +188,24 @@ def normalized(results: dict) -> dict:
             for name, d, base in paired_delays(results)}
 
 
+def bar_height(v: tuple, lo: float, hi: float) -> tuple:
+    """(top of the bar on the log axis, its label) for one tenant's (shared s, private s, ratio):
+    no wait in the shared run is no bar, marked "0 s" (whatever the private delay); a private
+    delay of 0 with a shared wait has no ratio: a bar to the top, labelled with both waits."""
+    shared, _, ratio = v
+    if shared <= 0:
+        return lo, "0 s"
+    if ratio is None:
+        return hi, f"private 0 s\nshared {shared / 60:.0f} min"
+    return max(ratio, lo), ""
+
+
 def plot_normalized(results: dict, path: str) -> None:
     """Bars of shared / private delay on a log axis (1 = as in the private cluster).
 
-    A tenant whose private delay is 0 has no ratio: its bar is drawn hatched at
-    the top of the axis when it waited in the shared run (labelled with that
-    wait), and as 1 when it did not wait there either."""
+    A tenant that did not wait in the shared run gets no bar and a "0 s" mark; one whose
+    private delay is 0 and that waited in the shared run has no ratio: its bar is drawn
+    hatched to the top of the axis, labelled with that wait (``bar_height``)."""
     norm = normalized(results)
     runs = list(norm)
     tenants = [t for t in _tenants_by_jobs(results) if any(t in norm[n] for n in runs)]
@@ -207,20 +222,17 @@ def plot_normalized(results: dict, path: str) -> None:
             v = norm[name].get(t)
             if v is None:
                 continue
-            shared, priv, ratio = v
             x = i + k * width
-            if ratio is None:       # private delay 0: no ratio to draw
-                ratio = hi if shared > 0 else 1.0
-                if shared > 0:
-                    hatched.append(x)
-                    ax.annotate(f"private 0 s\nshared {shared / 60:.0f} min", (x, hi), fontsize=6,
-                                ha="center", va="top", rotation=90, xytext=(0, -4), textcoords="offset points")
-            if ratio <= 0:          # no wait at all in the shared run: say so rather than draw nothing
+            top, label = bar_height(v, lo, hi)
+            if label == "0 s":      # no wait at all in the shared run: say so, draw no bar
                 ax.annotate("0 s", (x, lo), fontsize=6, ha="center", va="bottom", rotation=90,
                             xytext=(0, 2), textcoords="offset points")
-            ratio = max(ratio, lo)
+            elif label:             # private delay 0, shared not: no ratio, a hatched bar to the top
+                hatched.append(x)
+                ax.annotate(label, (x, hi), fontsize=6,
+                            ha="center", va="top", rotation=90, xytext=(0, -4), textcoords="offset points")
             xs.append(x)
-            hs.append(ratio - lo)
+            hs.append(top - lo)
             bottoms.append(lo)
         bars = ax.bar(xs, hs, width, bottom=bottoms, label=name)
         for b in bars:
@@ -240,18 +252,22 @@ def plot_normalized(results: dict, path: str) -> None:
     ax.set_ylabel("avg queueing delay / private")
     ax.legend(fontsize=7, ncol=min(3, len(runs) + 1))
     ax.set_title("Queueing delay normalized to each tenant's private cluster\n"
-                 "(cf. HiveD (OSDI '20) Fig. 7; hatched: private delay 0, bar = any wait)", fontsize=10)
+                 "(cf. HiveD (OSDI '20) Fig. 7; hatched: private delay 0; \"0 s\": no wait)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def plot_fragmentation(results: dict, path: str) -> None:
+def plot_fragmentation(results: dict, path: str) -> list:
+    """Fragmented nodes over time, one line per run (a private run, which is one cluster
+    per tenant and not sampled, is listed as such); returns the runs drawn."""
     fig, ax = plt.subplots(figsize=(9, 3.5))
     for name, r in results.items():
         if r.frag:
             xs, ys = moving_average([(t, f * 100) for t, f in r.frag])
             ax.plot([x / DAY for x in xs], ys, label=name, lw=1)
+        else:
+            ax.plot([], [], label=f"{name} (not sampled: one cluster per tenant)")
     ax.set_xlabel("time (days)")
     ax.set_ylabel("fragmented nodes (%)")
     ax.set_title("Nodes that cannot host an 8-GPU guaranteed job (12-h average)")
@@ -259,13 +275,13 @@ def plot_fragmentation(results: dict, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return list(results)
 
 
-def plot_preempted(results: dict, path: str) -> None:
+def plot_preempted(results: dict, path: str) -> list:
+    """GPUs preempted per 12 h, one line per run; returns the runs drawn."""
     fig, ax = plt.subplots(figsize=(9, 3.5))
     for name, r in results.items():
-        if not r.scheme.startswith("hived"):
-            continue
         buckets: dict = {}
         for t, g, _ in r.preempted:
             b = int(t // WINDOW)
@@ -284,3 +300,4 @@ def plot_preempted(results: dict, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return list(results)

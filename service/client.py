@@ -270,6 +270,10 @@ class HivedClient:
         """A kernel job ran a cell now (its provisioner says so): the VC's idle release counts from here."""
         return self._call("POST", f"jobs/{_seg(job_id)}/activity", body={})
 
+    def control(self, job_id: str, action: str) -> dict:
+        """``hold``, ``release`` or ``requeue`` a job."""
+        return self._call("POST", f"jobs/{_seg(job_id)}/{_seg(action)}", body={})
+
     def logs(self, job_id: str, rank: int = 0, offset: int = 0, follow: bool = False) -> dict:
         params = {"rank": rank, "offset": offset, "follow": 1 if follow else 0}
         # a follow request is held by the server until text arrives (<= ~20 s)
@@ -318,6 +322,11 @@ class HivedClient:
 
     def post_request(self, payload: dict) -> dict:
         return self._call("POST", "exchange/requests", body=payload)
+
+    def withdraw(self, post_id: str) -> dict:
+        """DELETE exchange/{offers|requests}/{id}: take an open post off the board."""
+        kind = "requests" if str(post_id).startswith("r") else "offers"
+        return self._call("DELETE", f"exchange/{kind}/{_seg(post_id)}")
 
 
 def _json_body(body: Any) -> bytes:

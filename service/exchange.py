@@ -151,6 +151,35 @@ class ExchangeMixin(MixinHost):
         self._wake.set()
         return doc
 
+    def exchange_withdraw(self, user: str, post_id: str, groups=(), kind: str | None = None) -> dict:
+        """Take an open offer or request (``kind``: only that kind) off the board (its VC's
+        admins or cluster admins); journaled before it is answered."""
+        from .scheduler import NotAuthorized, NotFound
+        with self._lock:
+            arb = self._arbiter()
+            post = (arb.offers.get(post_id) or arb.requests.get(post_id)) if isinstance(post_id, str) else None
+            if post is not None and kind is not None and post.kind.value != kind:
+                post = None
+            if post is None:
+                raise NotFound("post", f"no open post {post_id!r} (matched, withdrawn or expired); "
+                                       f"open: {', '.join(sorted([*arb.offers, *arb.requests])) or 'none'}")
+            if not self._is_admin(user, post.vc, groups):
+                raise NotAuthorized(f"user {user!r} may not withdraw {post_id} of VC {post.vc!r}"
+                                    f"{self.access.admins_for(user, post.vc, groups)}")
+            now = self.clock()
+            self._require_journal(now)
+            arb.withdraw(post_id, post.vc)
+            try:
+                self.store.save_exchange(exchange_state.save(arb), now)
+            except JournalWriteError as exc:
+                (arb.offers if post.kind.value == "offer" else arb.requests)[post.id] = post
+                self._degrade(exc)
+                assert self.degraded is not None   # _degrade has just set it
+                raise ServiceDegraded(self.degraded) from None
+            doc = post.to_dict()
+            doc["withdrawn"] = True
+            return doc
+
     # --- the timer and spec reloads -----------------------------------------
     def _exchange_tick(self, now: float) -> list[str]:
         """Start / end the windows due; returns the jobs the engine downgraded."""

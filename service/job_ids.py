@@ -93,6 +93,18 @@ class JobIds:
         self._next = n + 1
         return f"j{n}"
 
+    def settle(self) -> None:
+        """At a clean stop: lower the ceiling to the next id, so the next start goes on from
+        there (j2 after j1, not j1025). After a crash the block's ceiling stays: ids then
+        jump, but none is ever handed out twice. Best effort: a failed write keeps the old
+        ceiling, which is just as safe."""
+        if self._next < self.ceiling:
+            try:
+                self._write(self._next)
+                self.ceiling = self._next
+            except JobIdsError:
+                pass
+
     def give_back(self, job_id: str) -> None:
         """The id last handed out was not used (its request was refused): hand it out again,
         so refusals leave no gaps. Its folder was never made, so nothing of it remains."""

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from hived.core.jobs import JobRequest, Placement
 
-from . import local_cgroups
+from . import local_cgroups, local_reach
 from .launcher import LauncherEvent
 from .local_accounts import Account, AccountError, JobAccounts, shared_account_note
 from .local_exits import ExitWatcher
@@ -464,6 +464,14 @@ class LocalLauncher:
     def check_account(self, request: JobRequest) -> None:
         """Raises AccountError when the job could not be given an account (see local_accounts)."""
         self.accounts.for_job(request.user, request.vc, allocate=False)
+
+    def check_reach(self, request: JobRequest, needs: dict | None = None) -> None:
+        """Raises ``local_reach.ReachError`` when the job's account cannot reach its workdir,
+        its program or a folder in ``needs`` (tested as that account; see local_reach).
+        Call it once the VC is known to exist: it gives the VC its uid."""
+        account = self.accounts.for_job(request.user, request.vc)
+        path = (request.env or {}).get("PATH") or job_environment(dict(os.environ), account, self.root)["PATH"]
+        local_reach.check(account, request, path, needs)
 
     @staticmethod
     def _argv(command) -> list[str]:

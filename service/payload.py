@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from typing import Any
 
@@ -34,6 +33,9 @@ LIMITS: dict[str, dict[str, Any]] = {
     "estimate": {"minimum": 0.001, "maximum": 31_536_000},
     "max_retries": {"minimum": 0, "maximum": 100},
     "groups": {"maxItems": 64},
+    "needs": {"maxItems": 16, "maxLength": 4096},   # paths per list; characters of each path
+    "time_limit": {"minimum": 1, "maximum": 31_536_000},   # seconds of each run (a year at most)
+    "after": {"maxItems": 64},                              # job ids it waits for
 }
 MAX_GRACE = float(LIMITS["grace_period"]["maximum"])
 MAX_NAME = LIMITS["name"]["maxLength"]
@@ -44,7 +46,7 @@ RESERVED_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 
 FIELDS = ("vc", "command", "job_class", "pods", "gpus", "cell_type", "groups", "chain", "affinity",
           "grace_period", "name", "env", "workdir", "allow_opportunistic", "estimate",
-          "max_retries", "labels", "cpus", "memory_gb", "k8s_template")
+          "max_retries", "labels", "cpus", "memory_gb", "k8s_template", "needs", "time_limit", "after")
 MAX_TEMPLATE_CHARS = 64_000  # a job template override larger than this is not a template
 
 
@@ -114,7 +116,7 @@ def _group(d: Any, where: str) -> PodGroup:
     return PodGroup(pods=pods, gpus=gpus, cell_type=cell_type, cpus=cpus, memory_gb=mem)
 
 
-def parse_job(user: str, payload: Any, *, check_workdir: bool = True) -> JobRequest:
+def parse_job(user: str, payload: Any) -> JobRequest:
     """The POST /jobs body (see docs/architecture.md) -> JobRequest, or RequestError."""
     if not isinstance(payload, dict):
         raise RequestError("body", f"must be a JSON object, got {type(payload).__name__}")
@@ -182,8 +184,6 @@ def parse_job(user: str, payload: Any, *, check_workdir: bool = True) -> JobRequ
     if workdir is not None:
         if not isinstance(workdir, str) or not workdir:
             raise RequestError("workdir", f"must be a path, got {workdir!r}")
-        if check_workdir and not os.path.isdir(workdir):
-            raise RequestError("workdir", f"{workdir} does not exist or is not a directory")
     labels = payload.get("labels") or {}
     if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
         raise RequestError("labels", "must be an object of string: string")
@@ -199,13 +199,37 @@ def parse_job(user: str, payload: Any, *, check_workdir: bool = True) -> JobRequ
     if chain is not None and not isinstance(chain, str):
         raise RequestError("chain", f"must be a chain name, got {chain!r}")
     template = _template(payload.get("k8s_template"))
+    parse_needs(payload)
+    after = payload.get("after") or []
+    if not isinstance(after, list) or not all(isinstance(j, str) and 0 < len(j) <= 200 for j in after):
+        raise RequestError("after", f"must be a list of job ids, got {after!r}"[:300])
+    if len(after) > LIMITS["after"]["maxItems"]:
+        raise RequestError("after", f"more than {LIMITS['after']['maxItems']} jobs")
     return JobRequest(
         user=user, vc=vc, command=command, job_class=job_class, groups=groups, chain=chain,
         affinity=affinity, grace_period=grace, allow_opportunistic=allow, name=name,
         env=dict(env), workdir=workdir,
         estimate=_num(payload, "estimate", None, *_bounds("estimate")),
         max_retries=_int(payload, "max_retries", None, *_bounds("max_retries")), labels=dict(labels),
-        k8s_template=template)
+        k8s_template=template, time_limit=_num(payload, "time_limit", None, *_bounds("time_limit")),
+        after=list(dict.fromkeys(after)))
+
+
+def parse_needs(payload: Any) -> dict | None:
+    """The body's ``needs``: {"programs": [...], "writable": [...]}, paths the job's account
+    must reach (checked at submission by a launcher that can, then forgotten)."""
+    needs = payload.get("needs") if isinstance(payload, dict) else None
+    if needs is None:
+        return None
+    if not isinstance(needs, dict) or set(needs) - {"programs", "writable"}:
+        raise RequestError("needs", f"must be an object with programs and/or writable, got {needs!r}"[:300])
+    lim = LIMITS["needs"]
+    for key, items in needs.items():
+        if not isinstance(items, list) or len(items) > lim["maxItems"] or \
+                not all(isinstance(p, str) and 0 < len(p) <= lim["maxLength"] and "\0" not in p for p in items):
+            raise RequestError(f"needs.{key}", f"must be a list of at most {lim['maxItems']} paths "
+                                               f"of at most {lim['maxLength']} characters")
+    return {k: list(v) for k, v in needs.items()}
 
 
 def _template(t: Any) -> dict | None:
@@ -220,8 +244,8 @@ def _template(t: Any) -> dict | None:
     return json.loads(json.dumps(t))     # a private copy: nothing the caller keeps can change it
 
 
-def job_dict(rec: JobRecord, queue_position: int | None = None) -> dict:
-    """The REST job dict (docs/architecture.md, GET jobs/{id})."""
+def job_dict(rec: JobRecord, queue_position: int | None = None, estimated: dict | None = None) -> dict:
+    """The REST job dict (docs/architecture.md, GET jobs/{id}); ``estimated``: service/estimates.py."""
     req = rec.request
     p = rec.placement
     return {
@@ -242,6 +266,11 @@ def job_dict(rec: JobRecord, queue_position: int | None = None) -> dict:
         "reason": rec.reason or (rec.history[-1][2] if rec.history else ""),
         "wait_reason": rec.wait_reason,
         "kill_at": rec.grace_deadline if rec.state is JobState.PREEMPTING else None,
+        "time_limit": req.time_limit, "after": list(req.after), "held_by": rec.held_by or None,
+        "last_placement": None if rec.last_placement is None else {
+            "chain": rec.last_placement.chain, "opportunistic": rec.last_placement.opportunistic,
+            "pods": [{"rank": q.rank, "node": q.node, "gpus": list(q.gpus)} for q in rec.last_placement.pods]},
         "progress": list(rec.progress) if rec.progress else None,
+        "estimate": req.estimate, "estimated": estimated,
         "history": [{"time": t, "state": s, "reason": r} for t, s, r in rec.history],
     }

@@ -55,6 +55,19 @@ class RetentionMixin(MixinHost):
     def _load_retention(self) -> None:
         raw = getattr(self.store, "get_meta", lambda k: None)("retention")
         self._retention = json.loads(raw) if raw else {}
+        raw = getattr(self.store, "get_meta", lambda k: None)("gc_totals")
+        # per VC, what the jobs gc removed had counted (the metrics' counters go on from there)
+        self.gc_totals: dict[str, dict[str, int]] = json.loads(raw) if raw else {}
+
+    def _gc_totals_with(self, ids: list[str]) -> dict[str, dict[str, int]]:
+        totals = {vc: dict(t) for vc, t in self.gc_totals.items()}
+        for j in ids:
+            rec = self.eng.find(j)
+            if rec is not None:
+                t = totals.setdefault(rec.request.vc, {"submitted": 0, "preemptions": 0})
+                t["submitted"] = t.get("submitted", 0) + 1
+                t["preemptions"] = t.get("preemptions", 0) + rec.preemptions
+        return totals
 
     def _administered(self, user: str, vc: str | None, groups=()) -> list[str]:
         from .scheduler import NotAuthorized
@@ -157,13 +170,17 @@ class RetentionMixin(MixinHost):
         jobs_dir = self.data_dir / "jobs"
         if dry_run or not ids:
             return {"removed": ids, "folders": [jobs_dir / j for j in ids], "dry_run": dry_run, "vcs": vcs}
+        totals = self._gc_totals_with(ids)
         try:   # write, then act: the rows go first, so a crash leaves folders, never rows without them
-            self.store.delete_jobs(ids)
+            with self.store.transaction():   # with what they counted, so counters never go back
+                self.store.set_meta("gc_totals", json.dumps(totals, sort_keys=True))
+                self.store.delete_jobs(ids)
         except JournalWriteError as exc:
             self._degrade(exc)
             assert self.degraded is not None   # _degrade has just set it
             raise ServiceDegraded(self.degraded) from None
         folders = []
+        self.gc_totals = totals
         for j in ids:
             rec = self.eng.find(j)
             if rec is not None:

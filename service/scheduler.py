@@ -52,16 +52,20 @@ from hived.core.jobs import HOLDING, Decision, DecisionKind, JobState, state_val
 
 from .access import Access
 from .admission import AdmissionControl
+from .control import ControlMixin
 from .degraded import ServiceDegraded
+from .estimates import estimate_view
 from .exchange import ExchangeMixin, make_arbiter
 from .job_ids import JobIds, JobIdsError
 from .kernel_idle import KernelIdleMixin
 from .launch_queue import LaunchQueue
 from .launcher import Launcher, LauncherEvent
 from .metrics import ServiceMetrics
-from .payload import job_dict, parse_job
+from .payload import job_dict, parse_job, parse_needs
 from .quota import QuotaMixin
+from .reconfigure import engine_over, refusal
 from .retention import RetentionMixin
+from .spec_journal import SOURCE_RELOAD, SOURCE_START, spec_at_start
 from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged
 from .views import cluster_dict, vc_dict
 
@@ -152,7 +156,7 @@ def _load_spec(spec):
     return spec if hasattr(spec, "chains") else load_spec(spec)
 
 
-class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixin):
+class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, KernelIdleMixin):
     def __init__(self, spec_path, data_dir, launcher: str | Launcher = "local", tick_seconds: float = 0.5,
                  *, store: Store | None = None, synchronous: str = "FULL",
                  queue_policy: str = "fifo", preemption_policy: str = "fitgpp",
@@ -203,13 +207,15 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
         self._pending: list[Decision] = []                 # decisions decided but not yet committed: not acted on
         self._intents: set[str] = set()          # jobs with a committed cancel intent not yet in their record
         self.degraded: str | None = None      # why the journal cannot be written, while it cannot
-        text = _spec_text(spec_path)
-        # lets `hived ... --data-dir` open this directory embedded later
-        if text is not None and self.store.get_meta("spec") != text:
-            try:
-                self.store.set_meta("spec", text)
-            except JournalWriteError as exc:   # a convenience copy: start anyway, degraded
-                self._degrade(exc)
+        # the journaled spec in force (service/spec_journal.py): a reloaded one outlives a restart
+        self.spec_source = SOURCE_START
+        try:
+            kept, self.spec_source = spec_at_start(self.store, _spec_text(spec_path), str(spec_path))
+        except JournalWriteError as exc:   # the given spec could not be journaled: start on it, degraded
+            kept = None
+            self._degrade(exc)
+        if kept is not None:
+            self.spec = _load_spec(kept)
         self._load_retention()
         self._load_quota()
         self._kernel_idle_init(self.clock())
@@ -235,7 +241,6 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
         notify = getattr(launcher, "on_change", None)   # a launcher that can say "exited" at once
         if notify is not None:
             notify(self._launchq.poke)
-        self._check_workdir = type(launcher).__name__ == "LocalLauncher"
         if health == "auto":   # NVML health checks for the GPUs of this machine, if any
             from .health import HealthMonitor
             health = HealthMonitor(self.local.nodes) if self.local else None
@@ -252,8 +257,10 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
         self._admission.rebuild(self.eng.jobs())
 
     def _new_engine(self, spec) -> Engine:
+        """An engine on ``spec``, or over an allocator already holding the jobs (a spec reload)."""
         qp, pp, cfg = self._policies
-        if self.scheme == "quota":   # the baseline allocator, same engine (for comparisons)
+        from hived.core.spec import ClusterSpec
+        if self.scheme == "quota" and isinstance(spec, ClusterSpec):   # the baseline allocator, same engine
             from hived.core.quota import QuotaAllocator
             spec = QuotaAllocator(spec)
         return Engine(spec, queue_policy=qp, preemption_policy=pp, config=cfg)
@@ -492,6 +499,9 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
         close = getattr(self.launcher, "close", None)
         if close is not None:
             close()
+        ids = getattr(self, "job_ids", None)
+        if ids is not None:
+            ids.settle()    # ids go on without a jump after a clean restart
         self.store.close()
         if self._lockfile is not None:
             self._lockfile.close()
@@ -616,11 +626,10 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
             if d.kind is DecisionKind.START:
                 if rec.state is not JobState.PLACED:
                     continue
+                self.metrics.observe_start(rec, now)
                 self._launchq.launch(d.job_id, rec.request, rec.placement, rec.attempts + 1)
                 self._launched.add(d.job_id)
             elif d.kind in (DecisionKind.PREEMPT, DecisionKind.KILL):
-                if d.kind is DecisionKind.PREEMPT:
-                    self.metrics.preemptions.labels(rec.request.vc).inc()
                 if d.job_id in self._launched:
                     self._launchq.terminate(d.job_id, d.grace_period if d.kind is DecisionKind.PREEMPT else 0.0)
                 elif rec.state in HOLDING:
@@ -685,10 +694,19 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
         ``groups``: the user's JupyterHub groups (VC membership may come from them)."""
         if not isinstance(user, str) or not user.strip():
             raise RequestError("user", "must be a non-empty user name")
-        req = parse_job(user, payload, check_workdir=self._check_workdir)
+        req = parse_job(user, payload)
         self._check_for_launcher(req)
+        check_reach = getattr(self.launcher, "check_reach", None)   # local: as the job's account
+        if check_reach is not None:
+            with self._lock:   # members only: nobody else learns what a VC's account reaches
+                self._authorize_vc(user, req.vc, groups)
+            try:
+                check_reach(req, parse_needs(payload))
+            except ValueError as e:
+                raise RequestError(getattr(e, "field", "user"), getattr(e, "problem", str(e))) from None
         with self._lock:
             self._authorize_vc(user, req.vc, groups)
+            self._check_after(user, req.after, groups)
             self._check_quota(req.vc)
             self._admission.check(req, self.spec.vcs[req.vc].admission, self.eng)   # admission.py
             now = self.clock()
@@ -711,7 +729,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
                 raise
             self._admission.add(jid, req)
             rec = self.eng.job(jid)
-            out = job_dict(rec, self._tail_position(rec))
+            out = job_dict(rec, self._tail_position(rec), estimate_view(self.eng, rec, now))
         self._wake.set()   # the round's own commit is synced before it acts: no start before durable
         self._sync_submitted(ticket, jid, user)
         return out
@@ -758,7 +776,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
     def _tail_position(self, rec: JobRecord) -> int | None:
         """Position of a job just queued, without listing the queue (O(1) for
         order-keeping policies; submissions stay fast with long queues)."""
-        pol = self.eng.queue_policy
+        pol = self.eng.vc_policies[rec.request.vc]
         lanes = getattr(self.eng, "_lanes", {}).get(rec.request.vc)
         if rec.state is not JobState.QUEUED or lanes is None or not getattr(pol, "preserves_order", False):
             return self._position(rec)
@@ -786,7 +804,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
             if job_id in self._extra:
                 return job_dict(JobRecord.from_dict(self._extra[job_id]))
             rec = self._rec(job_id)
-            return job_dict(rec, self._position(rec))
+            return job_dict(rec, self._position(rec), estimate_view(self.eng, rec, self.clock()))
 
     def list_jobs(self, vc: str | None = None, state: str | None = None,
                   user: str | None = None) -> list[dict]:
@@ -802,8 +820,9 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
             positions: dict = {}
             for v in ([vc] if vc else self.spec.vcs):
                 positions.update({j: i for i, j in enumerate(self.eng.queue(v))})
-            return [job_dict(r, positions.get(r.job_id)) for r in self.eng.jobs(vc, state)
-                    if user is None or r.request.user == user]
+            now = self.clock()
+            return [job_dict(r, positions.get(r.job_id), estimate_view(self.eng, r, now))
+                    for r in self.eng.jobs(vc, state) if user is None or r.request.user == user]
 
     def cancel(self, job_id: str, user: str, groups=()) -> dict:
         with self._lock:
@@ -857,7 +876,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
                 self._write([job_id], now)
             except ServiceDegraded:
                 rec.progress = before   # not stored: not taken
-                hook = getattr(self.eng.queue_policy, "on_progress", None)
+                hook = getattr(self.eng.vc_policies[rec.request.vc], "on_progress", None)
                 if hook is not None:
                     hook(rec, now)
                 raise
@@ -898,10 +917,10 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
             return vc_dict(self, name)
 
     def reload_spec(self, path_or_text) -> dict:
-        """Reconfigure: a new engine on the new spec, every job restored into it
-        (the restart path, as HiveD does). This is the one reconfiguration every
-        door reaches (REST, the extension, ``hived spec reload``, SIGHUP, the
-        admin widget, the Kubernetes service).
+        """Reconfigure: the engine's allocator reconfigured by ``Allocator.reconfigure``
+        (the one reconfiguration, HiveD's), then a new engine over it with every job
+        restored. Every door reaches this (REST, the extension, ``hived spec reload``,
+        SIGHUP, the admin widget, the Kubernetes service); it only journals around it.
 
         A holding guaranteed job whose cells no longer fit its VC keeps its GPUs
         as opportunistic (HiveD's downgrade on reconfiguration) and is named in
@@ -917,39 +936,28 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, KernelIdleMixi
             now = self.clock()
             self._require_journal(now)
             self._exchange_before_reload()
-            eng = self._new_engine(new_spec)
-            downgraded: list[str] = []
-            for rec in self.eng.restore_order():
-                d = rec.to_dict()
-                try:
-                    eng.restore(JobRecord.from_dict(d))
-                    continue
-                except Exception as exc:
-                    refusal = exc
-                if rec.state in HOLDING and d.get("placement") and not d["placement"]["opportunistic"]:
-                    d["placement"]["opportunistic"] = True
-                    try:
-                        eng.restore(JobRecord.from_dict(d))
-                        downgraded.append(rec.job_id)
-                        continue
-                    except Exception as exc:
-                        refusal = exc
-                raise RequestError("spec", f"job {rec.job_id} ({rec.state.value}) does not fit the new "
-                                   f"spec: {refusal}; nothing changed") from None
-            for jid in downgraded:
-                new = eng.job(jid)
-                new.history.append((now, new.state.value, "downgraded to opportunistic: its cells no "
-                                    "longer fit the reloaded spec"))
-            before = (self.eng, self.spec, self._arb, self._seen)
+            alloc = self.eng.alloc
+            try:
+                downgraded = alloc.reconfigure(new_spec)
+            except ValueError as exc:    # BindingConflict: a job that fits not even downgraded
+                raise refusal(self.eng, exc) from None
+            try:
+                eng = engine_over(self.eng, self._new_engine(alloc), set(downgraded), now)
+            except RequestError:
+                alloc.undo_reconfigure()
+                raise
+            before = (self.eng, self.spec, self._arb, self._seen, self.spec_source)
             self.eng, self.spec = eng, new_spec
             self._exchange_after_reload()
             text = _spec_text(path_or_text)
             self._seen = {j: None for j in self._seen}   # rewrite all: queue keys changed
             try:
-                self._write_live(now, meta=None if text is None else {"spec": text})
+                self._write_live(now, meta=None if text is None else {"spec": text, "spec_source": SOURCE_RELOAD})
             except ServiceDegraded:
-                self.eng, self.spec, self._arb, self._seen = before   # not stored: not taken
+                self.eng, self.spec, self._arb, self._seen, self.spec_source = before   # not stored: not taken
+                alloc.undo_reconfigure()
                 raise
+            self.spec_source = SOURCE_RELOAD
             for jid in downgraded:
                 log.warning("spec reload: job %s downgraded to opportunistic", jid)
             return {"ok": True, "vcs": sorted(new_spec.vcs), "chains": sorted(new_spec.chains),

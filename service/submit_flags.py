@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import shlex
 from collections.abc import Iterable
 from typing import Any
 
 # body keys copied as they are when set (None means: the service's default)
 _PLAIN = ("job_class", "gpus", "pods", "cell_type", "chain", "affinity", "grace_period", "name",
-          "estimate", "max_retries")
+          "estimate", "max_retries", "cpus", "memory_gb", "time_limit", "after")
 
 
 def add_submit_flags(p: argparse.ArgumentParser, *, vc_help: str) -> None:
@@ -33,6 +35,10 @@ def add_submit_flags(p: argparse.ArgumentParser, *, vc_help: str) -> None:
     size.add_argument("--cell-type", "--cell", dest="cell_type", default=None,
                       help="one cell of this type per pod instead of --gpus, e.g. CHAIN.SOCKET")
     p.add_argument("--pods", type=int, default=None, help="pods in the gang (default 1)")
+    p.add_argument("--cpus", type=float, default=None, help="CPUs per pod (default: the node's CPUs "
+                   "shared out by GPUs; a cgroup limit with the local launcher)")
+    p.add_argument("--memory", dest="memory_gb", type=float, default=None, metavar="GB",
+                   help="memory per pod in GB (default: the node's share by GPUs)")
     p.add_argument("--chain", default=None, help="GPU pool (cell chain) to use")
     p.add_argument("--affinity", choices=["hard", "soft"], default=None,
                    help="hard: wait for the gang to fit one cell; soft: relax after a while")
@@ -50,6 +56,64 @@ def add_submit_flags(p: argparse.ArgumentParser, *, vc_help: str) -> None:
     p.add_argument("--allow-opportunistic", action="store_true",
                    help="may run at low priority on other VCs' idle cells when the VC is full")
     p.add_argument("--estimate", type=float, default=None, help="expected run time, seconds")
+    p.add_argument("--time-limit", dest="time_limit", type=time_limit, default=None, metavar="TIME",
+                   help="stop each run after this long (90m, 2h, 1d, 3600s, HH:MM:SS or D-HH:MM:SS); it "
+                        "then fails as 'timeout', not retried unless --retries asks")
+    p.add_argument("--after", type=job_list, default=None, metavar="JOB[,JOB]",
+                   help="start only after these jobs succeeded; fails without starting if one fails")
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def time_limit(text: str) -> float:
+    """``90m``, ``2h``, ``1d``, ``3600s``, ``HH:MM:SS``, ``MM:SS`` or ``D-HH:MM:SS`` -> seconds.
+    A bare number is refused: Slurm reads it as minutes, hived's other options as seconds."""
+    t = str(text).strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", t)
+    if m:
+        return float(m.group(1)) * _UNITS[m.group(2)]
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?", t)
+    if m and ":" in t or (m and m.group(1)):
+        days, a, b, c = (int(x) if x else 0 for x in m.groups())
+        # D-HH[:MM[:SS]] counts hours first; otherwise HH:MM:SS or MM:SS as Slurm reads them
+        h, mi, s = (a, b, c) if m.group(1) is not None or m.group(4) is not None else (0, a, b)
+        return float(days * 86400 + h * 3600 + mi * 60 + s)
+    raise argparse.ArgumentTypeError(f"want a time like 90m, 2h, 1d, 3600s or HH:MM:SS, got {text!r}"
+                                     + (" (give a unit: a bare number is minutes in Slurm, seconds elsewhere "
+                                        "in hived)" if t.replace(".", "", 1).isdigit() else ""))
+
+
+def job_list(text: str) -> list[str]:
+    """``j3,j4`` -> ["j3", "j4"]."""
+    ids = [j.strip() for j in str(text).split(",") if j.strip()]
+    if not ids:
+        raise argparse.ArgumentTypeError(f"want job ids like j3 or j3,j4, got {text!r}")
+    return ids
+
+
+_WORD = re.compile(r"^[A-Za-z0-9_./+@%:,-]+$")
+_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+# a shell's own words, not programs on the PATH (reserved words and builtins)
+_SHELL_WORDS = frozenset("""if then else elif fi case esac for while until do done in function select time
+    ! { } [[ : . cd exec export eval set unset trap read echo printf test [ true false shift wait ulimit
+    umask source alias command type kill exit return break continue readonly local times getopts hash
+    pwd jobs fg bg""".split())
+
+
+def program_of(command) -> str | None:
+    """The program a command starts, when it can be told without running a shell."""
+    if isinstance(command, list):
+        return command[0] if command else None
+    try:
+        words = shlex.split(command or "")
+    except ValueError:
+        return None
+    while words and _ASSIGN.match(words[0]):
+        words.pop(0)
+    if not words or not _WORD.match(words[0]) or words[0] in _SHELL_WORDS:
+        return None
+    return words[0]
 
 
 def pairs(items: Iterable[str], flag: str) -> dict:

@@ -57,14 +57,32 @@ def cluster_dict(svc) -> dict:
     return {"chains": chains, "jobs": counts, "vcs": sorted(svc.spec.vcs)}
 
 
+def loans(svc, vc: str) -> tuple[int, int]:
+    """(GPUs lent, GPUs borrowed) by cell exchange now; (0, 0) where cells cannot move."""
+    view = svc.eng.alloc.vc_view(vc)
+    levels = getattr(view, "levels", None) or {}
+    return (sum(lv.lent * lv.gpus_per_cell for lv in levels.values()),
+            sum(lv.borrowed * lv.gpus_per_cell for lv in levels.values()))
+
+
 def vc_dict(svc, vc: str) -> dict:
+    """One VC: ``gpus_total`` is what it holds now (loans counted, as ``view.gpus_total``);
+    ``gpus_spec`` what its spec guarantees; ``gpus_lent``/``gpus_borrowed`` the difference."""
     spec = svc.spec.vcs[vc]
     view = jsonable(svc.eng.alloc.vc_view(vc))
     holding = svc.eng.holding(vc)
+    lent, borrowed = loans(svc, vc)
     return {
         "name": vc, "users": list(spec.users or []), "admins": list(getattr(spec, "admins", []) or []),
         "cells": {f"{c}/{lvl}": n for (c, lvl), n in spec.cells.items()},
         "view": view, "queue": svc.eng.queue(vc), "running": sorted(r.job_id for r in holding),
         "gpus_used": sum(r.gpus for r in holding if not r.opportunistic),
-        "gpus_total": sum(n * svc.spec.chains[c].gpus_per_level[lvl - 1] for (c, lvl), n in spec.cells.items()),
+        "gpus_total": svc.eng.capacity(vc), "gpus_spec": spec_gpus(svc.spec, vc),
+        "gpus_lent": lent, "gpus_borrowed": borrowed,
+        "queue_policy": getattr(svc.eng.vc_policies.get(vc), "name", "custom"),
     }
+
+
+def spec_gpus(spec, vc: str) -> int:
+    """GPUs the spec guarantees a VC."""
+    return sum(n * spec.chains[c].gpus_per_level[lvl - 1] for (c, lvl), n in spec.vcs[vc].cells.items())

@@ -44,10 +44,16 @@ virtualClusters:
 """
 
 
-def start_server(tmp: Path, tick: float = 0.5, timeout: float = 60.0, spec_text: str | None = None,
+def start_server(tmp: Path, tick: float = 0.5, timeout: float = 60.0, port: int = 0,
+                 job_account: str | None = None, spec_text: str | None = None,
                  extra_env: dict | None = None, args: tuple[str, ...] = ()):
-    """(process, {"url","token","pid","data_dir"}) of a fresh `hived serve` under ``tmp``
-    (``spec_text``: another cluster spec than the one-node one; ``args``: more `hived serve` options)."""
+    """(process, {"url","token","pid","data_dir"}) of a fresh `hived serve` under ``tmp``.
+
+    ``port``: 0 picks a free one. ``job_account``: ``$HIVED_JOB_ACCOUNT`` for the server
+    (None: the caller's environment decides; as root the default runs jobs under a uid
+    of their own, which must reach the python, the project and the tracking store).
+    ``spec_text``: another cluster spec than the one-node one; ``extra_env``: more of the
+    server's environment; ``args``: more `hived serve` options."""
     tmp = Path(tmp)
     spec = tmp / "cluster.yaml"
     spec.write_text(spec_text if spec_text is not None else spec_yaml(current_user()))
@@ -57,10 +63,12 @@ def start_server(tmp: Path, tick: float = 0.5, timeout: float = 60.0, spec_text:
     env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
            "HIVED_TOKEN": "hived-dev-" + os.urandom(8).hex(), **(extra_env or {})}
     env.pop("HIVED_URL", None)
+    if job_account is not None:
+        env["HIVED_JOB_ACCOUNT"] = job_account
     log_path = tmp / "serve.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen([os.path.join(bindir, "hived"), "serve", "--spec", str(spec),
-                                 "--data-dir", str(data), "--port", "0", "--tick", str(tick), *args]
+                                 "--data-dir", str(data), "--port", str(port), "--tick", str(tick), *args]
                                 + (["--allow-root"] if os.geteuid() == 0 else []),
                                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     info_path = data / "server.json"
@@ -99,7 +107,13 @@ def main(argv=None) -> int:
                                              f"{VC_GPUS} GPUs, you as its user) to try the MLflow backend.")
     ap.add_argument("dir", nargs="?", default=None, help="where spec, data and log go (default: a temp dir)")
     ap.add_argument("--tick", type=float, default=0.5, help="seconds between scheduling rounds")
+    ap.add_argument("--port", type=int, default=0, help="port to serve on (default: a free one)")
+    ap.add_argument("--job-account", choices=["vc", "server"], default=None,
+                    help="as root: run jobs under a uid per VC (vc, the default) or as root (server: "
+                         "for a box only you use, when your python or project sit under /root)")
     args = ap.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        ap.error(f"--port: must be between 0 and 65535, got {args.port}")
     tmp = Path(args.dir or tempfile.mkdtemp(prefix="hived-dev-"))
     tmp.mkdir(parents=True, exist_ok=True)
     # SIGTERM (kill, a service manager, a terminal closing) stops the child server as
@@ -108,10 +122,14 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGHUP, _interrupt)
     proc = None
     try:     # from the start: a signal during the prints must still stop the child
-        proc, info = start_server(tmp, tick=args.tick)
+        proc, info = start_server(tmp, tick=args.tick, port=args.port, job_account=args.job_account)
         print(f"export HIVED_URL={info['url']} HIVED_TOKEN={info['token']} HIVED_VC={VC}", flush=True)
         print(f"# log: {tmp / 'serve.log'}; Ctrl-C or SIGTERM (kill {os.getpid()}) stops it",
               file=sys.stderr, flush=True)
+        if os.geteuid() == 0 and (args.job_account or os.environ.get("HIVED_JOB_ACCOUNT") or "vc") == "vc":
+            print("# running as root: jobs run under a uid of their own, which must reach your python, "
+                  "project, tracking store and checkpoints (docs/mlflow.md, 'As root'); a submission "
+                  "they cannot reach is refused, naming the path", file=sys.stderr, flush=True)
         proc.wait()
     except KeyboardInterrupt:
         pass

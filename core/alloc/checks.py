@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..cells import Cell
 from ..spec import invariant_violation
 from .parts import AllocatorParts
-from .pod_marks import clean_level
+from .pod_marks import clean_level, victims_under
 
 
 def check_invariants(parts: AllocatorParts) -> None:
@@ -25,14 +25,27 @@ def check_invariants(parts: AllocatorParts) -> None:
                 f"VC {name} binds {len(cells)} {chain} L{k} cells, quota {vc.quota.get((chain, k), 0)}"
     seen_g: dict[str, str] = {}
     for owner, g in parts.grants.items():
+        for v in g.victims:
+            vg = parts.grants.get(v)
+            assert vg is not None and vg.opportunistic, f"{owner} waits for {v}, which holds no opportunistic grant"
         for cid, _ in g.held:
             c = parts.tree.by_id[cid]
             want = c.opportunistic_owner if g.opportunistic else c.guaranteed_owner
-            assert want == owner, f"cell {c.id} of {owner} is held by {want}"
+            waits = g.opportunistic and c.waiting_owner == owner and want in g.victims
+            assert want == owner or waits, f"cell {c.id} of {owner} is held by {want}"
             if not g.opportunistic:
                 for leaf in c.leaves():
                     assert leaf.id not in seen_g, f"GPU {leaf.id} bound twice ({seen_g.get(leaf.id)}, {owner})"
                     seen_g[leaf.id] = owner
+            else:
+                _check_shared(parts, owner, c)
+
+
+def _check_shared(parts: AllocatorParts, owner: str, c: Cell) -> None:
+    """Two opportunistic pods share a GPU only while one (a downgraded job) waits for the other to leave."""
+    for other in victims_under(c) - {owner}:
+        assert other in parts.grants[owner].victims or owner in parts.grants[other].victims, \
+            f"opportunistic {owner} and {other} share GPUs of {c.id}"
 
 
 def _check_cell(c: Cell, inside_free: bool, inside_bound: str | None) -> None:
@@ -50,14 +63,16 @@ def _check_cell(c: Cell, inside_free: bool, inside_bound: str | None) -> None:
         assert inside_bound is not None, f"guaranteed pod at {c.id} outside any bound cell"
     if c.level == 1:
         assert c.clean_level == clean_level(c), f"clean level of {c.id}"
-        exp = (1 if c.opportunistic_owner else 0, 1 if c.guaranteed_owner else 0)
+        exp = ((1 if c.opportunistic_owner else 0) + (1 if c.waiting_owner else 0), 1 if c.guaranteed_owner else 0)
         got = (c.opportunistic_gpus, c.guaranteed_gpus)
         assert got == exp, f"counters of {c.id}: {got} != {exp}"
         return
     kids = c.children
     for k in kids:
         _check_cell(k, inside_free or listed, inside_bound)
-    opp = c.gpus if c.opportunistic_owner else sum(k.opportunistic_gpus for k in kids)
+    assert c.waiting_owner is None or c.opportunistic_owner is not None, f"{c.waiting_owner} waits on idle {c.id}"
+    opp = (c.gpus if c.opportunistic_owner else sum(k.opportunistic_gpus for k in kids)) \
+        + (c.gpus if c.waiting_owner else 0)
     gp = c.gpus if c.guaranteed_owner else sum(k.guaranteed_gpus for k in kids)
     assert c.opportunistic_gpus == opp or (c.opportunistic_owner and c.opportunistic_gpus >= c.gpus), \
         f"opportunistic GPU counter of {c.id}: {c.opportunistic_gpus} != {opp}"

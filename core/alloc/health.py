@@ -45,6 +45,8 @@ class Health:
                         hit.add(x.guaranteed_owner)
                     if x.opportunistic_owner is not None:
                         hit.add(x.opportunistic_owner)
+                    if x.waiting_owner is not None:     # a downgraded job waiting on that cell
+                        hit.add(x.waiting_owner)
         if healthy:
             self._undoom()
         return sorted(hit)

@@ -1,7 +1,9 @@
 """Pods marked on physical cells, and the counters that follow from them.
 
 A pod sits on exactly one cell (``guaranteed_owner`` / ``opportunistic_owner``);
-every ancestor counts the GPUs under pods of each kind, and ``clean_level``
+a downgraded job whose victim sits on exactly the same cell waits there
+(``waiting_owner``) until the victim leaves, and then takes the cell.
+Every ancestor counts the GPUs under pods of each kind, and ``clean_level``
 (the highest level of a sub-cell with no pod and no bad GPU) lets the
 opportunistic walk skip subtrees that cannot hold a pod.
 """
@@ -30,9 +32,41 @@ def set_pod(c: Cell, owner: str | None, opportunistic: bool) -> None:
         rekey_around(c)
 
 
+def set_waiting(c: Cell, owner: str | None) -> None:
+    """Count ``owner``'s pod on ``c`` (None: stop) while the victim it waits for holds exactly ``c``."""
+    delta = c.gpus if owner is not None else -c.gpus
+    c.waiting_owner = owner
+    x: Cell | None = c
+    while x is not None:
+        x.opportunistic_gpus += delta
+        x = x.parent
+    update_clean_level(c)
+    rekey_around(c)
+
+
+def mark_opportunistic(c: Cell, owner: str) -> None:
+    """Put an opportunistic pod on ``c``; it waits when the cell itself is held by a victim it waits for."""
+    if c.opportunistic_owner is not None:
+        set_waiting(c, owner)
+    else:
+        set_pod(c, owner, True)
+
+
+def unmark_opportunistic(c: Cell, owner: str) -> None:
+    """Take ``owner``'s opportunistic pod off ``c``; a pod waiting for it there takes the cell."""
+    if c.waiting_owner == owner:
+        set_waiting(c, None)
+        return
+    set_pod(c, None, True)
+    waiting = c.waiting_owner
+    if waiting is not None:
+        set_waiting(c, None)
+        set_pod(c, waiting, True)
+
+
 def clean_level(c: Cell) -> int:
     """What ``c.clean_level`` should be, from the cell and its children's counts."""
-    if c.guaranteed_owner is not None or c.opportunistic_owner is not None:
+    if c.guaranteed_owner is not None or c.opportunistic_owner is not None or c.waiting_owner is not None:
         return 0
     if c.level == 1:
         return 0 if c.bad_gpus else 1
@@ -58,8 +92,13 @@ def update_clean_level(c: Cell) -> None:
 
 
 def victims_under(c: Cell) -> set[str]:
-    """Owners of opportunistic pods on any GPU of ``c`` (what a guaranteed pod there preempts)."""
-    out = {a.opportunistic_owner for a in [c, *c.ancestors()] if a.opportunistic_owner is not None}
+    """Owners of opportunistic pods (waiting ones included) on any GPU of ``c`` (what a guaranteed pod preempts)."""
+    out: set[str] = set()
+    for a in [c, *c.ancestors()]:
+        if a.opportunistic_owner is not None:
+            out.add(a.opportunistic_owner)
+            if a.waiting_owner is not None:
+                out.add(a.waiting_owner)
     if c.opportunistic_gpus:
         stack = list(c.children)
         while stack:
@@ -67,6 +106,8 @@ def victims_under(c: Cell) -> set[str]:
             if x.opportunistic_gpus:
                 if x.opportunistic_owner is not None:
                     out.add(x.opportunistic_owner)
+                    if x.waiting_owner is not None:
+                        out.add(x.waiting_owner)
                 stack.extend(x.children)
     return out
 

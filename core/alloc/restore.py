@@ -6,6 +6,9 @@ The grant comes from the journal (``Grant.to_dict()``), from pod annotations
 when it says which (``bound_in``), else the smallest, then the largest VC
 cells the VC has room for; anything that would double-bind a GPU or break a
 VC's quota or invariant (2) raises ``BindingConflict`` and changes nothing.
+An opportunistic grant that names victims (a downgraded job, handed over as a
+``Grant`` by a reconfiguration) may share GPUs with exactly those victims; a
+victim on exactly its cell keeps the cell, and the grant waits there for it.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from ..cells import Cell, CellTree
 from ..grant import BindingConflict, Grant
 from .binder import Binder
 from .guaranteed import bound_root
-from .pod_marks import guaranteed_over, set_pod, victims_under
+from .pod_marks import guaranteed_over, mark_opportunistic, set_pod, unmark_opportunistic, victims_under
 from .virtual_cluster import VirtualCluster
 
 GrantLike = Grant | dict[str, Any]
@@ -39,6 +42,8 @@ class Restorer:
         if vc is None:
             raise BindingConflict(f"{owner}: unknown VC {stored.vc!r}")
         hints = None if opp else _bound_hints(stored)
+        # a downgraded grant may share GPUs with the victims it still waits for (only with those)
+        waits_for = frozenset(stored.victims) if opp else frozenset()
         first: BindingConflict | None = None
         victims: set[str] | None = None
         try:
@@ -46,7 +51,7 @@ class Restorer:
             # has room for, then the largest (several pods of one gang may share one bound cell)
             for how in (("hints", "lowest", "widest") if hints else ("lowest", "widest")):
                 try:
-                    victims = self._restore_cells(owner, vc, chain, cells, opp, how, hints or [])
+                    victims = self._restore_cells(owner, vc, chain, cells, (opp, waits_for), how, hints or [])
                     break
                 except BindingConflict as exc:
                     first = first or exc
@@ -60,6 +65,7 @@ class Restorer:
         grant = Grant(owner, vc.name, chain, opp, stored.priority, None, victims,
                       held=[(c.id, g) for c, g in cells],
                       bound_in=None if opp else [bound_root(c) for c, _ in cells], tree=self.tree)
+        grant.downgraded = stored.downgraded or (opp and not stored.opportunistic)
         self.grants[owner] = grant
         if opp:  # a guaranteed job restored earlier on these GPUs still waits for this one to leave
             for c, _ in cells:
@@ -96,8 +102,12 @@ class Restorer:
         return out
 
     def _restore_cells(self, owner: str, vc: VirtualCluster, chain: str, cells: list[tuple[Cell, int]],
-                       opp: bool, how: str, hints: list[tuple[str, int]]) -> set[str]:
-        """Put ``owner``'s pods on ``cells`` (all or nothing); returns the opportunistic victims under them."""
+                       kind: tuple[bool, frozenset[str]], how: str, hints: list[tuple[str, int]]) -> set[str]:
+        """Put ``owner``'s pods on ``cells`` (all or nothing); returns the opportunistic victims under them.
+
+        ``kind``: opportunistic or not, and the victims an opportunistic (downgraded) grant may share GPUs with.
+        """
+        opp, waits_for = kind
         binder = self.binder
         done = []
         mark = len(binder.fresh)
@@ -109,19 +119,23 @@ class Restorer:
                     if root is not None and root.bound_vc is None:
                         binder.carry(vc.name, rid, chain, level)
             for c, _ in cells:
+                there = victims_under(c)
                 if opp:
-                    # two opportunistic pods never share a GPU, a downgraded job's included
-                    if c.opportunistic_gpus or any(a.opportunistic_owner for a in c.ancestors()):
+                    # two opportunistic pods never share a GPU, but for a downgraded job and its victims
+                    if there - waits_for or c.waiting_owner is not None:
                         raise BindingConflict(f"{owner}: cell {c.id} already runs opportunistic work")
+                    mark_opportunistic(c, owner)
                 else:
                     binder.take_exact(owner, vc, c, widest=how == "widest")
-                    victims |= victims_under(c)
-                set_pod(c, owner, opp)
+                    set_pod(c, owner, False)
+                victims |= there
                 done.append(c)
         except BindingConflict:
             for c in done:
-                set_pod(c, None, opp)
-                if not opp:
+                if opp:
+                    unmark_opportunistic(c, owner)
+                else:
+                    set_pod(c, None, False)
                     binder.free(vc, c, unbind=False)
             binder.drop_fresh(mark, keep_doomed=False)
             raise

@@ -109,7 +109,9 @@ def why_never(parts: AllocatorParts, vc: str, pod_gpus: list[int], chain: str | 
         return f"unknown VC {vc!r}"
     if not pod_gpus or any(not isinstance(g, int) or g < 1 for g in pod_gpus):
         return f"pod GPU counts must be positive integers, got {pod_gpus!r}"
-    chains = parts.vcs[vc].chains() if chain is None else [chain]
+    v = parts.vcs[vc]
+    # cells lent by exchange come back: what the VC holds *or* is owed counts (docs/exchange.md)
+    chains = sorted(set(v.chains()) | {c for (c, _), n in v.lent.items() if n}) if chain is None else [chain]
     if chain is not None and chain not in parts.spec.chains:
         return f"unknown chain {chain!r} (chains: {', '.join(sorted(parts.spec.chains))})"
     if not chains:
@@ -130,9 +132,10 @@ def _why_never_chain(parts: AllocatorParts, vc: str, chain: str, pod_gpus: list[
     if big > ch.node_gpus:
         return f"a pod of {big} GPUs is larger than a {chain} node ({ch.node_gpus} GPUs)"
     counts = [0] * (ch.top_level + 1)
-    for (c, k), n in parts.vcs[vc].quota.items():
-        if c == chain:
-            counts[k] += n
+    for book in (parts.vcs[vc].quota, parts.vcs[vc].lent):   # cells held now, and cells out on loan
+        for (c, k), n in book.items():
+            if c == chain:
+                counts[k] += n
     pinned: list[Cell] = parts.vcs[vc].pinned
     for cell in pinned:
         if cell.chain == chain:

@@ -3,9 +3,11 @@
 Order: submission order, with preempted jobs back at the head (the engine
 puts them there). TE jobs go before BE and opportunistic jobs when
 ``te_first`` (the FitGpp paper, OpML '19, queues TE ahead so that a TE job can preempt BE
-work); within a class, first come first served. The engine stops scanning a
-VC's queue at the first job that does not fit (no backfill, so a large job
-is not starved by a stream of small ones).
+work); within a class, first come first served. The first job that does not
+fit holds a reservation; later jobs pass it only when they cannot delay it
+(the engine's backfill, core/engine_backfill.py), so a large job is not starved
+by a stream of small ones. ``backfill = True`` here means something blunter:
+try every queued job, with no reservation.
 
 Packing is where a job lands, not its order: the quota baseline packs by
 best fit (core/quota.py), HiveD's buddy cell allocation packs within cells.

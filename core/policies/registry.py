@@ -67,6 +67,25 @@ def make_queue_policy(spec: Any, **kwargs: Any) -> QueuePolicy:
     return policy
 
 
+def vc_queue_policies(spec: Any, default: QueuePolicy) -> dict[str, QueuePolicy]:
+    """Each VC's queue policy: its spec's ``queuePolicy`` (one object per name, shared by the
+    VCs that name it), else ``default``."""
+    made: dict[str, QueuePolicy] = {}
+    name = getattr(default, "name", None)
+    if isinstance(name, str):
+        made[name] = default
+    out: dict[str, QueuePolicy] = {}
+    for vc, vs in spec.vcs.items():
+        wanted = getattr(vs, "queue_policy", None)
+        if wanted is None:
+            out[vc] = default
+            continue
+        if wanted not in made:
+            made[wanted] = make_queue_policy(wanted)
+        out[vc] = made[wanted]
+    return out
+
+
 def make_preemption_policy(spec: Any, **kwargs: Any) -> PreemptionPolicy | None:
     """A policy object, or None for "none"/None."""
     if spec is None:

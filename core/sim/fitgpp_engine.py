@@ -75,7 +75,8 @@ def simulate_engine(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES
     eng = Engine(alloc,
                  queue_policy=FifoPolicy(te_first=policy != "fifo"), preemption_policy=pol,
                  # inf: no cap (the engine only compares preemption counts with it)
-                 config=EngineConfig(preemption_cap=cap if math.isinf(cap) else int(cap)))  # type: ignore[arg-type]
+                 config=EngineConfig(preemption_cap=cap if math.isinf(cap) else int(cap),  # type: ignore[arg-type]
+                                     backfill=False))   # the paper's strict FIFO
     sim = SimLauncher()
     n = len(jobs)
     ids = [f"j{j.idx}" for j in jobs]

@@ -6,7 +6,8 @@ still queued right after a scheduling round, at the head of its VC's queue,
 while its VC had room for it, waited for others: a sharing-safety breach.
 ``vc_room`` answers "had room" for both allocators: HiveD's (free cells of
 the VC view, a cell splitting into cells of lower levels) and the GPU-quota
-baseline's (unused quota GPUs, which is all quota promises).
+baseline's (unused quota GPUs, which is all quota promises), in both cases with
+the CPUs and memory the pods ask counted per node as placement counts them.
 """
 from __future__ import annotations
 
@@ -19,18 +20,42 @@ if TYPE_CHECKING:
 
 
 def vc_room(eng: Engine, rec: JobRecord) -> bool:
-    """True if ``rec``'s VC could host it now by its own reservation."""
+    """True if ``rec``'s VC could host it now by its own reservation: its free cells (or
+    unused quota GPUs) hold the pods, and nodes have the CPUs and memory the pods ask, as
+    placement counts them (``ClusterView.fits``, what the engine's ``node_ok`` asks)."""
     alloc = eng.alloc
     vc = rec.request.vc
     view = alloc.vc_view(vc)
+    chains = [rec.chain] if rec.chain is not None else list(eng.spec.chains)
     if isinstance(view, dict):      # quota baseline: {chain: {total, used, free}}
-        return any(v["free"] >= rec.gpus for v in view.values())
-    for chain_name, chain in eng.spec.chains.items():
+        return any(c in view and view[c]["free"] >= rec.gpus and _hosts(eng, rec, c) for c in chains)
+    for chain_name in chains:
+        chain = eng.spec.chains[chain_name]
         per_level = chain.gpus_per_level
         free = {k: n for (c, k), n in view.free_cells.items() if c == chain_name}
-        if _fits(free, per_level, [chain.level_for_gpus(g) for g in rec.pod_gpus]):
+        if _fits(free, per_level, [chain.level_for_gpus(g) for g in rec.pod_gpus]) and _hosts(eng, rec, chain_name):
             return True
     return False
+
+
+def _hosts(eng: Engine, rec: JobRecord, chain: str) -> bool:
+    """Can the pods go on nodes of ``chain`` with the CPUs, memory and GPUs free for them
+    (GPUs held by opportunistic work count as free: a guaranteed job takes them back)?
+    Biggest pods first, each on the node with the most CPUs left that holds it."""
+    left = {n: [st.cpus_free, st.memory_free_gb, st.gpus_total - st.guaranteed_gpus]
+            for n, st in eng.view.nodes.items() if st.chain == chain}
+    for c, m, g in sorted(rec.pod_demands, reverse=True):
+        best = None
+        for n, (cf, mf, gf) in left.items():
+            if cf + 1e-9 >= c and mf + 1e-9 >= m and gf >= g and (best is None or cf > left[best][0]):
+                best = n
+        if best is None:
+            return False
+        room = left[best]
+        room[0] -= c
+        room[1] -= m
+        room[2] -= int(g)
+    return True
 
 
 def _fits(free: dict[int, int], per_level: list[int], levels: list[int | None]) -> bool:

@@ -44,7 +44,7 @@ PRIVATE_OF = {"quota": "private-quota"}   # the private baseline with the same a
 class Sizing:
     nodes: int
     quotas: dict[str, int]                # tenant -> GPUs (multiple of 8)
-    load: float                           # offered load on ``nodes``
+    load: float | None                    # offered load on ``nodes``; None: trace too short to have one
     demand: dict[str, dict[int, float]]   # tenant -> {level: GPU-seconds} (for multi-level cells)
     # tenant -> {level: cells} its largest gang needs
     min_cells: dict[str, dict[int, int]] = field(default_factory=dict)
@@ -102,8 +102,19 @@ def size_cluster(trace: Trace, load: float = 0.9, *, nodes: int | None = None,
     for j in trace.jobs:
         demand[j.tenant][level_for(j.gpus_per_pod)] += j.gpu_seconds
     return Sizing(nodes, {t: n * NODE_GPUS for t, n in q.items()},
-                  win_gpu_s / (span * nodes * NODE_GPUS), {t: dict(d) for t, d in demand.items()},
+                  offered_load(trace, nodes * NODE_GPUS), {t: dict(d) for t, d in demand.items()},
                   gang_cells(trace))
+
+
+def offered_load(trace: Trace, gpus: int) -> float | None:
+    """GPU-seconds submitted over the central 90% of submissions / (``gpus`` x that window);
+    None when the trace is too short to have a busy window (under 20 jobs, or all its
+    central submissions at one time): two jobs over a few minutes are no load."""
+    bounds = busy_bounds(trace)
+    if bounds is None or bounds[1] <= bounds[0] or gpus <= 0:
+        return None
+    win_gpu_s, span = busy_window(trace)
+    return win_gpu_s / (span * gpus)
 
 
 def gang_cells(trace: Trace) -> dict[str, dict[int, int]]:
@@ -161,8 +172,9 @@ def build_engine(scheme: str, spec_dict: dict[str, Any], *, config: EngineConfig
         from ..allocator import Allocator
         alloc = Allocator(spec, binding="static" if scheme == "hived-static" else "dynamic")
     import dataclasses
-    # no person reads a simulated job's waiting reason: skip writing them (speed)
-    config = dataclasses.replace(config or EngineConfig(), wait_reasons=False)
+    # no person reads a simulated job's waiting reason: skip writing them (speed). HiveD's
+    # evaluation queues FIFO without backfill (YARN-CS): backfill only when the caller asks
+    config = dataclasses.replace(config or EngineConfig(backfill=False), wait_reasons=False)
     return Engine(alloc, queue_policy=queue_policy, preemption_policy=preemption_policy, config=config)
 
 
@@ -186,6 +198,5 @@ def sizing_from_spec(spec_dict: str | dict[str, Any], trace: Trace) -> Sizing:
     demand: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
     for j in trace.jobs:
         demand[j.tenant][level_for(j.gpus_per_pod)] += j.gpu_seconds
-    win_gpu_s, span = busy_window(trace)
-    return Sizing(nodes, {v: spec.vc_gpus(v) for v in spec.vcs}, win_gpu_s / (span * gpus),
+    return Sizing(nodes, {v: spec.vc_gpus(v) for v in spec.vcs}, offered_load(trace, gpus),
                   {t: dict(d) for t, d in demand.items()}, gang_cells(trace))

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..engine import Engine, EngineConfig
 from ..jobs import HOLDING, Affinity, DecisionKind, JobClass, JobRequest, PodGroup
+from .idle import idle_fit_gpus
 from .launcher import SimLauncher
 from .safety import blocked_heads
 from .schemes import SCHEMES, Sizing, build_engine, private_specs, shared_spec, size_cluster, sizing_from_spec
@@ -30,7 +31,7 @@ ROW_FIELDS = ("job_id", "tenant", "gpus", "pods", "submit", "start", "end", "que
 Row = dict[str, Any]                       # one job's outcome (ROW_FIELDS)
 Sample = tuple[float, float]               # (t, share)
 Preempted = tuple[float, int, str]         # (t, GPUs preempted, tenant)
-Replayed = tuple[list[Row], list[Sample], list[Sample], list[Preempted], list[Sample], int | None]
+Replayed = tuple[list[Row], list[Sample], list[Sample], list[Preempted], list[Sample], int | None, float]
 
 
 @dataclass
@@ -43,12 +44,13 @@ class SimResult:
     util: list[Sample] = field(default_factory=list)            # (t, share of GPUs bound)
     preempted: list[Preempted] = field(default_factory=list)    # (t, GPUs preempted, tenant)
     nodes: int = 0
-    load: float = 0.0
+    load: float | None = 0.0        # offered load; None: the trace is too short to have one
     wall_s: float = 0.0
     quotas: dict[str, int] = field(default_factory=dict)
     # (t, share of GPUs held by guaranteed jobs): HiveD (OSDI '20) §5.2's load
     guaranteed: list[Sample] = field(default_factory=list)
     breach_rounds: int | None = None  # rounds with a VC head that fit its VC's free cells and waited
+    idle_gpu_hours: float = 0.0       # GPU-hours idle while a queued job that fits them waited (idle.py)
 
     def tenant_delays(self, only: set[str] | None = None) -> dict[str, float]:
         """tenant -> average queueing delay (s) of its jobs that started (of ``only`` if given)."""
@@ -69,7 +71,8 @@ class SimResult:
         breached = [r["job_id"] for r in self.rows if r["head_waited_with_vc_room"]]
         return {
             "scheme": self.scheme, "cells": self.cells, "nodes": self.nodes, "gpus": self.nodes * 8,
-            "offered_load": round(self.load, 4), "jobs": len(self.rows), "started": len(started),
+            "offered_load": None if self.load is None else round(self.load, 4),
+            "jobs": len(self.rows), "started": len(started),
             "never_started": len(self.rows) - len(started) - len(refused),
             "refused": len(refused),
             "refused_examples": [f"{r['job_id']}: {r['state'][len('refused: '):]}" for r in refused[:5]],
@@ -83,6 +86,7 @@ class SimResult:
             "preempted_gpus": pre, "preemptions": sum(r["preemptions"] for r in self.rows),
             "avg_fragmentation": statistics.fmean(f for _, f in self.frag) if self.frag else None,
             "avg_utilization": statistics.fmean(u for _, u in self.util) if self.util else None,
+            "idle_gpu_hours_job_fits": round(self.idle_gpu_hours, 2),
             "avg_guaranteed_share": statistics.fmean(g for _, g in self.guaranteed) if self.guaranteed else None,
             "quotas_gpus": self.quotas, "wall_s": round(self.wall_s, 3),
             "jobs_per_s": round(len(self.rows) / self.wall_s, 1) if self.wall_s > 0 else None,
@@ -109,9 +113,13 @@ def to_request(j: TraceJob, allow_opportunistic: bool = True) -> JobRequest:
 
 def replay(eng: Engine, jobs: list[TraceJob], *, sample_every: float = 3600.0,
            progress: Callable[[int], object] | None = None,
-           allow_opportunistic: bool = True, guarantee: bool = True) -> Replayed:
+           allow_opportunistic: bool = True, guarantee: bool = True, idle_every: float = 3600.0) -> Replayed:
     """Run ``jobs`` (sorted by submit) through ``eng``; returns
-    (rows, frag, util, preempted, guaranteed, breach rounds or None).
+    (rows, frag, util, preempted, guaranteed, breach rounds or None, idle GPU-hours).
+
+    Every ``idle_every`` seconds it counts the idle GPUs queued jobs could take by node
+    counts (``idle.idle_fit_gpus``); their sum times the interval is the GPU-hours idle
+    while a job that fits waited.
 
     ``guarantee``: after every round, look for VC heads that fit their VC's
     free cells and yet wait (``safety.blocked_heads``); off for private
@@ -131,6 +139,8 @@ def replay(eng: Engine, jobs: list[TraceJob], *, sample_every: float = 3600.0,
     view = eng.view
     i, n = 0, len(jobs)
     next_sample = 0.0
+    next_idle = 0.0
+    idle_gpu_s = 0.0
     refused: list[tuple[TraceJob, str]] = []
     breached: set[str] = set()   # heads of VC queues that fit their VC's free cells after a round and waited
     breach_rounds = 0
@@ -147,6 +157,10 @@ def replay(eng: Engine, jobs: list[TraceJob], *, sample_every: float = 3600.0,
             util.append((next_sample, 1.0 - sum(max(0, st.gpus_free) for st in view.nodes.values()) / total_gpus))
             guaranteed.append((next_sample, sum(st.guaranteed_gpus for st in view.nodes.values()) / total_gpus))
             next_sample += sample_every
+        if idle_every > 0 and next_idle <= now:
+            k = math.floor((now - next_idle) / idle_every) + 1   # samples up to now see the same state
+            idle_gpu_s += k * idle_every * idle_fit_gpus(eng, now)
+            next_idle += k * idle_every
         fresh = []
         while i < n and jobs[i].submit <= now:
             j = jobs[i]
@@ -201,7 +215,7 @@ def replay(eng: Engine, jobs: list[TraceJob], *, sample_every: float = 3600.0,
                      "start": None, "end": None, "queue_delay": None, "queued_total": 0.0, "preemptions": 0,
                      "gpus_preempted": 0, "opportunistic": None, "state": f"refused: {why}", "nodes": "",
                      "head_waited_with_vc_room": False})
-    return rows, frag, util, preempted, guaranteed, (breach_rounds if check else None)
+    return rows, frag, util, preempted, guaranteed, (breach_rounds if check else None), idle_gpu_s / 3600.0
 
 
 def simulate(trace: Trace, scheme: str, *, cells: str = "node", load: float = 0.9, nodes: int | None = None,
@@ -229,21 +243,23 @@ def simulate(trace: Trace, scheme: str, *, cells: str = "node", load: float = 0.
         util: list[Sample] = []
         pre: list[Preempted] = []
         gshare: list[Sample] = []
+        idle = 0.0
         by_tenant: dict[str, list[TraceJob]] = {}
         for j in trace.jobs:
             by_tenant.setdefault(j.tenant, []).append(j)
         for t, spec in private_specs(trace, sizing).items():
             eng = build_engine(scheme, spec, config=config, preemption_policy=preemption_policy)
-            r, _, _, p, _, _ = replay(eng, by_tenant.get(t, []), sample_every=0, progress=progress,
-                                      allow_opportunistic=False, guarantee=False)
+            r, _, _, p, _, _, idle_h = replay(eng, by_tenant.get(t, []), sample_every=0, progress=progress,
+                                              allow_opportunistic=False, guarantee=False, idle_every=sample_every)
             rows += r
             pre += p
+            idle += idle_h
         rows.sort(key=lambda r: (r["submit"], r["job_id"]))
         breach = None
     else:
         eng = build_engine(scheme, spec if spec is not None else shared_spec(sizing, cells), config=config,
                            preemption_policy=preemption_policy)
-        rows, frag, util, pre, gshare, breach = replay(eng, trace.jobs, sample_every=sample_every,
-                                                       progress=progress)
+        rows, frag, util, pre, gshare, breach, idle = replay(eng, trace.jobs, sample_every=sample_every,
+                                                             progress=progress, idle_every=sample_every)
     return SimResult(scheme, cells, rows, frag, util, pre, sizing.nodes, sizing.load,
-                     time.perf_counter() - t0, dict(sizing.quotas), gshare, breach)
+                     time.perf_counter() - t0, dict(sizing.quotas), gshare, breach, idle)

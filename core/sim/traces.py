@@ -30,18 +30,17 @@ holding all n and relax (engine's soft affinity) when they cannot get it.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import gzip
-import io
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 from importlib.resources import files
-from typing import TextIO
 
 # Package data (see its README for the CC-BY-4.0 attribution); a plain folder
 # for an installed or editable hived, so callers may join paths onto it.
@@ -111,6 +110,7 @@ class TraceJob:
 class Trace:
     jobs: list[TraceJob]
     source: str = ""
+    warnings: list[str] = field(default_factory=list)   # what was read but not used, for people
 
     @property
     def tenants(self) -> list[str]:
@@ -129,7 +129,7 @@ class Trace:
         return out
 
     def head(self, n: int | None) -> Trace:
-        return self if n is None else Trace(self.jobs[:n], self.source)
+        return self if n is None else Trace(self.jobs[:n], self.source, list(self.warnings))
 
     def only(self, tenants: Iterable[str]) -> Trace:
         """The jobs of these tenants (each must appear in the trace)."""
@@ -138,7 +138,8 @@ class Trace:
         if unknown:
             raise ValueError(f"tenants: {unknown} not in the trace (tenants: {', '.join(self.tenants)})")
         keep = set(want)
-        return Trace([j for j in self.jobs if j.tenant in keep], f"{self.source} tenants {','.join(want)}")
+        return Trace([j for j in self.jobs if j.tenant in keep], f"{self.source} tenants {','.join(want)}",
+                     list(self.warnings))
 
     def window(self, from_day: float = 0.0, days: float | None = None) -> Trace:
         """Jobs submitted in [from_day, from_day + days) (days of 86,400 s), shifted to start at 0."""
@@ -147,7 +148,8 @@ class Trace:
         lo = from_day * 86400.0
         hi = float("inf") if days is None else lo + days * 86400.0
         jobs = [dataclasses.replace(j, submit=j.submit - lo) for j in self.jobs if lo <= j.submit < hi]
-        return Trace(jobs, f"{self.source} days {from_day:g}..{'' if days is None else f'{from_day + days:g}'}")
+        return Trace(jobs, f"{self.source} days {from_day:g}..{'' if days is None else f'{from_day + days:g}'}",
+                     list(self.warnings))
 
 
 def default_pods(gpus: int) -> int:
@@ -158,11 +160,16 @@ def default_pods(gpus: int) -> int:
     return gpus // 8 if gpus % 8 == 0 else math.ceil(gpus / 4)
 
 
-def _open_text(path: str) -> TextIO:
-    # utf-8-sig: a byte-order mark (spreadsheet exports) is not part of the first column's name
-    if path.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig")
-    return open(path, encoding="utf-8-sig", newline="")
+def _lines(path: str) -> Generator[str, None, None]:
+    """The file's lines decoded one by one, so that bytes that are not UTF-8 are refused
+    with the file and line that hold them (a byte-order mark on the first line is dropped)."""
+    with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as f:
+        for n, raw in enumerate(f, start=1):
+            try:
+                yield raw.decode("utf-8-sig" if n == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise TraceError(f"{path}:{n}", f"not UTF-8: byte 0x{raw[e.start]:02x} at column {e.start + 1}; "
+                                 "save the trace as UTF-8") from None
 
 
 def _time(value: str, where: str) -> tuple[float, str]:
@@ -204,7 +211,7 @@ def read_philly(path: str, *, limit: int | None = None, min_jobs: int = 10) -> T
     if not os.path.isfile(path):
         raise TraceError(path, "file not found")
     jobs = []
-    with _open_text(path) as f:
+    with contextlib.closing(_lines(path)) as f:
         reader = csv.DictReader(f)
         need = {"timestamp", "duration", "num_gpus", "cluster"}
         missing = need - set(reader.fieldnames or [])
@@ -234,7 +241,7 @@ def read_csv(path: str, *, limit: int | None = None) -> Trace:
     """Read a trace in our CSV format (see the module doc)."""
     if not os.path.isfile(path):
         raise TraceError(path, "file not found")
-    with _open_text(path) as f:
+    with contextlib.closing(_lines(path)) as f:
         return parse_csv(f, path, limit=limit)
 
 
@@ -274,8 +281,11 @@ def parse_csv(lines: Iterable[str], source: str = "<csv>", *, limit: int | None 
         raise TraceError(f"{source}:1", f"missing columns {sorted(missing)} (need {', '.join(sorted(need))})")
     jobs, seen = [], set()
     kind = None   # "seconds" or "ISO": one trace uses one of them
-    for n, row in enumerate(reader, start=2):
-        where = f"{source}:{n}"
+    extra: list[str] = []   # lines with fields past the header's columns
+    for row in reader:
+        where = f"{source}:{reader.line_num}"
+        if None in row:     # DictReader keeps fields past the header under the key None
+            extra.append(f"{source}:{reader.line_num}")
         jid = (row["job_id"] or "").strip()
         if not jid:
             raise TraceError(f"{where}: job_id", "empty")
@@ -327,7 +337,13 @@ def parse_csv(lines: Iterable[str], source: str = "<csv>", *, limit: int | None 
                              "use one of them for the whole trace")
         jobs.append(TraceJob(jid, tenant, submit, dur, gpus, pods, cls, aff, grace, cpus, mem,
                              asked if not whole else None))
-    return _finish(jobs, source, limit)
+    trace = _finish(jobs, source, limit)
+    if extra:
+        trace.warnings.append(f"{extra[0]}: fields past the header's {len(reader.fieldnames or [])} columns are "
+                              f"ignored ({len(extra)} line{'s' if len(extra) > 1 else ''}"
+                              + (f", also {', '.join(e.rsplit(':', 1)[1] for e in extra[1:4])}"
+                                 f"{' ...' if len(extra) > 4 else ''}" if len(extra) > 1 else "") + ")")
+    return trace
 
 
 def write_csv(trace: Trace, path: str) -> None:

@@ -183,14 +183,46 @@ def plan(spec):
             "u2": users2[0], "chain": chain, "be_gpus": size, "be_count": count, "chain2": c2}
 
 
+_SERVICE: list = []   # the demo's service, for wait_for to say what failed
+
+
 def wait_for(pred, timeout: float, what: str):
     deadline = time.time() + timeout
     while time.time() < deadline:
         v = pred()
         if v:
             return v
+        if _SERVICE:
+            failed_job(_SERVICE[0], what)
         time.sleep(0.2)
     raise SystemExit(f"demo: timed out waiting for {what}")
+
+
+def failed_job(svc, what: str) -> None:
+    """None of the demo's jobs should fail: when one did, stop and say why (not "timed out")."""
+    failed = svc.list_jobs(state="failed")
+    if failed:
+        j = failed[0]
+        last = [line for line in svc.logs(j["id"])[0].splitlines() if line.strip()][-1:]
+        raise SystemExit(f"demo: job {j['id']} ({j['name']}) failed while waiting for {what}: "
+                         f"{j['reason']}" + (f"; its log ends: {last[0]}" if last else ""))
+
+
+def preflight(svc, p, data_dir: Path) -> None:
+    """Before any job: can the jobs' unix accounts run this python in this folder and reach
+    their job folders? A root-run hived runs them under a uid per VC (docs/security.md)."""
+    check = getattr(svc.launcher, "check_reach", None)
+    if check is None:
+        return
+    from hived.core.jobs import JobRequest
+    for user, vc in ((p["u1"], p["vc1"]), (p["u2"], p["vc2"])):
+        for req in (JobRequest(user=user, vc=vc, command=[PY], workdir=str(HERE)),
+                    JobRequest(user=user, vc=vc, command="true", workdir=str(data_dir / "jobs"))):
+            try:
+                check(req)
+            except ValueError as exc:
+                raise SystemExit(f"demo: the jobs of VC {vc} cannot run here: "
+                                 f"{getattr(exc, 'field', 'job')}: {exc}") from None
 
 
 def log_lines(svc, job_id: str, prefix: str) -> list[str]:
@@ -409,6 +441,8 @@ def main() -> int:
     try:
         vc_views(svc, "before any job")
         p = plan(spec)
+        preflight(svc, p, data_dir)
+        _SERVICE.append(svc)
         jobs = run_jobs(svc, p)
         jobs += idle_cells(svc, p, spec)
         jobs += exchange_loan(svc, p, spec)

@@ -5,10 +5,10 @@ from jupyter_server.utils import url_path_join
 
 from .base import HivedHandler, NoRouteHandler
 from .cluster import ClusterHandler, OpenAPIHandler, SpecReloadHandler, StatusHandler, VCHandler, VCsHandler
-from .exchange import ExchangeHandler
+from .exchange import ExchangeHandler, ExchangePostHandler
 from .gc import GcHandler
 from .health import HealthHandler, ReadyHandler
-from .jobs import ActivityHandler, CancelHandler, JobHandler, JobsHandler, LogsHandler
+from .jobs import ActivityHandler, CancelHandler, ControlHandler, JobHandler, JobsHandler, LogsHandler
 from .metrics import MetricsHandler
 from .summary import SummaryHandler
 from .tokens import TokensReloadHandler
@@ -28,8 +28,12 @@ ROUTES = [
     (f"jobs/{_SEG}/cancel", CancelHandler, "/jobs/{job_id}/cancel"),
     (f"jobs/{_SEG}/logs", LogsHandler, "/jobs/{job_id}/logs"),
     (f"jobs/{_SEG}/activity", ActivityHandler, "/jobs/{job_id}/activity"),
+    (f"jobs/{_SEG}/(hold|release|requeue)", ControlHandler,
+     ("/jobs/{job_id}/hold", "/jobs/{job_id}/release", "/jobs/{job_id}/requeue")),
     ("exchange/(board|ledger|offers|requests)", ExchangeHandler,
      ("/exchange/board", "/exchange/ledger", "/exchange/offers", "/exchange/requests")),
+    (f"exchange/(offers|requests)/{_SEG}", ExchangePostHandler,
+     ("/exchange/offers/{post_id}", "/exchange/requests/{post_id}")),
     ("spec/reload", SpecReloadHandler, "/spec/reload"),
     ("gc", GcHandler, "/gc"),
     ("tokens/reload", TokensReloadHandler, "/tokens/reload"),

@@ -111,7 +111,7 @@ class HivedHandler(APIHandler):
             if "token" in self.request.query_arguments:
                 raise ApiError(403, "tokens are not accepted in URLs (they end up in logs and browser "
                                     "history); send Authorization: token ...", "query.token")
-            raise ApiError(403, "not authenticated: give a token (Authorization: token ...)", "Authorization")
+            raise ApiError(403, self._unauthenticated(), "Authorization")
         limit = self.hived.config.max_body_bytes
         declared = self.request.headers.get("Content-Length", "0")
         if not declared.isdigit():
@@ -216,6 +216,13 @@ class HivedHandler(APIHandler):
         self.set_status(status)
         self.finish(text)
 
+    def _unauthenticated(self) -> str:
+        """Why a request without a user is refused: no token, or one that is not accepted."""
+        if self.request.headers.get("Authorization"):
+            return ("token not accepted: it is unknown, revoked or expired "
+                    "(ask for a new one; Authorization: token ...)")
+        return "not authenticated: give a token (Authorization: token ...)"
+
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         self.set_header("Content-Type", "application/json")
         exc = (kwargs.get("exc_info") or (None, None, None))[1]
@@ -227,7 +234,7 @@ class HivedHandler(APIHandler):
         elif isinstance(exc, web.HTTPError) and exc.log_message:
             message = exc.log_message % exc.args if exc.args else exc.log_message
         elif status_code == 403:
-            message = "not authenticated: give a token (Authorization: token ...)"
+            message = self._unauthenticated()
         elif status_code >= 500:
             # a bug: the traceback goes to the server's log, never to the caller
             message = f"{responses.get(status_code, 'error')}: the server's log has the details"

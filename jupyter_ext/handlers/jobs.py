@@ -26,7 +26,9 @@ class JobsHandler(HivedHandler):
         if vc not in self.hived.access.vc_users:
             yours = self.hived.access.vcs_text(self.username, self.groups)
             raise ApiError(404, f"no VC named {vc!r}; your VCs: {yours}", "body.vc")
-        await self.require("write", vc_resource(vc), f"submit to VC {vc!r} (not in its users)", "body.vc")
+        access = self.hived.access
+        members = "users or groups" if access.vc_groups.get(vc) or access.vc_admin_groups.get(vc) else "users"
+        await self.require("write", vc_resource(vc), f"submit to VC {vc!r} (not in its {members})", "body.vc")
         svc, user, groups = self.svc, self.username, self.groups
         with service_errors("body"):
             # the answer echoes the command and env (up to a megabyte): encoded off the IOLoop too
@@ -73,6 +75,18 @@ class ActivityHandler(HivedHandler):
         await self.job_or_404(job_id, "write")
         with service_errors(f"jobs/{job_id}"):
             self.reply(await self.run(self.svc.kernel_activity, job_id, self.username, self.groups))
+
+
+class ControlHandler(HivedHandler):
+    """POST jobs/{id}/hold | release | requeue (who may: as for a cancel)."""
+
+    async def post(self, job_id: str, action: str):
+        await self.json_body("Cancel", required=False)
+        job = await self.job_or_404(job_id, "write")
+        if job["state"] in TERMINAL_STATES:
+            raise ApiError(409, f"job {job_id} already {job['state']}", f"jobs/{job_id}")
+        with service_errors(f"jobs/{job_id}"):
+            self.reply(await self.run(self.svc.control, job_id, action, self.username, self.groups))
 
 
 class LogsHandler(HivedHandler):

@@ -41,6 +41,10 @@ def _job_limits(props: dict) -> None:
             target["additionalProperties"]["maxLength"] = bounds["maxLength"]
         elif key == "groups":
             target["maxItems"] = bounds["maxItems"]
+        elif key == "needs":
+            for paths in target["properties"].values():
+                paths["maxItems"] = bounds["maxItems"]
+                paths["items"]["maxLength"] = bounds["maxLength"]
         else:
             target.update(bounds)
     group = props["groups"]["items"]["properties"]

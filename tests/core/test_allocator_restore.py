@@ -70,10 +70,12 @@ def test_reconfigure_downgrading_a_job_that_still_waits_for_its_victim():
     assert down == ["g"]
     g = a.grant_of("g")
     assert g.opportunistic and g.downgraded and g.cells == ["n0"] and g.victims == {"o1"}
-    assert a.grant_of("o1") is None                         # being preempted for g; two jobs never share a GPU
+    assert a.grant_of("o1").cells == ["n0/0", "n0/1"]      # being preempted for g, still held until it leaves
     assert a.grant_of("o2").cells == ["n1/0", "n1/1"]
     a.check_invariants()
-    a.release("o1")                                         # the engine's release of the victim is harmless
+    a.release("o1")                                         # gone: g holds the whole node now
+    assert a.grant_of("g").victims == set() and a.free_gpus() == 0
+    a.check_invariants()
 
 
 def test_reconfigure_drops_opportunistic_demand_of_removed_vcs():

@@ -20,6 +20,8 @@ def test_trace_job_is_split_into_exactly_its_gpus(gpus):
     assert sum(sizes) == gpus, sizes
     assert all(1 <= s <= 8 for s in sizes)
 
+STRICT_FIFO = EngineConfig(backfill=False)   # these tests pin first-in-first-out without backfill
+
 
 def test_ten_gpu_job_runs_with_ten_gpus_through_the_engine():
     import io
@@ -42,11 +44,11 @@ def test_csv_pods_that_do_not_divide_are_refused_with_the_reason():
 # ---------------------------------------------------------------- cancel of a blocked head
 
 def test_cancelling_the_blocked_head_lets_the_queue_move():
-    eng = Engine(fig2_spec(), preemption_policy="none")
+    eng = Engine(fig2_spec(), preemption_policy="none", config=STRICT_FIFO)
     eng.submit(req("A", gpus=2), 0.0, job_id="r")       # holds half of A's node
     run(eng, 0.0)
     eng.submit(req("A", gpus=4), 1.0, job_id="big")     # blocked: needs the whole node
-    eng.submit(req("A", gpus=1), 1.0, job_id="small")   # behind it (FIFO, no backfill)
+    eng.submit(req("A", gpus=1), 1.0, job_id="small")   # behind it (FIFO, backfill off)
     assert run(eng, 1.0) == []
     eng.cancel("big", 2.0, "alice")
     ds = run(eng, 2.0)
@@ -185,7 +187,7 @@ def test_infrastructure_failure_shows_its_retry_time():
 # ---------------------------------------------------------------- every waiting job says why
 
 def test_waiting_reasons_name_cells_holders_quota_and_the_head():
-    eng = Engine(fig2_spec(), preemption_policy="none")
+    eng = Engine(fig2_spec(), preemption_policy="none", config=STRICT_FIFO)
     eng.submit(req("A", gpus=2), 0.0, job_id="r")
     run(eng, 0.0)
     eng.submit(req("A", gpus=4), 1.0, job_id="big")
@@ -245,7 +247,7 @@ def test_a_policy_object_with_its_own_cap_is_refused():
 
 
 def test_a_job_whose_back_off_ended_behind_a_blocked_head_says_so():
-    eng = Engine(fig2_spec(), preemption_policy="none")
+    eng = Engine(fig2_spec(), preemption_policy="none", config=STRICT_FIFO)
     eng.submit(req("A", gpus=2), 0.0, job_id="r")
     eng.submit(req("A", gpus=1), 0.0, job_id="f")
     run(eng, 0.0)

@@ -29,7 +29,7 @@ def test_figure2_anomaly_under_quota():
 
 
 def test_fifo_head_of_line_and_te_first():
-    eng = quota_engine(eight_gpu_spec(2, {"A": 8, "B": 8}))
+    eng = quota_engine(eight_gpu_spec(2, {"A": 8, "B": 8}), config=EngineConfig(backfill=False))
     big = eng.submit(req("A", 8), 0.0)
     run(eng, 0.0)
     blocked = eng.submit(req("A", 8, cls=JobClass.BE), 1.0)

@@ -55,3 +55,12 @@ def test_retry_rules_follow_002():
     assert big.retry and big.delay <= RETRY[FailureClass.LOST].max_delay
     p = retry_decision(FailureClass.PREEMPTED, 100)
     assert p.retry and "not counted" in p.reason
+
+
+def test_a_user_error_not_retried_says_how_to_ask_for_retries():
+    from hived.core.failures import FailureClass, retry_decision
+    d = retry_decision(FailureClass.USER, 1)
+    assert not d.retry
+    assert d.reason == ("user_error: not retried (hived submit --retries N, max_retries in the request, "
+                        "asks for retries)")
+    assert retry_decision(FailureClass.USER, 1, max_retries=0).reason == "user_error: not retried"

@@ -13,6 +13,15 @@ SPEC = Path(__file__).parents[1] / "service" / "spec_small.yaml"   # vca, vcb: 2
 H = 3600.0
 
 
+
+@pytest.fixture(autouse=True)
+def server_job_account(request, monkeypatch):
+    """The borrower's job runs from a data dir in pytest's root-only temp folder: as the
+    server's account (hived.testing.job_account says why)."""
+    from hived.testing.job_account import server_account_unless_marked
+    server_account_unless_marked(request, monkeypatch)
+
+
 @pytest.fixture
 def svc(tmp_path):
     t = [1000.0]   # the service's clock, moved by the tests (ticks are driven by hand)
@@ -97,3 +106,30 @@ def test_reload_waits_for_active_exchanges(svc):
     ledger = svc.exchange_ledger()["ledger"]
     assert svc.reload_spec(str(SPEC))["ok"] is True
     assert svc.exchange_ledger()["ledger"] == ledger and svc.exchange_board()["exchanges"] == []
+
+
+def wait_state(s, job_id, state, limit=15.0):
+    deadline = time.time() + limit
+    while s.get_job(job_id)["state"] != state:
+        assert time.time() < deadline, s.get_job(job_id)
+        s.tick()
+        time.sleep(0.05)
+
+
+def test_the_lender_queues_a_full_size_gang_during_the_loan_and_it_starts_at_the_return(svc):
+    """Lending takes cells for a window, never the right to queue for them."""
+    svc.exchange_post_offer("ada", {"vc": "vca", "cell_type": "T-SOCKET", "count": 1, "duration": H})
+    svc.exchange_post_request("root", {"vc": "vcb", "cell_type": "T-SOCKET", "count": 1, "duration": H})
+    assert gpus_total(svc, "vca") == 4
+    gang = {"vc": "vca", "command": "sleep 30", "pods": 2, "gpus": 4, "job_class": "be", "affinity": "soft"}
+    job = svc.submit("alice", gang)                        # the spec's 8 GPUs: accepted, waits
+    svc.tick()
+    queued = svc.get_job(job["id"])
+    assert queued["state"] == "queued" and "4 more GPUs are lent by cell exchange" in queued["wait_reason"]
+    with pytest.raises(RequestError, match="never fits"):   # more than the spec guarantees: still refused
+        svc.submit("alice", {**gang, "pods": 3})
+    svc.t[0] += H                                            # the window ends: the socket comes back
+    svc.tick()
+    assert gpus_total(svc, "vca") == 8
+    wait_state(svc, job["id"], "running")
+    assert svc.get_job(job["id"])["placement"]["opportunistic"] is False

@@ -13,6 +13,15 @@ USERS = ("alice", "anna", "ada", "bob", "root", "eve")
 TOKENS = {f"tok-{u}": u for u in USERS}
 
 
+@pytest.fixture(autouse=True)
+def server_job_account(request, monkeypatch):
+    """The extension's data directory is in pytest's root-only temporary folder and the
+    jobs run this suite's python: as the server's account (hived.testing.job_account says
+    why); tests marked ``default_job_account`` run as users get it."""
+    from hived.testing.job_account import server_account_unless_marked
+    server_account_unless_marked(request, monkeypatch)
+
+
 @pytest.fixture
 def hived_data(tmp_path):
     d = tmp_path / "hived-data"
@@ -82,7 +91,9 @@ class LiveServer:
         tokens.write_text(json.dumps(TOKENS))
         token_file = data_dir / "server-token"
         token_file.write_text("tok-server\n")
-        env = dict(os.environ)
+        # data dir in pytest's root-only temp folder, jobs run this suite's python: as the
+        # server's account (hived.testing.job_account says why)
+        env = dict(os.environ, HIVED_JOB_ACCOUNT="server")
         for k in ("HIVED_URL", "HIVED_TOKEN", "HIVED_USER", "HIVED_VC"):
             env.pop(k, None)
         self.log = open(data_dir / "serve.log", "w")

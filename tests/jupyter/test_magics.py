@@ -82,8 +82,11 @@ def test_status_logs_jobs_cancel(ip, live_server, capsys):
     assert "queued: submitted" in out
     ip.run_line_magic("gpu_jobs", "--state running")
     out = capsys.readouterr().out
+    # a header and the columns of `hived jobs` (service/job_table.py)
+    assert out.splitlines()[0].split() == ["ID", "NAME", "USER", "VC", "CLASS", "STATE", "GPUS", "PLACEMENT",
+                                           "PREEMPTED", "AGE"]
     row = next(line for line in out.splitlines() if line.startswith(job_id))
-    assert row.split()[1:5] == ["running", "vca", "alice", "te"] and "sleeper" in row
+    assert row.split()[1:6] == ["sleeper", "alice", "vca", "TE", "running"]
     while not client.logs(job_id)["text"]:   # the pod writes its first line a moment after it starts
         assert time.monotonic() < deadline
         time.sleep(0.05)
@@ -134,7 +137,7 @@ def test_interrupt_detaches_and_the_job_keeps_running(ip, live_server, capsys):
     ("--vc vcb echo x", "vc: user 'alice' may not submit to VC 'vcb' (not in its users)"),
     ("--vc nope echo x", "no VC named 'nope'"),
     ("--gpus 9 echo x", "hived: "),                                    # never fits vca's 8 GPUs
-    ("--workdir /no/such/dir echo x", "/no/such/dir does not exist"),
+    ("--workdir /no/such/dir echo x", "workdir: /no/such/dir is not a folder"),
 ])
 def test_service_refusals_are_one_line(ip, capsys, line, says):
     before = len(magics_of(ip).client.jobs())
@@ -144,6 +147,8 @@ def test_service_refusals_are_one_line(ip, capsys, line, says):
     assert out.err.count("\n") == 1 and says in out.err and out.err.startswith("hived: "), out.err
     assert "Traceback" not in out.err + out.out
     assert len(magics_of(ip).client.jobs()) == before
+    if line.startswith("--vc vcb"):     # the line docs/jupyter.md shows, word for word
+        assert out.err == "hived: vc: user 'alice' may not submit to VC 'vcb' (not in its users)\n"
 
 
 def test_other_magics_refusals_are_one_line(ip, capsys, monkeypatch):

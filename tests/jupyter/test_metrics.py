@@ -55,7 +55,10 @@ async def test_metrics_follow_queues_jobs_and_gpu_use(api, service, jp_fetch):
     # every submit and every round that moved a job was a commit; rounds run all the time
     assert value(m, "hived_journal_commit_seconds_count") >= 3
     assert value(m, "hived_round_seconds_count") >= 1
-    assert value(m, "hived_preemptions_total", vc="vca") is None   # nothing preempted yet
+    assert value(m, "hived_preemptions_total", vc="vca") == 0      # nothing preempted yet: 0, not missing
+    assert value(m, "hived_jobs", vc="vcb", state="failed") == 0
+    assert value(m, "hived_jobs_submitted_total", vc="vca") == 3
+    assert value(m, "hived_queue_wait_seconds_count", vc="vca") == 2
 
     await api("alice", "POST", "jobs", running[0]["id"], "cancel")
     await wait_state(api, "anna", waiting["id"], ("running",))
@@ -79,7 +82,7 @@ async def test_opportunistic_use_and_preemptions_per_vc(api, service, jp_fetch):
     m = await scrape(jp_fetch, "tok-root")
     assert value(m, "hived_gpus_in_use", vc="vcb", job_class="te", cells="opportunistic") == 4
     assert value(m, "hived_gpus_in_use", vc="vcb", job_class="te", cells="guaranteed") == 8
-    assert value(m, "hived_preemptions_total", vc="vcb") is None
+    assert value(m, "hived_preemptions_total", vc="vcb") == 0
 
     # vca claims both its sockets back: the borrowed job is preempted
     for _ in range(2):
@@ -88,7 +91,7 @@ async def test_opportunistic_use_and_preemptions_per_vc(api, service, jp_fetch):
         await wait_state(api, "alice", back["id"], ("running",))
     m = await scrape(jp_fetch, "tok-root")
     assert value(m, "hived_preemptions_total", vc="vcb") == 1
-    assert value(m, "hived_preemptions_total", vc="vca") is None
+    assert value(m, "hived_preemptions_total", vc="vca") == 0
     assert value(m, "hived_gpus_in_use", vc="vca", job_class="te", cells="guaranteed") == 8
     assert value(m, "hived_gpus_in_use", vc="vcb", job_class="te", cells="opportunistic") == 0
 
@@ -101,7 +104,7 @@ async def test_members_and_vc_admins_are_refused(api, service, user):
 
 async def test_no_token_is_refused(api, service):
     code, doc = await api(None, "GET", "metrics")
-    assert_error(code, doc, 403, says="not authenticated")
+    assert_error(code, doc, 403, says="token not accepted")
 
 
 async def test_server_account_may_scrape(jp_fetch, jp_serverapp, service):

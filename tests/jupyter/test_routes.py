@@ -36,10 +36,10 @@ async def test_status_names_user_and_vcs(api, service):
         assert doc["ok"] is True and doc["user"] == user and doc["admin"] is admin and doc["vcs"] == vcs
 
 
-async def test_no_token_is_403_json(api, service):
+async def test_a_wrong_token_is_403_json_and_told_so(api, service):
     for path in (("status",), ("jobs",), ("cluster",), ("vcs", "vca")):
-        code, doc = await api(None, "GET", *path)
-        assert_error(code, doc, 403, says="not authenticated")
+        code, doc = await api(None, "GET", *path)    # the fixture sends "Authorization: token nope"
+        assert_error(code, doc, 403, says="token not accepted: it is unknown, revoked or expired")
     code, doc = await api(None, "POST", "jobs", body={"vc": "vca", "command": "true"})
     assert_error(code, doc, 403)
     assert await job_ids(api) == []
@@ -138,7 +138,8 @@ BAD_BODIES = [
     ({"vc": "vca", "command": "true", "env": {"A": 1}}, "body.env.A", "type string"),
     ({"vc": "vca", "command": [""]}, "command", "non-empty list"),                    # service's check
     ({"vc": "vca", "command": "true", "gpus": 9}, None, None),                        # never fits the VC
-    ({"vc": "vca", "command": "true", "workdir": "/no/such/dir"}, "workdir", "does not exist"),
+    ({"vc": "vca", "command": "true", "workdir": "/no/such/dir"}, "workdir",
+     "is not a folder hived's own account can enter"),
     ({"vc": "vca", "command": "true", "env": {"CUDA_VISIBLE_DEVICES": "0"}}, "env.CUDA_VISIBLE_DEVICES", None),
     ({"vc": "vca", "command": "true", "k8s_template": ["image"]}, "body.k8s_template", "type object"),
     # reaches the service, whose local launcher has no use for Kubernetes template fields
@@ -292,10 +293,12 @@ async def test_logs_refusals(api, service):
 
 async def test_exchange_views_and_permissions(api, service):
     for what in ("board", "ledger", "offers", "requests"):
-        code, doc = await api("alice", "GET", "exchange", what)
+        code, doc = await api("ada" if what == "ledger" else "alice", "GET", "exchange", what)
         assert code == 200 and isinstance(doc, dict), doc
         code, doc = await api("eve", "GET", "exchange", what)
         assert_error(code, doc, 403)
+    code, doc = await api("alice", "GET", "exchange", "ledger")       # the ledger is for admins
+    assert_error(code, doc, 403, says="VC admins only")
     offer = {"vc": "vca", "cell_type": "T-SOCKET", "count": 1, "duration": 3600}
     code, doc = await api("alice", "POST", "exchange", "offers", body=offer)   # a user, not a VC admin
     assert_error(code, doc, 403, where="body.vc", says="VC admins only")
@@ -304,7 +307,7 @@ async def test_exchange_views_and_permissions(api, service):
     code, doc = await api("ada", "POST", "exchange", "offers", body={**offer, "count": 0})
     assert_error(code, doc, 400, where="body.count")
     code, doc = await api("ada", "POST", "exchange", "offers", body={**offer, "vc": "nope"})
-    assert_error(code, doc, 400, where="body.vc")
+    assert_error(code, doc, 404, where="body.vc")
     code, doc = await api("ada", "POST", "exchange", "board", body=offer)
     assert_error(code, doc, 404, says="only offers and requests")
     code, doc = await api("ada", "GET", "exchange", "nonsense")
@@ -357,3 +360,11 @@ async def test_bad_spec_reload_is_400_and_changes_nothing(api, service, body, wh
     assert doc["vcs"] == ["vca"]
     code, doc = await api("root", "GET", "jobs", j["id"])
     assert code == 200 and doc["state"] != "failed"
+
+
+async def test_no_token_at_all_is_asked_for_one(jp_fetch, service):
+    from tornado.httpclient import HTTPClientError
+    with pytest.raises(HTTPClientError) as exc:
+        await jp_fetch("hived", "api", "jobs", method="GET", headers={"Authorization": ""})
+    doc = json.loads(exc.value.response.body)
+    assert exc.value.code == 403 and doc["error"].startswith("not authenticated: give a token"), doc

@@ -172,3 +172,55 @@ async def test_vc_dashboard_for_members(api, service, client_for, dashboards):
     assert dash.admin is None                     # anna has no job and is no admin: no actions
     other = await dashboards(VCDashboard, "vcb", client=client_for("anna"))
     assert other.last_error and "not a member" in other.last_error and other.last_error.startswith("hived: ")
+
+
+async def test_exchange_panel_loans_in_the_vc_table_and_withdraw(api, service, client_for, dashboards):
+    from hived.jupyter_ext.widgets import ClusterDashboard
+    post = {"cell_type": "T-SOCKET", "count": 1, "duration": 3600}
+    code, lent = await api("ada", "POST", "exchange", "offers", body={"vc": "vca", **post})
+    code, _ = await api("root", "POST", "exchange", "requests", body={"vc": "vcb", **post})
+    assert code == 201
+    code, open_offer = await api("ada", "POST", "exchange", "offers", body={"vc": "vca", **post})
+    assert code == 201
+    dash = await dashboards(ClusterDashboard, client=client_for("ada"))
+    panel = dash.exchange.value
+    assert dash.exchange in dash.children
+    assert re.findall(r'class="hived-loan-row" data-id="(\w+)" data-state="(\w+)"', panel) == [("x1", "active")]
+    assert re.findall(r'class="hived-post-row" data-id="(\w+)"', panel) == [open_offer["id"]]
+    assert 'class="hived-ledger-row" data-vc="vca"' in panel and "4.00" in panel
+    # the VC table counts the loan
+    assert table_cell(dash.table.value, "vca", "gpus_used") == "0/4 (spec 8: 4 lent)"
+    root = await dashboards(ClusterDashboard, client=client_for("root"))
+    assert table_cell(root.table.value, "vcb", "gpus_used") == "0/12 (spec 8: 4 borrowed)"
+    # the admin withdraws the open offer from the dashboard
+    assert dash.admin.withdraw_row in dash.admin.children and dash.admin.post.value == open_offer["id"]
+    await asyncio.to_thread(dash.admin.withdraw_button.click)
+    assert f"withdrew offer {open_offer['id']} of VC vca" in dash.message.value
+    assert "hived-post-row" not in dash.exchange.value and dash.admin.withdraw_row not in dash.admin.children
+    # a member sees neither the exchange nor the ledger
+    member = await dashboards(ClusterDashboard, client=client_for("alice"))
+    assert member.exchange.value == "" and member.exchange not in member.children
+
+
+async def test_queued_rows_say_why_they_wait(api, service, client_for, dashboards):
+    from hived.jupyter_ext.widgets import ClusterDashboard
+    await running(api, "alice", vc="vca", gpus=4)
+    await running(api, "alice", vc="vca", gpus=4)
+    code, waiting = await api("alice", "POST", "jobs", body={"vc": "vca", "command": "sleep 60", "gpus": 4})
+    assert code == 201
+    await asyncio.sleep(0.3)
+    dash = await dashboards(ClusterDashboard, client=client_for("alice"))
+    row = re.search(rf'data-id="{waiting["id"]}" data-state="queued">.*?<td class="hived-wait">([^<]*)</td>',
+                    dash.jobs_view.value)
+    assert row and "waits for" in row.group(1), dash.jobs_view.value
+
+
+def test_a_frontend_without_widgets_gets_the_status_line_as_plain_text():
+    """The text/plain part of a job widget's display is what a console shows: the status
+    line, never the widget's class name and HTML source."""
+    from hived.jupyter_ext.widgets_job import JobStatusWidget
+    w = JobStatusWidget()
+    w.update({"id": "j3", "name": "train", "state": "queued", "queue_position": 1,
+              "wait_reason": "waits for 2 GPUs"})
+    plain = w._repr_mimebundle_()["text/plain"]
+    assert plain.startswith("j3 queued") and "<div" not in plain and "JobStatusWidget" not in plain

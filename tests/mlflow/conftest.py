@@ -43,9 +43,13 @@ def tracking_uri(tmp_path_factory, _migrated_store):
 
 @pytest.fixture(scope="session")
 def hived_server(tmp_path_factory):
-    """One real `hived serve` (local launcher, 0.2 s tick) for every end-to-end module."""
+    """One real `hived serve` (local launcher, 0.2 s tick) for every end-to-end module.
+
+    Its jobs run as the server's account: they write the tracking store and checkpoints in
+    pytest's temporary folders, which only root may enter (/tmp/pytest-of-root is 0700).
+    tests/mlflow/test_root_account.py runs the backend against the default account."""
     tmp = tmp_path_factory.mktemp("hived")
-    proc, info = start_server(tmp, tick=0.2)
+    proc, info = start_server(tmp, tick=0.2, job_account="server")
     yield info
     stop_server(proc)
 

@@ -131,3 +131,12 @@ def test_job_body_is_the_one_every_door_builds(tmp_path):
     assert body == cli
     with pytest.raises(BackendConfigError, match="'cell_type'"):
         parse_config({"vc": "a", "cell": "X", "cell_type": "X"}, environ={})
+
+
+def test_job_control_keys_reach_the_job_body_as_hived_submit_sends_them():
+    from hived.mlflow_plugin.config import parse_config
+    cfg = parse_config({"vc": "ml", "time_limit": 3600, "after": "j3, j4", "cpus": 4, "memory_gb": 32})
+    body = cfg.job_payload("python train.py", {}, "/srv/proj", "run")
+    assert (body["time_limit"], body["after"], body["cpus"], body["memory_gb"]) == (3600, ["j3", "j4"], 4, 32)
+    with pytest.raises(Exception, match="'time_limit': must be >= 1, got 0"):
+        parse_config({"vc": "ml", "time_limit": 0})

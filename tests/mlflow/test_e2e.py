@@ -82,7 +82,11 @@ def test_api_runs_land_on_their_own_runs(cfg, tracking_uri):
 
 
 def test_synchronous_run_and_history_estimate(cfg, tracking_uri, capsys):
-    # the finished runs so far (CLI + API tests) are the history of this project + entry point
+    # a history of its own (whatever other tests ran before): three finished runs of this project + entry point
+    earlier = [mlflow.projects.run(str(PROJECT), parameters={"steps": 1, "step_seconds": 0}, backend="hived",
+                                   backend_config=dict(cfg), env_manager="local", synchronous=False)
+               for _ in range(3)]
+    assert all(r.wait() for r in earlier)
     sig = project_signature("hived-demo-train", "main")
     past = MlflowHistory(tracking_uri, experiment_ids=["0"]).durations(sig, "gpu")
     assert len(past) >= 3

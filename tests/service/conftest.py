@@ -12,6 +12,15 @@ SPEC = Path(__file__).with_name("spec_small.yaml")
 SCHEME = os.environ.get("HIVED_TEST_SCHEME", "hived")
 
 
+@pytest.fixture(autouse=True)
+def server_job_account(request, monkeypatch):
+    """The service tests' jobs run this suite's python and write into pytest's temporary
+    folders: as the server's account (hived.testing.job_account says why). The default account
+    is what test_local_reach.py, test_local_isolation.py and test_demo.py run with."""
+    from hived.testing.job_account import server_account_unless_marked
+    server_account_unless_marked(request, monkeypatch)
+
+
 @pytest.fixture
 def make_service(tmp_path):
     from hived.service.scheduler import SchedulerService

@@ -54,6 +54,7 @@ def env(tmp_path_factory):
     d = tmp_path_factory.mktemp("imports") / "data"
     base = {k: v for k, v in os.environ.items()
             if k not in ("HIVED_URL", "HIVED_TOKEN", "HIVED_USER", "HIVED_DATA_DIR")}
+    base["HIVED_JOB_ACCOUNT"] = "server"   # data dir in pytest's root-only temp folder (hived.testing.job_account)
     srv = subprocess.Popen([sys.executable, "-m", "hived.cli.main", "serve", "--spec", SPEC, "--data-dir", str(d),
                             "--port", "0", "--trust-user-header", "--tick", "0.1", "--allow-root"],
                            env=base, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -4,7 +4,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.default_job_account   # the demo as users run it (it picks its own account)
 
 
 def test_demo_runs_end_to_end(tmp_path):
@@ -28,7 +31,9 @@ def test_demo_runs_end_to_end(tmp_path):
     # a cell exchange loan, and a guaranteed job on the borrowed cell
     loan = out.split("5. Cell exchange")[1].split("6. Stopping")[0]
     assert "matched: exchange x1 (active): research -> product: 1 cell(s)" in loan
-    assert "research            0/8  1/0" in loan and "(opportunistic: False)" in loan
+    # the views count the loan: research holds none of its 8 GPUs now, product 16
+    assert "research            0/0  1/0" in loan and "product            8/16  0/1" in loan
+    assert "(opportunistic: False)" in loan
     # no promise about a folder it deletes: --data-dir keeps it, and it says where
     assert f"every state change is in {tmp_path / 'demo' / 'hived.db'}" in out
     assert "Try next" in out and "hived submit" in out.split("Try next")[1]
@@ -75,3 +80,19 @@ def test_cell_core_section_relays_output_and_fails_loudly(tmp_path, capsys, monk
     monkeypatch.setattr(demo, "FRAGMENTATION_TIMEOUT", 0.5)
     with pytest.raises(SystemExit, match="ran past 0.5 s and was killed"):
         demo.fragmentation()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching job accounts needs root")
+def test_demo_as_root_with_per_vc_accounts_says_what_fails_before_any_job(tmp_path):
+    """HIVED_JOB_ACCOUNT= (empty: the default, a uid per VC): this suite's python sits under
+    /root, which those uids cannot enter. The demo says so before its first job, not after
+    waiting for jobs that failed at once."""
+    env = dict(os.environ, HIVED_SCHEME=os.environ.get("HIVED_TEST_SCHEME", "hived"), HIVED_JOB_ACCOUNT="")
+    p = subprocess.run([sys.executable, str(ROOT / "examples" / "demo" / "run_demo.py"),
+                        "--data-dir", str(tmp_path / "demo")],
+                       capture_output=True, text=True, timeout=150, env=env)
+    assert p.returncode != 0
+    assert "timed out" not in p.stderr and "Traceback" not in p.stderr
+    assert "demo: the jobs of VC " in p.stderr and "cannot run here: " in p.stderr
+    assert "unix account hived-" in p.stderr and "HIVED_JOB_ACCOUNT=server" in p.stderr
+    assert "3. Jobs" not in p.stdout       # no job was submitted

@@ -218,3 +218,13 @@ def test_refused_submissions_leave_no_gap(make_service):
     with pytest.raises(RequestError):
         svc.submit("alice", {"vc": "vca", "command": "true", "gpus": 9})
     assert svc.submit("alice", dict(JOB))["id"] == "j2"
+
+
+def test_ids_go_on_without_a_jump_after_a_clean_restart(make_service, tmp_path):
+    data = tmp_path / "data"
+    svc = make_service(data)
+    assert svc.submit("alice", {"vc": "vca", "command": "true"})["id"] == "j1"
+    svc.stop(cancel_jobs=True, timeout=5)
+    svc.close()
+    again = make_service(data)
+    assert again.submit("alice", {"vc": "vca", "command": "true"})["id"] == "j2"

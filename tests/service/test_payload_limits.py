@@ -15,7 +15,7 @@ NUMBERS = [k for k, b in LIMITS.items() if "maximum" in b]
 
 def service_problem(body):
     try:
-        parse_job("alice", body, check_workdir=False)
+        parse_job("alice", body)
     except RequestError as exc:
         return exc.field, exc.problem
     return None

@@ -1,0 +1,54 @@
+"""``hived hold``: keep queued jobs from starting until ``hived release`` (as Slurm's scontrol hold).
+
+``hived release`` and ``hived requeue`` share this module's code (cmd_release.py, cmd_requeue.py).
+Who may: the job's owner, an admin of its VC or a cluster admin.
+"""
+from __future__ import annotations
+
+from hived.cli import support as cs
+
+DESCRIPTIONS = {
+    "hold": "Hold queued jobs: each keeps its place in the queue and does not start until released.",
+    "release": "Release held jobs: each may start again from its place in the queue.",
+    "requeue": "Requeue running jobs: each gets SIGTERM, its grace period, then SIGKILL, and goes back "
+               "to the head of its VC's queue (as a preemption).",
+}
+
+
+def register_action(subparsers, summary: str, action: str) -> None:
+    p = subparsers.add_parser(action, help=summary, description=DESCRIPTIONS[action], epilog=cs.EXIT_CODES_HELP)
+    p.add_argument("jobs", nargs="+", metavar="JOB", help="job ids")
+    cs.add_common(p)
+    p.set_defaults(func=cs.guarded(f"hived {action}", lambda args, backend: run(args, backend, action)))
+
+
+def register(subparsers, summary: str) -> None:
+    register_action(subparsers, summary, "hold")
+
+
+def run(args, backend, action: str) -> int:
+    out, worst = [], cs.OK
+    for jid in args.jobs:
+        try:
+            out.append(backend.control(jid, action))
+        except Exception as exc:   # keep going with the others; the worst code wins
+            worst = max(worst, cs.error_exit(f"hived {action}", exc))
+    if args.json:
+        cs.print_json({"jobs": out})
+    else:
+        for j in out:
+            print(f"{j['id']}: {said(j, action)}")
+    return worst
+
+
+def said(j: dict, action: str) -> str:
+    if action == "hold":
+        return f"held (by {cs.visible(j.get('held_by') or '?')}); hived release {j['id']} lets it start"
+    if action == "release":
+        return f"released; {j['state']}" + (f", queue position {j['queue_position'] + 1}"
+                                            if j.get("queue_position") is not None else "")
+    grace = j.get("grace_period") or 0
+    if j["state"] == "preempting":
+        return (f"stopping: SIGTERM sent, SIGKILL in {grace:g} s if still running; then queued again"
+                if grace else "stopping: its processes are being killed; then queued again")
+    return f"{j['state']} (queued again at the head of its VC's queue)"

@@ -1,0 +1,321 @@
+"""Backfill with a reservation for the head of a VC's queue (EASY backfill, as Slurm's).
+
+When a VC's head H cannot start, the round does not stop there (docs/engine.md,
+"Backfill"): H holds a **reservation**, the earliest time its VC will have
+H's GPUs free, from the estimated end of every job holding the VC's
+guaranteed GPUs (``Estimator.remaining_for``: the user's hint refined by
+progress in the service, the trace's durations in the simulator; jobs in
+their grace period end at its end). Later jobs of the VC may then start on
+the VC's own free cells, never opportunistically and never by preempting:
+
+* **before the reservation**: its estimated end is no later than the reservation;
+* **elsewhere**: it fits in the GPUs the VC will still have free at the
+  reservation beyond H's need (the "extra" GPUs, used up one job at a time), when
+  H's pods are single GPUs with no locality (else cell shapes, not counts, decide
+  where H fits, and a job on "extra" GPUs could split the cell H waits for);
+* **preemptible by H**: when the reservation is unknown (some job on the VC's
+  GPUs has no estimate) or the job itself has none. When H is next tried and
+  fails, and the VC's free GPUs plus those of its preemptible backfilled jobs
+  cover it, the latest of them are preempted for H (the TE-preemption
+  bookkeeping: H waits for them, they requeue behind H).
+
+A job with an estimate that would end after the reservation and does not fit
+the extra GPUs waits. A head that can never fit its VC's current cells (after
+a loan's return, a spec reload, or hardware marked bad) holds no reservation:
+it waits with that reason and later jobs start as if it were not there.
+
+Everything stays inside the VC's own guaranteed cells, so HiveD's guarantees
+and sharing safety are unchanged. The preemptible mark is not journaled: after a
+restart backfilled jobs run as ordinary jobs.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .engine_reasons import at
+from .engine_reasons import explain as explain_job
+from .estimator import Estimator
+from .jobs import HOLDING, Decision, JobState
+
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .engine_records import JobRecord
+
+ESTIMATES = ("hint", "oracle", "none")
+MAX_TRIED = 1000      # jobs behind a head examined per round (Slurm's bf_max_job_test)
+
+
+@dataclass
+class Reservation:
+    head: str
+    vc: str
+    start: float | None = None     # earliest time the VC has the head's GPUs free; None: unknown
+    extra: int = 0                 # GPUs free at ``start`` beyond the head's need (left to hand out)
+    never: str = ""                # the head can never fit the VC's current cells: why
+    # the head is a gang of 1-GPU pods with no locality: free GPUs decide where it fits, so
+    # GPUs beyond its need are truly spare. Otherwise the cells' shapes decide (a whole node,
+    # a PCIe pair), and a job on "spare" GPUs may split the very cell the head waits for.
+    counts: bool = False
+    key: tuple[int, int] = (0, 0)
+
+
+class Backfill:
+    """The engine's backfill: one reservation per blocked VC head, recomputed when the
+    VC's holders or cells change."""
+
+    def __init__(self, eng: Engine, estimates: str = "hint"):
+        if estimates not in ESTIMATES:
+            raise ValueError(f"backfill_estimates: must be one of {', '.join(ESTIMATES)}, got {estimates!r}")
+        self.eng = eng
+        self.estimates = estimates
+        self.estimator = Estimator()
+        # VC -> backfilled job -> the placement it got: preemptible by the VC's head while it
+        # holds that placement (a later run of the same job is an ordinary one)
+        self.preemptible: dict[str, dict[str, object]] = {}
+        self._res: dict[str, Reservation] = {}    # VC -> reservation of its blocked head
+        self._failed: dict[str, tuple[bool, int]] = {}   # job -> memo of its last failed backfill placement
+        self._walked: dict[str, tuple[str, int, int, int]] = {}   # VC -> what its last walk read
+
+    # ------------------------------------------------------------------ estimates
+
+    def remaining(self, rec: JobRecord, now: float) -> float | None:
+        """Seconds ``rec`` still runs (from now if it has not started), or None when unknown."""
+        if self.estimates == "none":
+            return None
+        if rec.state is JobState.PREEMPTING and rec.grace_deadline is not None:
+            return max(0.0, rec.grace_deadline - now)
+        return self.estimator.remaining_for(rec, now, oracle=self.estimates == "oracle")
+
+    # ------------------------------------------------------------------ the reservation
+
+    def reservation(self, head: JobRecord, now: float) -> Reservation:
+        eng = self.eng
+        vc = head.request.vc
+        key = (eng._held_ver[vc], eng._vver[vc])
+        res = self._res.get(vc)
+        if (res is not None and res.head == head.job_id and res.key == key
+                and (res.start is None or res.start >= now)):
+            return res
+        res = Reservation(head.job_id, vc, key=key, counts=head.level is None and max(head.pod_gpus) <= 1)
+        chains = [head.chain] if head.chain is not None else list(eng.spec.chains)
+        cap = max(eng._vc_cap[vc][c] for c in chains)
+        if cap < head.gpus:
+            res.never = f"VC {vc} now holds {cap} GPUs, it asks {head.gpus}"
+        else:
+            why = eng.alloc.why_never(vc, head.pod_gpus, chain=head.chain, within_level=head.level)
+            if why:
+                res.never = why
+        if not res.never:
+            best: tuple[float, int] | None = None
+            for c in chains:
+                got = self._shadow(head, c, now)
+                if got is not None and (best is None or got[0] < best[0]):
+                    best = got
+            if best is not None:
+                res.start, res.extra = best
+        self._res[vc] = res
+        return res
+
+    def _shadow(self, head: JobRecord, chain: str, now: float) -> tuple[float, int] | None:
+        """(time the VC's free GPUs in ``chain`` first cover the head, GPUs free then beyond
+        its need), from the estimated ends of the VC's guaranteed holders there; None when
+        a holder without an estimate could change it."""
+        eng = self.eng
+        vc = head.request.vc
+        free = eng._vc_cap[vc][chain] - eng._vc_used[vc][chain]
+        marks = self.preemptible.get(vc, {})
+        ends: list[tuple[float, int]] = []
+        for jid in eng._held[vc]:
+            r = eng._jobs[jid]
+            if r.opportunistic or r.bound_chain != chain:
+                continue
+            mark = marks.get(jid)
+            if mark is not None and mark is r.placement:
+                ends.append((now, r.gpus))     # the head takes these back when it can run
+                continue
+            left = self.remaining(r, now)
+            if left is None:
+                return None
+            ends.append((now + left, r.gpus))
+        ends.sort()
+        k = 0
+        while free < head.gpus and k < len(ends):
+            t = ends[k][0]
+            while k < len(ends) and ends[k][0] == t:
+                free += ends[k][1]
+                k += 1
+        if free < head.gpus:
+            return None
+        start = ends[k - 1][0] if k else now
+        return start, free - head.gpus
+
+    # ------------------------------------------------------------------ later jobs
+
+    def admit(self, res: Reservation, rec: JobRecord, now: float) -> tuple[str, str]:
+        """How ``rec`` (behind ``res``'s head) may start now: ("plain" | "preemptible" | "",
+        why). "" means it waits."""
+        if res.never:
+            return "plain", ""
+        left = self.remaining(rec, now)
+        if res.start is not None:
+            if left is not None and now + left <= res.start:
+                return "plain", ""
+            if rec.gpus <= res.extra and res.counts:
+                return "plain", ""
+            if left is not None:
+                return "", (f"backfill: it would end at {at(now + left, now)}, after the reservation of "
+                            f"{res.head} at {at(res.start, now)}, and the VC has {res.extra} GPUs to spare then")
+        return "preemptible", ""
+
+    def try_start(self, rec: JobRecord, res: Reservation, now: float, out: list[Decision]) -> str:
+        """Place ``rec`` on its VC's free cells if the reservation allows; "" when it started,
+        else why it waits."""
+        eng = self.eng
+        vc = rec.request.vc
+        if not rec.request.job_class.guaranteed:
+            return "opportunistic jobs are not backfilled"
+        if eng.vc_free(vc, rec.chain) < rec.gpus:
+            return ""
+        how, why = self.admit(res, rec, now)
+        if not how:
+            return why
+        glob = not eng._isolated or not (rec.default_share and eng._nondefault == 0)
+        ver = eng._gver if glob else eng._vver[vc]
+        if self._failed.get(rec.job_id) == (glob, ver):
+            return ""
+        eng.stats["attempts"] += 1
+        grant = eng._place(rec, opportunistic=False)
+        if grant is None:
+            self._failed[rec.job_id] = (glob, ver)
+            return ""
+        self._failed.pop(rec.job_id, None)
+        eng._bind(rec, grant, now, out)
+        if how == "preemptible":
+            self.preemptible.setdefault(vc, {})[rec.job_id] = rec.placement
+        elif res.start is not None and rec.gpus <= res.extra:
+            left = self.remaining(rec, now)
+            if left is None or now + left > res.start:
+                res.extra -= rec.gpus
+        eng.stats["backfilled"] = eng.stats.get("backfilled", 0) + 1
+        return "backfilled"
+
+    # ------------------------------------------------------------------ the round
+
+    def walk(self, head: JobRecord, tried: bool, order: Iterator[str], now: float, out: list[Decision],
+             done: list[str], new_head: bool) -> None:
+        """The rest of a VC's queue behind the blocked ``head``, in order: start what the
+        reservation allows (appended to ``done``), explain the others."""
+        eng = self.eng
+        vc = head.request.vc
+        # nothing the walk reads changed since the last one (no release that matters to the
+        # VC, no job bound in it, nothing enqueued, same head): it would decide the same
+        glob = not eng._isolated or eng._nondefault > 0
+        key = (head.job_id, eng._gver if glob else eng._vver[vc], eng._held_ver[vc], eng._next_key)
+        if not tried and not new_head and self._walked.get(vc) == key:
+            return
+        if tried:
+            self.reclaim(head, now, out)
+        if head.request.job_class.guaranteed:
+            res = self.reservation(head, now)
+        else:
+            res = Reservation(head.job_id, vc, never="it runs only opportunistically")
+        explain = eng._explain
+        if explain and (tried or new_head):
+            head.explain_wait(_join(head.wait_reason, holds(res, now)))
+        text = passing(res, now) if explain else ""
+        # victims are leaving for the head (reclaimed here, or BE jobs its preemption policy
+        # chose): what they free is the head's, so nothing passes it meanwhile
+        leaving = bool(head.policy_victims)
+        examined = 0
+        free = eng.vc_free(vc)
+        for jid in order:
+            rec = eng._jobs[jid]
+            if rec.not_before > now:
+                continue        # in retry back-off (its reason says so)
+            if leaving or examined >= MAX_TRIED or free <= 0:
+                if not (explain and new_head):
+                    break
+                rec.explain_wait(text)
+                continue
+            examined += 1
+            eng._relax(rec, now)
+            why = self.try_start(rec, res, now, out) if rec.gpus <= free else ""
+            if why == "backfilled":
+                done.append(jid)
+                free = eng.vc_free(vc)
+            elif explain:
+                rec.explain_wait(_join(text, why))
+        self._walked[vc] = (head.job_id, eng._gver if glob else eng._vver[vc], eng._held_ver[vc], eng._next_key)
+        if explain and done and head.state is JobState.QUEUED:
+            # backfilled jobs now hold the VC's cells: the head's line names its holders
+            head.explain_wait(_join(explain_job(eng, head, now), holds(res, now)))
+
+    # ------------------------------------------------------------------ the head takes its cells back
+
+    def reclaim(self, head: JobRecord, now: float, out: list[Decision]) -> None:
+        """``head`` was tried and failed: preempt the VC's preemptible backfilled jobs (latest
+        first) when they, with the VC's free GPUs, cover it."""
+        vc = head.request.vc
+        marks = self.preemptible.get(vc)
+        if head.policy_victims or not marks or not head.request.job_class.guaranteed:
+            return
+        eng = self.eng
+        mine: list[JobRecord] = []
+        for j, placement in list(marks.items()):
+            r = eng._jobs.get(j)
+            if r is None or r.placement is not placement or r.state not in HOLDING:
+                del marks[j]         # ended, preempted or started again since
+            elif r.state is not JobState.PREEMPTING and not r.opportunistic:
+                mine.append(r)
+        if not mine:
+            return
+        chains = [head.chain] if head.chain is not None else list(eng.spec.chains)
+        for c in chains:
+            free = eng._vc_cap[vc][c] - eng._vc_used[vc][c]
+            pick: list[JobRecord] = []
+            for r in reversed(mine):          # latest backfilled first
+                if free >= head.gpus:
+                    break
+                if r.bound_chain == c:
+                    pick.append(r)
+                    free += r.gpus
+            if free >= head.gpus and pick:
+                head.policy_victims = [r.job_id for r in pick]
+                for r in pick:
+                    eng._pwaiters.setdefault(r.job_id, set()).add(head.job_id)
+                    eng._preempt(r, now, f"backfilled ahead of {head.job_id}, which takes its cells back", out)
+                return
+
+    def forget(self, job_id: str) -> None:
+        """Drop what is kept about an ended job the engine forgets."""
+        for marks in self.preemptible.values():
+            marks.pop(job_id, None)
+        self._failed.pop(job_id, None)
+        self.estimator.forget(job_id)
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a and b else (a or b)
+
+
+def holds(res: Reservation, now: float) -> str:
+    """What the blocked head's line adds about its reservation."""
+    if res.never:
+        return f"it cannot fit its VC's current cells ({res.never}): later jobs of the VC start ahead of it"
+    if res.start is None:
+        return ("it holds a reservation on its VC's cells (end times unknown): later jobs may start "
+                "ahead of it only as jobs it preempts when it can run")
+    return (f"it holds a reservation on its VC's cells from {at(res.start, now)}: later jobs start ahead "
+            "of it only if they end by then or use GPUs it will not need")
+
+
+def passing(res: Reservation, now: float) -> str:
+    """The line of a job behind a blocked head that did not start."""
+    if res.never:
+        return (f"behind {res.head}, which cannot fit VC {res.vc}'s current cells; "
+                "it starts ahead of it once its VC's free cells fit it")
+    when = f"from {at(res.start, now)}" if res.start is not None else "(end times unknown)"
+    return (f"behind {res.head}, the head of VC {res.vc}'s queue, which holds a reservation {when}; "
+            "backfill: it starts ahead of it once it fits its VC's free cells without delaying it")

@@ -1,0 +1,46 @@
+"""The job table every door prints (``hived jobs``, ``%gpu_jobs``): one set of columns, one
+spelling of each cell."""
+from __future__ import annotations
+
+import time
+
+from hived.core.jobs import class_text
+
+from .terminal_text import table, visible
+
+HEADERS = ["ID", "NAME", "USER", "VC", "CLASS", "STATE", "GPUS", "PLACEMENT", "PREEMPTED", "AGE"]
+SHRINK = ("NAME", "STATE", "PLACEMENT")
+
+
+def ago(t: float | None, now: float | None = None) -> str:
+    if not t:
+        return "-"
+    s = max(0.0, (time.time() if now is None else now) - t)
+    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.0f}h"
+
+
+def state_text(j: dict, short: bool = False) -> str:
+    """The state in words: queue position and the reason it waits when queued
+    (``short``: ``queued #2: reason`` for tables)."""
+    text = j["state"]
+    if j.get("queue_position") is not None:
+        text += f" #{j['queue_position']}" if short else f", position {j['queue_position']} in the queue"
+    if j.get("wait_reason") and j["state"] in ("queued", "placed"):
+        text += f": {visible(j['wait_reason'])}" if short else f" ({visible(j['wait_reason'])})"
+    return text
+
+
+def placement_text(p: dict | None) -> str:
+    if not p:
+        return "-"
+    return " ".join(f"{q['node']}:{','.join(map(str, q['gpus']))}" for q in p["pods"])
+
+
+def job_rows(jobs: list[dict]) -> list[list]:
+    return [[j["id"], j["name"] or "-", j["user"], j["vc"], class_text(j).upper(), state_text(j, short=True),
+             j["gpus"], placement_text(j["placement"] or j.get("last_placement")), j["preemptions"],
+             ago(j["submitted"])] for j in jobs]
+
+
+def jobs_table(jobs: list[dict], width: int | None = None) -> str:
+    return table(job_rows(jobs), HEADERS, width, SHRINK)

@@ -39,8 +39,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .engine_control import EngineControl
 from .engine_backfill import Backfill
+from .engine_control import EngineControl
 from .engine_events import EngineEvents
 from .engine_reasons import behind, explain
 from .engine_records import JobRecord

@@ -25,8 +25,10 @@ def idle_spec(seconds: float) -> str:
 @pytest.fixture(scope="module")
 def hived_serve(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hived-kernels")
-    # as root the local launcher runs each VC's jobs under an account of its own, kernels included
-    proc, info = start_server(tmp, tick=0.1, spec_text=DEMO_SPEC, args=("--trust-user-header",))
+    # as root the local launcher would run each VC's jobs under an account of its own, which cannot
+    # reach this checkout's python under /root: jobs run as the server's account
+    proc, info = start_server(tmp, tick=0.1, spec_text=DEMO_SPEC, job_account="server",
+                              args=("--trust-user-header",))
     info["proc"], info["tmp"] = proc, tmp
     yield info
     stop_server(proc)

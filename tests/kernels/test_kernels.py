@@ -47,7 +47,7 @@ def test_the_kernel_shows_as_a_kernel_in_hived_jobs_gpu_jobs_and_metrics(env, hi
         capsys.readouterr()
         shell.run_line_magic("gpu_jobs", "--vc research --state running")
         line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(job_id))
-        assert " te/kernel " in line
+        assert " TE/KERNEL " in line      # %gpu_jobs prints the table of `hived jobs`
         metrics = requests.get(hived_serve["url"] + "hived/api/metrics", timeout=30,
                                headers={"Authorization": f"token {hived_serve['token']}"}).text
         assert 'hived_kernel_jobs{state="running",vc="research"} 1.0' in metrics

@@ -13,6 +13,7 @@ FOLDERS = {
     "hived.jupyter_ext": "jupyter_ext",
     "hived.mlflow_plugin": "mlflow_plugin",
     "hived.k8s": "k8s",
+    "hived.kernels": "kernels",
     "hived.testing": "testing",
 }
 

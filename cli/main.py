@@ -32,6 +32,7 @@ COMMANDS = [
     ("vc", "show VC views and usage"),
     ("gc", "remove finished jobs a VC's retention policy lets go of; set the policy (admins)"),
     ("exchange", "post and inspect cell exchange offers and requests"),
+    ("kernelspec", "install, list or remove Jupyter kernels that run as TE jobs of a VC"),
     ("discover", "read this machine's GPUs with NVML and write a cell spec"),
     ("simulate", "replay a trace or a synthetic workload through the engine"),
 ]

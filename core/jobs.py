@@ -68,6 +68,15 @@ ACTIVE: frozenset[JobState] = frozenset(JobState) - TERMINAL
 EXITED: frozenset[JobState] = frozenset({JobState.SUCCEEDED, JobState.FAILED})
 
 
+KERNEL_LABEL = "kernel"   # the label of a job that is a Jupyter kernel (hived.kernels); value: the kernel id
+
+
+def class_text(job: dict[str, Any]) -> str:
+    """A job's class as every door shows it (wire form in): ``te``, ``be``, ``opportunistic``,
+    and ``te/kernel`` for a Jupyter kernel."""
+    return str(job["job_class"]) + ("/kernel" if KERNEL_LABEL in (job.get("labels") or {}) else "")
+
+
 def state_values(states: frozenset[JobState]) -> tuple[str, ...]:
     """The states' wire names, in the enum's order (for doors that speak JSON)."""
     return tuple(s.value for s in JobState if s in states)

@@ -3,7 +3,7 @@
 The YAML follows hivedscheduler's shape (``physicalCluster.cellTypes``,
 ``physicalCluster.physicalCells``, ``virtualClusters``) with extensions:
 per-VC ``users``/``admins``/``groups``/``adminGroups``/``weight``/
-``maxPreemptions``/``account``, and cluster ``admins``, ``adminGroups`` and
+``maxPreemptions``/``account``/``kernelIdleTimeout``, and cluster ``admins``, ``adminGroups`` and
 ``accounts`` (groups are JupyterHub groups, see docs/jupyterhub.md). See docs/spec.md for the format.
 
 Loading happens in three passes. A walk over the plain YAML values refuses
@@ -183,6 +183,8 @@ class VCSpec:
     opportunistic_grace: float = DEFAULT_OPPORTUNISTIC_GRACE  # most grace a borrower of its cells gets
     max_grace: float = DEFAULT_MAX_GRACE                      # most grace a BE job preempted for a TE job gets
     account: str | None = None          # Unix account its jobs run as in local mode (a name, uid or uid:gid)
+    # seconds a Jupyter kernel job of this VC may run no cell before hived releases it; None: never
+    kernel_idle_timeout: float | None = None
     admission: Admission = field(default_factory=Admission)   # submission limits (service/admission.py)
     queue_policy: str | None = None     # queuePolicy: how its queue is ordered (fifo|allox); None: the engine's
 
@@ -570,6 +572,8 @@ class _Builder:
             vc.max_grace = float(raw.get("maxGrace", DEFAULT_MAX_GRACE))
             if "account" in raw:
                 vc.account = str(raw["account"])
+            if "kernelIdleTimeout" in raw:
+                vc.kernel_idle_timeout = float(raw["kernelIdleTimeout"])
             if "admission" in raw:
                 vc.admission = Admission(**{Admission.KEYS[k]: v for k, v in raw["admission"].items()})
             vc.queue_policy = _queue_policy(raw, base)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable
 
+from hived.core.jobs import class_text
+
 # one hue per VC (by sorted name); the shade says the priority
 PALETTE = ["#268bd2", "#859900", "#d33682", "#b58900", "#6c71c4", "#2aa198", "#cb4b16", "#7f8c8d"]
 PRIORITY_NAMES = {"te": "guaranteed TE", "be": "guaranteed BE", "opportunistic": "opportunistic"}
@@ -168,7 +170,7 @@ def jobs_html(jobs: list[dict], title: str) -> str:
         f'<tr class="hived-job-row" data-id="{esc(j["id"])}" data-state="{esc(j["state"])}">'
         f'<td>{esc(j["id"])}</td><td style="color:{STATE_COLOURS.get(j["state"], "#000")}">{esc(j["state"])}</td>'
         f'<td>{esc(j.get("queue_position") if j.get("queue_position") is not None else "")}</td>'
-        f'<td>{esc(j["vc"])}</td><td>{esc(j["user"])}</td><td>{esc(j["job_class"])}</td>'
+        f'<td>{esc(j["vc"])}</td><td>{esc(j["user"])}</td><td>{esc(class_text(j))}</td>'
         f'<td>{esc(j.get("gpus"))}</td><td>{esc(fmt_seconds(elapsed(j)))}</td>'
         f'<td>{esc(j.get("name") or "")}</td><td>{esc(placement_text(j))}</td>'
         f'<td class="hived-wait">{esc(j.get("wait_reason") or "")}</td></tr>'

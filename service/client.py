@@ -266,6 +266,10 @@ class HivedClient:
     def cancel(self, job_id: str) -> dict:
         return self._call("POST", f"jobs/{_seg(job_id)}/cancel", body={})
 
+    def kernel_activity(self, job_id: str) -> dict:
+        """A kernel job ran a cell now (its provisioner says so): the VC's idle release counts from here."""
+        return self._call("POST", f"jobs/{_seg(job_id)}/activity", body={})
+
     def control(self, job_id: str, action: str) -> dict:
         """``hold``, ``release`` or ``requeue`` a job."""
         return self._call("POST", f"jobs/{_seg(job_id)}/{_seg(action)}", body={})

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from hived.core.jobs import class_text
+
 from .terminal_text import table, visible
 
 HEADERS = ["ID", "NAME", "USER", "VC", "CLASS", "STATE", "GPUS", "PLACEMENT", "PREEMPTED", "AGE"]
@@ -35,7 +37,7 @@ def placement_text(p: dict | None) -> str:
 
 
 def job_rows(jobs: list[dict]) -> list[list]:
-    return [[j["id"], j["name"] or "-", j["user"], j["vc"], j["job_class"].upper(), state_text(j, short=True),
+    return [[j["id"], j["name"] or "-", j["user"], j["vc"], class_text(j).upper(), state_text(j, short=True),
              j["gpus"], placement_text(j["placement"] or j.get("last_placement")), j["preemptions"],
              ago(j["submitted"])] for j in jobs]
 

@@ -12,7 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from hived.core.exchange_types import ExchangeState
 from hived.core.jobs import HOLDING as _HOLDING
-from hived.core.jobs import JobState
+from hived.core.jobs import KERNEL_LABEL, JobState
 
 from .views import loans, spec_gpus
 
@@ -50,6 +50,9 @@ class _StateCollector:
                                         "survives restarts and gc)", labels=["vc"])
         preempted = CounterMetricFamily("hived_preemptions", "Preemptions carried out, by the preempted job's VC "
                                         "(from the journal: survives restarts and gc)", labels=["vc"])
+        kernels = GaugeMetricFamily("hived_kernel_jobs", "Jobs that are Jupyter kernels (label 'kernel'), by VC "
+                                    "and state", labels=["vc", "state"])
+        kernel_counts: dict = {}
         with svc._lock:
             vcs = sorted(svc.spec.vcs)
             counts: dict = {(vc, s.value): 0 for vc in vcs for s in JobState}
@@ -60,6 +63,8 @@ class _StateCollector:
             for rec in svc.eng.jobs():
                 vc = rec.request.vc
                 counts[(vc, rec.state.value)] = counts.get((vc, rec.state.value), 0) + 1
+                if KERNEL_LABEL in rec.request.labels:
+                    kernel_counts[(vc, rec.state.value)] = kernel_counts.get((vc, rec.state.value), 0) + 1
                 subs[vc] = subs.get(vc, 0) + 1
                 pre[vc] = pre.get(vc, 0) + rec.preemptions
                 if rec.state in _HOLDING:
@@ -78,7 +83,9 @@ class _StateCollector:
             jobs.add_metric([vc, state], n)
         for (vc, cls, cells), n in sorted(used.items()):
             gpus.add_metric([vc, cls, cells], n)
-        yield from (queue, jobs, gpus, total, spec_total, submitted, preempted, *exchange)
+        for (vc, state), n in sorted(kernel_counts.items()):
+            kernels.add_metric([vc, state], n)
+        yield from (queue, jobs, gpus, total, spec_total, submitted, preempted, kernels, *exchange)
         yield GaugeMetricFamily("hived_unhealthy_gpus", "GPUs (or whole nodes) marked unhealthy",
                                 value=unhealthy)
         yield GaugeMetricFamily("hived_degraded", "1 while the journal cannot be written", value=int(degraded))

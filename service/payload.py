@@ -254,6 +254,7 @@ def job_dict(rec: JobRecord, queue_position: int | None = None, estimated: dict 
         "command": req.command, "gpus": rec.gpus, "pods": len(rec.pod_gpus) or req.total_pods,
         "affinity": req.affinity.value, "grace_period": req.grace_period,
         "workdir": req.workdir, "chain": req.chain, "k8s_template": req.k8s_template,
+        "labels": dict(req.labels),
         "placement": None if p is None else {
             "chain": p.chain, "opportunistic": p.opportunistic,
             "pods": [{"rank": q.rank, "node": q.node, "gpus": list(q.gpus)} for q in p.pods]},

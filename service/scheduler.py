@@ -57,6 +57,7 @@ from .degraded import ServiceDegraded
 from .estimates import estimate_view
 from .exchange import ExchangeMixin, make_arbiter
 from .job_ids import JobIds, JobIdsError
+from .kernel_idle import KernelIdleMixin
 from .launch_queue import LaunchQueue
 from .launcher import Launcher, LauncherEvent
 from .metrics import ServiceMetrics
@@ -155,7 +156,7 @@ def _load_spec(spec):
     return spec if hasattr(spec, "chains") else load_spec(spec)
 
 
-class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin):
+class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, KernelIdleMixin):
     def __init__(self, spec_path, data_dir, launcher: str | Launcher = "local", tick_seconds: float = 0.5,
                  *, store: Store | None = None, synchronous: str = "FULL",
                  queue_policy: str = "fifo", preemption_policy: str = "fitgpp",
@@ -217,6 +218,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin):
             self.spec = _load_spec(kept)
         self._load_retention()
         self._load_quota()
+        self._kernel_idle_init(self.clock())
         self.eng = self._new_engine(self.spec)
         self._arb = make_arbiter(self.eng)   # cell exchange (service/exchange.py); _recover loads its state
         # this machine's GPUs, when the spec names this host (a spec from `hived discover`)
@@ -568,6 +570,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin):
         self._pending.extend(decisions)
         if self._flush(now, also=touched):
             self._gc_tick(now)
+            self._kernel_idle_tick(now)
         self._next_wakeup = self.eng.next_wakeup()
         return [{"kind": d.kind.value, "job_id": d.job_id, "reason": d.reason} for d in decisions]
 

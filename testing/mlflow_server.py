@@ -45,27 +45,30 @@ virtualClusters:
 
 
 def start_server(tmp: Path, tick: float = 0.5, timeout: float = 60.0, port: int = 0,
-                 job_account: str | None = None):
+                 job_account: str | None = None, spec_text: str | None = None,
+                 extra_env: dict | None = None, args: tuple[str, ...] = ()):
     """(process, {"url","token","pid","data_dir"}) of a fresh `hived serve` under ``tmp``.
 
     ``port``: 0 picks a free one. ``job_account``: ``$HIVED_JOB_ACCOUNT`` for the server
     (None: the caller's environment decides; as root the default runs jobs under a uid
-    of their own, which must reach the python, the project and the tracking store)."""
+    of their own, which must reach the python, the project and the tracking store).
+    ``spec_text``: another cluster spec than the one-node one; ``extra_env``: more of the
+    server's environment; ``args``: more `hived serve` options."""
     tmp = Path(tmp)
     spec = tmp / "cluster.yaml"
-    spec.write_text(spec_yaml(current_user()))
+    spec.write_text(spec_text if spec_text is not None else spec_yaml(current_user()))
     data = tmp / "hived-data"
     bindir = os.path.dirname(sys.executable)
     # jobs run `python ...`: the one of this environment, which has mlflow
     env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
-           "HIVED_TOKEN": "hived-dev-" + os.urandom(8).hex()}
+           "HIVED_TOKEN": "hived-dev-" + os.urandom(8).hex(), **(extra_env or {})}
     env.pop("HIVED_URL", None)
     if job_account is not None:
         env["HIVED_JOB_ACCOUNT"] = job_account
     log_path = tmp / "serve.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen([os.path.join(bindir, "hived"), "serve", "--spec", str(spec),
-                                 "--data-dir", str(data), "--port", str(port), "--tick", str(tick)]
+                                 "--data-dir", str(data), "--port", str(port), "--tick", str(tick), *args]
                                 + (["--allow-root"] if os.geteuid() == 0 else []),
                                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     info_path = data / "server.json"

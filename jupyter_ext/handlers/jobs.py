@@ -67,6 +67,16 @@ class CancelHandler(HivedHandler):
             self.reply(await self.run(self.svc.cancel, job_id, self.username, self.groups))
 
 
+class ActivityHandler(HivedHandler):
+    """A kernel job ran a cell (its provisioner reports it): idle release counts from now."""
+
+    async def post(self, job_id: str):
+        await self.json_body("Activity", required=False)
+        await self.job_or_404(job_id, "write")
+        with service_errors(f"jobs/{job_id}"):
+            self.reply(await self.run(self.svc.kernel_activity, job_id, self.username, self.groups))
+
+
 class ControlHandler(HivedHandler):
     """POST jobs/{id}/hold | release | requeue (who may: as for a cancel)."""
 

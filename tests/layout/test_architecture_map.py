@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-FOLDERS = ("core", "service", "cli", "reports", "jupyter_ext", "mlflow_plugin", "k8s", "testing")
+FOLDERS = ("core", "service", "cli", "reports", "jupyter_ext", "mlflow_plugin", "k8s", "kernels", "testing")
 MAP = REPO / "docs" / "architecture.md"
 _NAMED = re.compile(r"`((?:" + "|".join(FOLDERS) + r")/[\w/]*\.py)`")
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCT = ["core", "service", "cli", "reports", "jupyter_ext", "mlflow_plugin", "k8s"]
+PRODUCT = ["core", "service", "cli", "reports", "jupyter_ext", "mlflow_plugin", "k8s", "kernels"]
+KERNELS_ALLOWED = {"cli/cmd_kernelspec.py"}   # `hived kernelspec` is the front end of hived.kernels.kernelspecs
 JUPYTER_ALLOWED = {"cli/cmd_serve.py"}    # `hived serve` starts the Jupyter server itself
 
 
@@ -68,14 +69,21 @@ def test_core_imports_only_core():
     assert _offenders(["core"], banned) == []
 
 
-@pytest.mark.parametrize("folder", ["service", "cli", "reports", "mlflow_plugin", "k8s", "testing"])
+@pytest.mark.parametrize("folder", ["service", "cli", "reports", "mlflow_plugin", "k8s", "kernels", "testing"])
 def test_nothing_outside_jupyter_ext_imports_it(folder):
     assert _offenders([folder], ["hived.jupyter_ext"], JUPYTER_ALLOWED) == []
 
 
 def test_the_service_does_not_import_its_doors():
-    banned = ["hived.cli", "hived.jupyter_ext", "hived.mlflow_plugin", "hived.k8s", "hived.reports"]
+    banned = ["hived.cli", "hived.jupyter_ext", "hived.mlflow_plugin", "hived.k8s", "hived.kernels", "hived.reports"]
     assert _offenders(["service"], banned) == []
+
+
+def test_the_kernels_import_only_core_and_service_and_only_hived_kernelspec_imports_them():
+    others = ["hived.cli", "hived.jupyter_ext", "hived.mlflow_plugin", "hived.k8s", "hived.reports", "hived.testing"]
+    assert _offenders(["kernels"], others) == []
+    doors = ["service", "cli", "reports", "jupyter_ext", "mlflow_plugin", "k8s", "core"]
+    assert _offenders(doors, ["hived.kernels"], KERNELS_ALLOWED) == []
 
 
 def test_no_product_package_imports_the_test_harnesses():

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hived.core.engine import RequestError
-from hived.core.jobs import JobState
+from hived.core.jobs import TERMINAL, JobState
 
 from .mixin_host import MixinHost
 from .payload import job_dict
@@ -65,5 +65,5 @@ class ControlMixin(MixinHost):
             rec = self.eng.find(dep)
             if rec is None or not self.access.may_see_job(user, rec.request.vc, rec.request.user, groups):
                 raise RequestError("after", f"unknown job {dep!r}")
-            if rec.state in (JobState.FAILED, JobState.CANCELLED):
+            if rec.state in TERMINAL and rec.state is not JobState.SUCCEEDED:
                 raise RequestError("after", f"{dep} {rec.state.value}: a job after it would never start")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from hived.core.jobs import class_text
+from hived.core.jobs import WAITING, class_text, state_values
 
 from .terminal_text import table, visible
 
@@ -25,7 +25,7 @@ def state_text(j: dict, short: bool = False) -> str:
     text = j["state"]
     if j.get("queue_position") is not None:
         text += f" #{j['queue_position']}" if short else f", position {j['queue_position']} in the queue"
-    if j.get("wait_reason") and j["state"] in ("queued", "placed"):
+    if j.get("wait_reason") and j["state"] in state_values(WAITING):
         text += f": {visible(j['wait_reason'])}" if short else f" ({visible(j['wait_reason'])})"
     return text
 

@@ -75,6 +75,9 @@ def test_health_replay_gives_the_verdicts_the_machine_gave():
 def test_the_service_binds_jobs_by_the_h100s_uuid_from_the_replay(tmp_path, monkeypatch):
     from hived.service.scheduler import SchedulerService
     monkeypatch.setenv("HIVED_NVML_REPLAY", str(CAPTURE / "capture-serve.jsonl"))
+    # this suite's Python lives where a per-VC account cannot reach it (under /root in CI): the job
+    # runs as the server's account; on the machine itself the jobs ran as the VC's own uid
+    monkeypatch.setenv("HIVED_JOB_ACCOUNT", "server")
     spec = dict(MACHINE["spec"])
     spec["virtualClusters"] = {"default": {**MACHINE["spec"]["virtualClusters"]["default"], "users": ["ann"]}}
     svc = SchedulerService(spec, tmp_path / "data", tick_seconds=0.05).start()

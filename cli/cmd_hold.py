@@ -42,13 +42,6 @@ def run(args, backend, action: str) -> int:
 
 
 def said(j: dict, action: str) -> str:
-    if action == "hold":
-        return f"held (by {cs.visible(j.get('held_by') or '?')}); hived release {j['id']} lets it start"
-    if action == "release":
-        return f"released; {j['state']}" + (f", queue position {j['queue_position'] + 1}"
-                                            if j.get("queue_position") is not None else "")
-    grace = j.get("grace_period") or 0
-    if j["state"] == "preempting":
-        return (f"stopping: SIGTERM sent, SIGKILL in {grace:g} s if still running; then queued again"
-                if grace else "stopping: its processes are being killed; then queued again")
-    return f"{j['state']} (queued again at the head of its VC's queue)"
+    """What a hold, release or requeue did, in words (service/job_table.py, shared with the magics)."""
+    from hived.service.job_table import control_said
+    return control_said(j, action)

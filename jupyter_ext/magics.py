@@ -240,6 +240,29 @@ class HivedMagics(Magics):
         from hived.cli.cmd_cancel import said
         print(f"{job['id']}: {said(job)}")
 
+    def _control(self, line: str, action: str) -> None:
+        from hived.service.job_table import control_said
+        try:
+            job = self.client.control(self._job_id(line), action)
+        except HivedError as exc:
+            return self._fail(exc)
+        print(f"{job['id']}: {control_said(job, action)}")
+
+    @line_magic
+    def gpu_hold(self, line: str):
+        """%gpu_hold [job_id] - keep a queued job from starting; it keeps its place (as hived hold)."""
+        self._control(line, "hold")
+
+    @line_magic
+    def gpu_release(self, line: str):
+        """%gpu_release [job_id] - let a held job start again from its place (as hived release)."""
+        self._control(line, "release")
+
+    @line_magic
+    def gpu_requeue(self, line: str):
+        """%gpu_requeue [job_id] - stop a running job and queue it again at the head (as hived requeue)."""
+        self._control(line, "requeue")
+
     @line_magic
     def gpu_jobs(self, line: str):
         """%gpu_jobs [--vc V] [--state S] [--owner U] - the jobs you may see."""

@@ -44,3 +44,17 @@ def job_rows(jobs: list[dict]) -> list[list]:
 
 def jobs_table(jobs: list[dict], width: int | None = None) -> str:
     return table(job_rows(jobs), HEADERS, width, SHRINK)
+
+
+def control_said(j: dict, action: str) -> str:
+    """What ``hold``, ``release`` or ``requeue`` did to job ``j`` (its view after the action)."""
+    if action == "hold":
+        return f"held (by {visible(j.get('held_by') or '?')}); hived release {j['id']} lets it start"
+    if action == "release":
+        return f"released; {j['state']}" + (f", queue position {j['queue_position'] + 1}"
+                                            if j.get("queue_position") is not None else "")
+    grace = j.get("grace_period") or 0
+    if j["state"] == "preempting":
+        return (f"stopping: SIGTERM sent, SIGKILL in {grace:g} s if still running; then queued again"
+                if grace else "stopping: its processes are being killed; then queued again")
+    return f"{j['state']} (queued again at the head of its VC's queue)"

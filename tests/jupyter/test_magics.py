@@ -206,3 +206,30 @@ def test_names_are_printed_escaped_and_flags_match_the_cli(ip, capsys):
         assert job["id"] in out and "script" in out, out
     ip.run_line_magic("gpu_submit", "--detach --be --cell-type T-NODE.T-SOCKET --retries 0 --label k=v true")
     assert client.job(magics_of(ip).last_job)["job_class"] == "be"
+
+
+def test_hold_release_and_requeue_magics_say_what_they_did(ip, live_server, capsys):
+    client = live_server.client("alice")
+    # two 4-GPU jobs fill vca's two sockets; a third job queues behind them
+    big, other = (client.submit({"vc": "vca", "command": "sleep 60", "gpus": 4, "job_class": "be"})["id"]
+                  for _ in range(2))
+    later = client.submit({"vc": "vca", "command": "sleep 60", "gpus": 1, "job_class": "be"})["id"]
+    try:
+        deadline = time.monotonic() + 30
+        while {client.job(j)["state"] for j in (big, other)} != {"running"} and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ip.run_line_magic("gpu_hold", later)
+        assert capsys.readouterr().out == f"{later}: held (by alice); hived release {later} lets it start\n"
+        assert client.job(later)["held_by"] == "alice"
+        ip.run_line_magic("gpu_release", later)
+        assert capsys.readouterr().out.startswith(f"{later}: released; ")
+        assert client.job(later)["held_by"] is None
+        ip.run_line_magic("gpu_requeue", big)
+        out = capsys.readouterr()
+        assert out.out.startswith(f"{big}: ") and "queued again" in out.out and out.err == ""
+        ip.run_line_magic("gpu_hold", "j999")                 # one line, as every magic refuses
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "unknown job 'j999'" in err
+    finally:
+        for j in (big, other, later):
+            client.cancel(j)

@@ -83,11 +83,11 @@ class EngineEvents:
         if rec.first_started is None:
             rec.first_started = now
         rec.attempts += 1
-        self._arm_limit(rec, now)
         if rec.state is JobState.PLACED:
             rec.mark_running(now)
         else:   # its grace period (and the timer that ends it) stays as it was
             rec.note(now, "started (already asked to stop)")
+        self._arm_limit(rec, now)   # after the state change: the run's epoch owns the timer
 
     def _release(self, rec: JobRecord, now: float) -> None:
         if rec.placement is None:

@@ -56,7 +56,7 @@ def submit(cli, vc, user, *extra):
 def wait_running(client, job_id, limit=30.0):
     deadline = time.time() + limit
     while client.job(job_id)["state"] != "running":
-        assert time.time() < deadline, client.job(job_id)
+        assert time.time() < deadline, json.dumps(client.job(job_id))
         time.sleep(0.1)
 
 

@@ -22,3 +22,10 @@ def spec_file(tmp_path):
     p = tmp_path / "cluster.yaml"
     p.write_text(yaml.safe_dump(two_vc_spec()))
     return p
+
+
+@pytest.fixture(autouse=True)
+def _job_account(request, monkeypatch):
+    """Served jobs run as the server's account (the reason: testing/job_account.py)."""
+    from hived.testing.job_account import server_account_unless_marked
+    server_account_unless_marked(request, monkeypatch)

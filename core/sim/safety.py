@@ -28,7 +28,9 @@ def vc_room(eng: Engine, rec: JobRecord) -> bool:
     view = alloc.vc_view(vc)
     chains = [rec.chain] if rec.chain is not None else list(eng.spec.chains)
     if isinstance(view, dict):      # quota baseline: {chain: {total, used, free}}
-        return any(c in view and view[c]["free"] >= rec.gpus and _hosts(eng, rec, c) for c in chains)
+        # quota promises a GPU count: nodes too fragmented by others' jobs for the pods are the
+        # breach itself, so only CPUs and memory are asked of the nodes
+        return any(c in view and view[c]["free"] >= rec.gpus and _hosts(eng, rec, c, gpus=False) for c in chains)
     for chain_name in chains:
         chain = eng.spec.chains[chain_name]
         per_level = chain.gpus_per_level
@@ -38,16 +40,20 @@ def vc_room(eng: Engine, rec: JobRecord) -> bool:
     return False
 
 
-def _hosts(eng: Engine, rec: JobRecord, chain: str) -> bool:
-    """Can the pods go on nodes of ``chain`` with the CPUs, memory and GPUs free for them
-    (GPUs held by opportunistic work count as free: a guaranteed job takes them back)?
+def _hosts(eng: Engine, rec: JobRecord, chain: str, gpus: bool = True) -> bool:
+    """Can the pods go on nodes of ``chain`` with the CPUs, memory and (``gpus``) GPUs free for
+    them (GPUs held by opportunistic work count as free: a guaranteed job takes them back)?
     Biggest pods first, each on the node with the most CPUs left that holds it."""
+    share = rec.default_share   # its pods ask no CPUs or memory of their own: their GPUs' share goes with them
+    if share and not gpus:
+        return True
     left = {n: [st.cpus_free, st.memory_free_gb, st.gpus_total - st.guaranteed_gpus]
             for n, st in eng.view.nodes.items() if st.chain == chain}
     for c, m, g in sorted(rec.pod_demands, reverse=True):
         best = None
         for n, (cf, mf, gf) in left.items():
-            if cf + 1e-9 >= c and mf + 1e-9 >= m and gf >= g and (best is None or cf > left[best][0]):
+            enough = share or (cf + 1e-9 >= c and mf + 1e-9 >= m)
+            if enough and (gf >= g or not gpus) and (best is None or cf > left[best][0]):
                 best = n
         if best is None:
             return False

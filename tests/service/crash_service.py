@@ -14,6 +14,8 @@ import sys
 import threading
 import time
 
+import yaml
+
 from hived.service.scheduler import SchedulerService
 
 
@@ -28,7 +30,10 @@ def payload(i: int) -> dict:
 
 
 def main() -> int:
-    spec, data_dir, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    spec_path, data_dir, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    spec = yaml.safe_load(open(spec_path))
+    for vc in spec["virtualClusters"].values():   # submits as fast as it can: past the default rate limits
+        vc["admission"] = {"submitsPerSecond": 100000, "submitsPerSecondPerUser": 100000}
     svc = SchedulerService(spec, data_dir, tick_seconds=0.05,
                            scheme=os.environ.get("HIVED_TEST_SCHEME", "hived"),
                            synchronous=os.environ.get("HIVED_TEST_SYNC", "FULL"))

@@ -94,7 +94,7 @@ def test_other_vcs_jobs_are_refused(hub, tokens):
     hidden = call(hub, tokens["bob"], "GET", f"jobs/{job_id}")
     missing = call(hub, tokens["bob"], "GET", "jobs/j99999")
     assert hidden.status_code == missing.status_code == 404
-    assert hidden.json()["message"].replace(job_id, "ID") == missing.json()["message"].replace("j99999", "ID")
+    assert hidden.json()["error"].replace(job_id, "ID") == missing.json()["error"].replace("j99999", "ID")
     assert call(hub, tokens["bob"], "POST", f"jobs/{job_id}/cancel", json={}).status_code == 404
     assert call(hub, tokens["bob"], "GET", "jobs", params={"vc": "vca"}).status_code == 403
     listed = call(hub, tokens["bob"], "GET", "jobs").json()["jobs"]

@@ -15,18 +15,7 @@ def register(subparsers, summary: str) -> None:
 
 
 def run(args, backend) -> int:
-    out, worst = [], cs.OK
-    for jid in args.jobs:
-        try:
-            out.append(backend.cancel(jid))
-        except Exception as exc:   # keep going with the others; the worst code wins
-            worst = max(worst, cs.error_exit("hived cancel", exc))
-    if args.json:
-        cs.print_json({"jobs": out})
-    else:
-        for j in out:
-            print(f"{j['id']}: {said(j)}")
-    return worst
+    return cs.each_job(args, "hived cancel", backend.cancel, said)
 
 
 def said(j: dict) -> str:

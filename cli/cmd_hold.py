@@ -27,18 +27,8 @@ def register(subparsers, summary: str) -> None:
 
 
 def run(args, backend, action: str) -> int:
-    out, worst = [], cs.OK
-    for jid in args.jobs:
-        try:
-            out.append(backend.control(jid, action))
-        except Exception as exc:   # keep going with the others; the worst code wins
-            worst = max(worst, cs.error_exit(f"hived {action}", exc))
-    if args.json:
-        cs.print_json({"jobs": out})
-    else:
-        for j in out:
-            print(f"{j['id']}: {said(j, action)}")
-    return worst
+    return cs.each_job(args, f"hived {action}", lambda jid: backend.control(jid, action),
+                       lambda j: said(j, action))
 
 
 def said(j: dict, action: str) -> str:

@@ -214,6 +214,23 @@ def guarded(prog: str, body: Callable[[Any, Any], int]) -> Callable[[Any], int]:
     return run
 
 
+def each_job(args, prog: str, act: Callable[[str], dict], said: Callable[[dict], str]) -> int:
+    """Apply ``act`` to every job id of ``args.jobs``, going on past refusals, and print what
+    happened to each (``said``) or the JSON; the worst exit code wins."""
+    out, worst = [], OK
+    for jid in args.jobs:
+        try:
+            out.append(act(jid))
+        except Exception as exc:
+            worst = max(worst, error_exit(prog, exc))
+    if args.json:
+        print_json({"jobs": out})
+    else:
+        for j in out:
+            print(f"{j['id']}: {said(j)}")
+    return worst
+
+
 def print_json(obj) -> None:
     json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=str)
     sys.stdout.write("\n")

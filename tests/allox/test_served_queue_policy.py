@@ -4,9 +4,7 @@ without it (FIFO) starts them in submission order; job views echo the estimate."
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,38 +12,22 @@ import pytest
 import yaml
 
 from hived.service.client import HivedClient
+from hived.testing.served import EXE, served_hived
 
 SPEC = Path(__file__).parents[1] / "service" / "spec_small.yaml"   # vca, vcb: two 4-GPU sockets each
-EXE = [sys.executable, "-m", "hived.cli.main"]
 
 
 @pytest.fixture
 def served(tmp_path):
     doc = yaml.safe_load(SPEC.read_text())
     doc["virtualClusters"]["vca"]["queuePolicy"] = "allox"
-    spec = tmp_path / "cluster.yaml"
-    spec.write_text(yaml.safe_dump(doc))
-    d = tmp_path / "data"
-    env = {k: v for k, v in os.environ.items() if k not in ("HIVED_URL", "HIVED_TOKEN", "HIVED_USER")}
-    env.update(HIVED_SCHEME="hived", HIVED_DATA_DIR=str(d))
-    srv = subprocess.Popen(EXE + ["serve", "--spec", str(spec), "--data-dir", str(d), "--port", "0",
-                                  "--trust-user-header", "--tick", "0.1", "--allow-root"],
-                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.time() + 60
-    while not (d / "server.json").exists():
-        assert srv.poll() is None and time.time() < deadline, srv.stdout.read().decode()[-2000:]
-        time.sleep(0.1)
-
-    def cli(*argv):
-        p = subprocess.run(EXE + list(argv), env=env, capture_output=True, text=True, timeout=60)
-        assert p.returncode == 0, p.stderr
-        return p.stdout.strip()
-    cli.client = lambda user: HivedClient(data_dir=str(d), user=user)
-    try:
+    with served_hived(doc, tmp_path) as env:
+        def cli(*argv):
+            p = subprocess.run(EXE + list(argv), env=env, capture_output=True, text=True, timeout=60)
+            assert p.returncode == 0, p.stderr
+            return p.stdout.strip()
+        cli.client = lambda user: HivedClient(data_dir=env["HIVED_DATA_DIR"], user=user)
         yield cli
-    finally:
-        srv.terminate()
-        srv.wait(timeout=30)
 
 
 def submit(cli, vc, user, *extra):

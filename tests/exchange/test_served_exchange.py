@@ -5,18 +5,17 @@ accepted during the loan and starts at the return, and the doors say what the do
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from hived.testing.served import EXE, served_hived
+
 SPEC = Path(__file__).parents[1] / "service" / "spec_small.yaml"   # two 8-GPU nodes of two 4-GPU sockets
-EXE = [sys.executable, "-m", "hived.cli.main"]
 WINDOW = 20   # seconds: long enough for the commands below, short enough to wait for its end
 
 
@@ -26,27 +25,11 @@ def hived(tmp_path):
     doc["virtualClusters"]["vcb"]["admins"] = ["bea"]
     for vc in ("vca", "vcb"):    # one whole node each
         doc["virtualClusters"][vc]["virtualCells"] = [{"cellType": "T-NODE", "cellNumber": 1}]
-    spec = tmp_path / "cluster.yaml"
-    spec.write_text(yaml.safe_dump(doc))
-    d = tmp_path / "data"
-    env = {k: v for k, v in os.environ.items() if k not in ("HIVED_URL", "HIVED_TOKEN", "HIVED_USER")}
-    env.update(HIVED_SCHEME="hived", HIVED_DATA_DIR=str(d))
-    srv = subprocess.Popen(EXE + ["serve", "--spec", str(spec), "--data-dir", str(d), "--port", "0",
-                                  "--trust-user-header", "--tick", "0.1", "--allow-root"],
-                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.time() + 60
-    while not (d / "server.json").exists():
-        assert srv.poll() is None and time.time() < deadline, srv.stdout.read().decode()[-2000:]
-        time.sleep(0.1)
-
-    def run(*argv):
-        p = subprocess.run(EXE + list(argv), env=env, capture_output=True, text=True, timeout=60)
-        return p.returncode, p.stdout, p.stderr
-    try:
+    with served_hived(doc, tmp_path) as env:
+        def run(*argv):
+            p = subprocess.run(EXE + list(argv), env=env, capture_output=True, text=True, timeout=60)
+            return p.returncode, p.stdout, p.stderr
         yield run
-    finally:
-        srv.terminate()
-        srv.wait(timeout=30)
 
 
 def test_two_admins_trade_a_socket_and_the_lender_keeps_its_queue(hived):

@@ -64,3 +64,17 @@ class FailingCommits:
 
     def __getattr__(self, name):
         return getattr(self._real, name)
+
+
+def scrape(svc) -> dict:
+    """The service's metrics as {(sample name, sorted labels): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+    out = {}
+    for family in text_string_to_metric_families(svc.metrics.text().decode()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(samples, name, **labels):
+    return samples.get((name, tuple(sorted(labels.items()))))

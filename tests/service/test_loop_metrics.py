@@ -2,22 +2,9 @@
 state, GPU use per VC, job class and cells, preemptions, round time and journal commit time."""
 import sys
 
-from prometheus_client.parser import text_string_to_metric_families
-from service_helpers import wait_until
+from service_helpers import scrape, value, wait_until
 
 PY = sys.executable
-
-
-def scrape(svc) -> dict:
-    out = {}
-    for family in text_string_to_metric_families(svc.metrics.text().decode()):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def value(samples, name, **labels):
-    return samples.get((name, tuple(sorted(labels.items()))))
 
 
 def test_metrics_follow_a_preemption_by_a_te_job(make_service):

@@ -3,23 +3,10 @@ restarts), job counts read 0 rather than vanish, cell exchange has its series.""
 import sys
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-from service_helpers import wait_until
+from service_helpers import scrape, value, wait_until
 
 PY = sys.executable
 H = 3600.0
-
-
-def scrape(svc) -> dict:
-    out = {}
-    for family in text_string_to_metric_families(svc.metrics.text().decode()):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def value(samples, name, **labels):
-    return samples.get((name, tuple(sorted(labels.items()))))
 
 
 def test_counters_survive_gc_and_restart_and_counts_read_zero(make_service, tmp_path):

@@ -47,3 +47,14 @@ def rack_alloc(racks: int, vcs: dict, binding: str = "dynamic", **kw) -> Allocat
 def free_counts(alloc: Allocator, chain: str = "RACK") -> list[int]:
     """Physical free list lengths per level (index = level, 0 unused)."""
     return [0] + [len(b) for b in alloc.physical.free[chain][1:]]
+
+
+def victim_setup() -> Allocator:
+    """A guaranteed job ``g`` of A placed over an opportunistic job ``o1`` of B that has not
+    left yet (``o2`` of B fills the other node: every GPU busy)."""
+    a = rack_alloc(1, {"A": {"NODE": 1}, "B": {"NODE": 1}})
+    assert a.place("o1", "B", [4, 4], opportunistic=True).cells == ["n0/0", "n0/1"]
+    assert a.place("o2", "B", [4, 4], opportunistic=True).cells == ["n1/0", "n1/1"]
+    g = a.place("g", "A", [8])
+    assert g.cells == ["n0"] and g.victims == {"o1"}
+    return a

@@ -3,27 +3,16 @@
 Racks of two 8-GPU nodes; levels GPU(1) / PCIe switch(2) / socket(3) / node(4) / rack(5).
 """
 import pytest
-from core_helpers import rack_alloc, rack_doc
+from core_helpers import rack_alloc, rack_doc, victim_setup
 
 from hived.core.allocator import BindingConflict
 from hived.core.spec import load_spec
-
-
-def _victim_setup():
-    """A guaranteed job of A placed over an opportunistic job of B that has not left yet (every GPU busy)."""
-    a = rack_alloc(1, {"A": {"NODE": 1}, "B": {"NODE": 1}})
-    assert a.place("o1", "B", [4, 4], opportunistic=True).cells == ["n0/0", "n0/1"]
-    assert a.place("o2", "B", [4, 4], opportunistic=True).cells == ["n1/0", "n1/1"]
-    g = a.place("g", "A", [8])
-    assert g.cells == ["n0"] and g.victims == {"o1"}
-    return a
-
 
 SHRUNK_A = {"A": {"GPU": 1}, "B": {"NODE": 1}}    # A loses its node: g no longer fits
 
 
 def test_a_victim_of_a_downgraded_job_stays_held_until_it_leaves():
-    a = _victim_setup()
+    a = victim_setup()
     assert a.reconfigure(load_spec(rack_doc(1, SHRUNK_A))) == ["g"]
     g = a.grant_of("g")
     assert g.opportunistic and g.downgraded and g.cells == ["n0"] and g.victims == {"o1"}
@@ -39,7 +28,7 @@ def test_a_victim_of_a_downgraded_job_stays_held_until_it_leaves():
 
 
 def test_a_downgraded_job_stops_waiting_once_its_victim_leaves():
-    a = _victim_setup()
+    a = victim_setup()
     a.reconfigure(load_spec(rack_doc(1, SHRUNK_A)))
     a.release("o1")
     assert a.grant_of("g").victims == set()
@@ -51,7 +40,7 @@ def test_a_downgraded_job_stops_waiting_once_its_victim_leaves():
 
 
 def test_a_guaranteed_job_over_a_downgraded_job_and_its_victim_preempts_both():
-    a = _victim_setup()
+    a = victim_setup()
     a.reconfigure(load_spec(rack_doc(1, SHRUNK_A)))
     h = a.place("h", "B", [8])                                    # B binds a node: both run opportunistic work
     assert h is not None
@@ -60,7 +49,7 @@ def test_a_guaranteed_job_over_a_downgraded_job_and_its_victim_preempts_both():
 
 
 def test_reconfiguring_twice_keeps_the_victim_held():
-    a = _victim_setup()
+    a = victim_setup()
     a.reconfigure(load_spec(rack_doc(1, SHRUNK_A)))
     assert a.reconfigure(load_spec(rack_doc(1, SHRUNK_A))) == []     # g was downgraded already
     assert a.grant_of("g").victims == {"o1"} and a.grant_of("o1") is not None

@@ -3,7 +3,7 @@
 Racks of two 8-GPU nodes; levels GPU(1) / PCIe switch(2) / socket(3) / node(4) / rack(5).
 """
 import pytest
-from core_helpers import rack_alloc, rack_doc
+from core_helpers import rack_alloc, rack_doc, victim_setup
 
 from hived.core.allocator import BindingConflict
 from hived.core.spec import load_spec
@@ -45,18 +45,8 @@ def test_restore_of_a_just_released_gang():
     a.check_invariants()
 
 
-def _victim_setup():
-    """A guaranteed job of A placed over an opportunistic job of B that has not left yet."""
-    a = rack_alloc(1, {"A": {"NODE": 1}, "B": {"NODE": 1}})
-    assert a.place("o1", "B", [4, 4], opportunistic=True).cells == ["n0/0", "n0/1"]
-    assert a.place("o2", "B", [4, 4], opportunistic=True).cells == ["n1/0", "n1/1"]
-    g = a.place("g", "A", [8])
-    assert g.cells == ["n0"] and g.victims == {"o1"}
-    return a
-
-
 def test_reconfigure_keeps_victims_of_a_guaranteed_job():
-    a = _victim_setup()
+    a = victim_setup()
     before = _grants(a)
     assert a.reconfigure(load_spec(rack_doc(1, {"A": {"NODE": 1}, "B": {"NODE": 1}}))) == []
     assert _grants(a) == before                             # g still waits for o1; nothing else moved
@@ -64,7 +54,7 @@ def test_reconfigure_keeps_victims_of_a_guaranteed_job():
 
 
 def test_reconfigure_downgrading_a_job_that_still_waits_for_its_victim():
-    a = _victim_setup()
+    a = victim_setup()
     # A loses its node: g no longer fits and must become opportunistic while o1 still holds its GPUs
     down = a.reconfigure(load_spec(rack_doc(1, {"A": {"GPU": 1}, "B": {"NODE": 1}})))
     assert down == ["g"]
@@ -103,7 +93,7 @@ def test_transfer_through_a_third_vc_never_lends_a_negative_count():
 
 
 def test_restore_refuses_opportunistic_overlap_even_when_forced():
-    a = _victim_setup()
+    a = victim_setup()
     data = a.grant_of("g").to_dict()
     a.release("g")
     with pytest.raises(BindingConflict, match=r"^g: cell n0 already runs opportunistic work$"):

@@ -134,18 +134,18 @@ def _pid_alive(pid: int, start_ticks: int | None) -> bool:
     return start_ticks is None or int(fields[19]) == start_ticks
 
 
-def _marked(mark: str) -> list[int]:
-    """Processes whose environment carries ``HIVED_POD=mark`` (a pod's, wherever they went)."""
-    needle = f"\0HIVED_POD={mark}\0".encode()
+def processes_with_env(name: str, value: str) -> list[int]:
+    """Processes whose environment carries ``name=value`` (a pod's ``HIVED_POD`` mark, wherever
+    its processes went)."""
+    needle = f"\0{name}={value}\0".encode()
     found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/environ", "rb") as f:
-                    if needle in b"\0" + f.read():
-                        found.append(int(name))
-            except OSError:
-                pass
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in b"\0" + f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
     return found
 
 
@@ -541,7 +541,7 @@ class LocalLauncher:
             except (ProcessLookupError, PermissionError):
                 pass
         if pod.mark:
-            for pid in _marked(pod.mark):
+            for pid in processes_with_env("HIVED_POD", pod.mark):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):

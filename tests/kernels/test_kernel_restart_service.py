@@ -23,16 +23,8 @@ def _free_port() -> int:
 
 def _processes_of(job_dir: str) -> list[int]:
     """Processes of one job, known by its folder (job ids repeat across other test runs' services)."""
-    needle = f"\0HIVED_JOB_DIR={job_dir}\0".encode()
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if needle in b"\0" + f.read():
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
+    from hived.service.local_launcher import processes_with_env
+    return processes_with_env("HIVED_JOB_DIR", job_dir)
 
 
 def test_a_killed_and_restarted_service_leaves_no_orphan_kernel(tmp_path, kernel_prefix, monkeypatch):

@@ -155,7 +155,7 @@ def test_other_magics_refusals_are_one_line(ip, capsys, monkeypatch):
     for magic, arg, says in (("gpu_status", "j999", "unknown job 'j999'"),
                              ("gpu_logs", "j999", "unknown job 'j999'"),
                              ("gpu_cancel", "j999", "unknown job 'j999'"),
-                             ("gpu_jobs", "--vc vcb", "not a member")):
+                             ("gpu_jobs", "--vc vcb", "no VC named 'vcb'")):   # as if it did not exist
         ip.run_line_magic(magic, arg)
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and says in err, (magic, err)

@@ -191,16 +191,20 @@ async def test_list_jobs_filters_and_visibility(api, service):
 
     assert await listed("alice") == sorted([a["id"], n["id"]])
     assert await listed("bob") == [b["id"]]
-    assert await listed("eve") == []
     assert await listed("root") == sorted([a["id"], n["id"], b["id"]])
     assert await listed("root", vc="vcb") == [b["id"]]
     assert await listed("alice", user="anna") == [n["id"]]
     assert await listed("alice", state="succeeded") == sorted([a["id"], n["id"]])
     assert await listed("alice", state="queued") == []
+    # another team's VC answers exactly as one that does not exist (no oracle of VC names)
     code, doc = await api("alice", "GET", "jobs", params={"vc": "vcb"})
-    assert_error(code, doc, 403, where="query.vc")
+    assert_error(code, doc, 404, where="query.vc")
+    assert doc["error"] == "no VC named 'vcb'"
     code, doc = await api("alice", "GET", "jobs", params={"vc": "nope"})
     assert_error(code, doc, 404, where="query.vc")
+    assert doc["error"] == "no VC named 'nope'"
+    code, doc = await api("eve", "GET", "jobs")             # in no VC: status and openapi.json only
+    assert_error(code, doc, 403, where="jobs")
     code, doc = await api("alice", "GET", "jobs", params={"state": "sleeping"})
     assert_error(code, doc, 400, where="query.state", says="queued")
 

@@ -31,7 +31,8 @@ def served_hived(spec: dict, folder: Path, start_timeout: float = 60) -> Iterato
         while not (data / "server.json").exists():
             if srv.poll() is not None or time.monotonic() > deadline:
                 srv.kill()
-                raise RuntimeError("hived serve did not start: " + srv.stdout.read().decode()[-2000:])
+                out = srv.stdout.read().decode() if srv.stdout else ""
+                raise RuntimeError("hived serve did not start: " + out[-2000:])
             time.sleep(0.1)
         yield env
     finally:

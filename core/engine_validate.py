@@ -61,8 +61,16 @@ def _bad_pattern(allow: set[str]) -> re.Pattern[str]:
     return pattern
 
 
+def _bad_bytes(allow: set[str]) -> bytes:
+    return "".join(sorted(_CONTROL - allow)).encode("ascii")
+
+
 def _text_problem(value: str, allow: set[str]) -> str | None:
     """What makes ``value`` unusable as a command, name or env entry (its first bad character), else None."""
+    if value.isascii():   # the common case: no surrogate; control bytes found by one C pass
+        data = value.encode("ascii")
+        if len(data.translate(None, _bad_bytes(allow))) == len(data):
+            return None
     found = _bad_pattern(allow).search(value)
     if found is None:
         return None

@@ -55,6 +55,7 @@ from .admission import AdmissionControl
 from .control import ControlMixin
 from .degraded import ServiceDegraded
 from .estimates import estimate_view
+from .fair_queue import FairGate
 from .exchange import ExchangeMixin, make_arbiter
 from .job_ids import JobIds, JobIdsError
 from .kernel_idle import KernelIdleMixin
@@ -206,6 +207,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         except JobIdsError as exc:   # the ids file is part of the journal: damaged means refused
             raise StoreDamaged(str(exc)) from None
         self._pending: list[Decision] = []                 # decisions decided but not yet committed: not acted on
+        self._gate = FairGate()                  # submissions: VCs in turn on to the lock
         self._unsynced: list[Unsynced] = []                # a round's commits awaiting their fsync (round_commit.py)
         self._intents: set[str] = set()          # jobs with a committed cancel intent not yet in their record
         self.degraded: str | None = None      # why the journal cannot be written, while it cannot
@@ -713,7 +715,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
                 check_reach(req, parse_needs(payload))
             except ValueError as e:
                 raise RequestError(getattr(e, "field", "user"), getattr(e, "problem", str(e))) from None
-        with self._lock:
+        with self._gate.turn(req.vc), self._lock:   # VCs in turn on to the lock (fair_queue.py)
             self._authorize_vc(user, req.vc, groups)
             self._check_after(user, req.after, groups)
             self._check_quota(req.vc)

@@ -55,8 +55,8 @@ from .admission import AdmissionControl
 from .control import ControlMixin
 from .degraded import ServiceDegraded
 from .estimates import estimate_view
-from .fair_queue import FairGate
 from .exchange import ExchangeMixin, make_arbiter
+from .fair_queue import FairGate
 from .job_ids import JobIds, JobIdsError
 from .kernel_idle import KernelIdleMixin
 from .launch_queue import LaunchQueue

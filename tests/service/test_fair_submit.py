@@ -59,7 +59,8 @@ def test_the_gate_takes_vcs_in_turn_and_each_vcs_in_order():
     for vc, name in (("a", "a1"), ("a", "a2"), ("a", "a3"), ("b", "b1"), ("c", "c1"), ("b", "b2")):
         waiting.append(threading.Thread(target=enter, args=(vc, name)))
         waiting[-1].start()
-        wait_for(lambda n=len(waiting): gate.waiting == n, f"{name} waits")
+        queued = len(waiting)
+        wait_for(lambda queued=queued: gate.waiting == queued, f"{name} waits")
     release.set()
     for t in [first, *waiting]:
         t.join(30)

@@ -27,6 +27,12 @@ class FairGate:
         self._holder_vc: str | None = None
 
     @property
+    def busy(self) -> bool:
+        """A submission holds the gate."""
+        with self._cond:
+            return self._holder is not None
+
+    @property
     def waiting(self) -> int:
         with self._cond:
             return sum(len(q) for q in self._queues.values())

@@ -28,7 +28,7 @@ def test_another_vcs_submission_goes_after_one_of_the_flooders_not_all(make_serv
         for k in range(4):
             threads.append(threading.Thread(target=submit, args=("alice", "vca", f"flood-{k}")))
             threads[-1].start()
-            wait_for(lambda k=k: svc._gate.waiting == k, f"flood-{k} waits")
+            wait_for(lambda k=k: svc._gate.busy and svc._gate.waiting == k, f"flood-{k} holds or waits")
         threads.append(threading.Thread(target=submit, args=("bob", "vcb", "bob")))
         threads[-1].start()
         wait_for(lambda: svc._gate.waiting == 4, "bob waits")

@@ -3,7 +3,7 @@
 A kernelspec names it in ``metadata.kernel_provisioner`` (``hived kernelspec install``
 writes one). Starting the kernel submits a TE job to the kernelspec's VC through the
 REST client (``hived.service.client.HivedClient``: the same service and identity rules
-as the magics), waits while the job queues (logging its queue position and wait reason),
+as the magics), waits while the job queues (telling the user its queue position and wait reason: queue_notice.py),
 and returns the connection info of the kernel the job runs (``hived.kernels.host``).
 
 What the kernel manager asks maps onto the job:
@@ -38,6 +38,7 @@ from hived.service.client import TERMINAL_STATES, HivedClient, HivedError
 
 from .activity import ActivityReporter
 from .host import CONNECTION_ENV, PLACEHOLDER, session_for
+from .queue_notice import QueueNotice
 from .released import ReleasedKernel
 
 DEFAULT_START_TIMEOUT = 300.0
@@ -155,27 +156,28 @@ class HivedProvisioner(LocalProvisioner):
 
     async def _wait_running(self, job: dict) -> None:
         began = time.monotonic()
-        seen: tuple = ()
+        notice = QueueNotice(str(self.kernel_id), str(self.job_id), self.vc, self.log, self.parent)
         pause = 0.05
         while True:
             state = job.get("state")
             if state == "running":
+                if notice.shown:
+                    self.log.warning("hived: kernel job %s started after %.0f s in VC %s's queue", self.job_id,
+                                     time.monotonic() - began, self.vc)
                 return
             if state in TERMINAL_STATES:
                 self.end_reason = job.get("reason") or state
                 raise KernelStartError(f"hived: kernel job {self.job_id} {state} before it started: "
                                        f"{self.end_reason}")
-            now = (job.get("queue_position"), job.get("wait_reason"))
-            if now != seen and state in ("queued", "placed"):
-                seen = now
-                where = "" if now[0] is None else f" at position {now[0] + 1}"
-                self.log.info("hived: kernel job %s %s%s in VC %s: %s", self.job_id, state, where,
-                              self.vc, now[1] or "waiting for a scheduling round")
+            if state in ("queued", "placed"):
+                notice.update(job)
             if time.monotonic() - began >= self.start_timeout:
                 await self._cancel_quietly()
+                where = "" if job.get("queue_position") is None else f" at position {job['queue_position'] + 1}"
                 raise KernelStartError(
                     f"hived: kernel job {self.job_id} did not start within {self.start_timeout:g} s "
-                    f"(start_timeout) and was cancelled: {job.get('wait_reason') or state}")
+                    f"(start_timeout) and was cancelled{where} in VC {self.vc}'s queue: "
+                    f"{job.get('wait_reason') or state}")
             await asyncio.sleep(pause)
             if time.monotonic() - began > FAST_POLL_FOR:
                 pause = min(pause * 1.5, 1.0)

@@ -31,6 +31,7 @@ from typing import Any
 import zmq
 from jupyter_client.connect import KernelConnectionInfo, LocalPortCache
 from jupyter_client.provisioning import LocalProvisioner
+from tornado.web import HTTPError
 from traitlets import Float, Integer, Unicode
 
 from hived.core.jobs import KERNEL_LABEL
@@ -47,8 +48,20 @@ END_WAIT = 15.0               # shutdown waits this long for the job to end
 FAST_POLL_FOR = 5.0           # a start reads its job every 50 ms this long (an idle VC starts it at once), then less
 
 
-class KernelStartError(RuntimeError):
-    """The kernel's job did not start; the message is the one line the user sees."""
+class KernelStartError(HTTPError):
+    """The kernel's job did not start; the message is the one line the user sees.
+
+    An HTTP error to the Jupyter server, whose REST API answers any other exception of a
+    kernel start with a bare "Unhandled error": this way the line reaches the frontend
+    (JupyterLab's "Error Starting Kernel" dialog). ``status``: hived's refusal (403, 400,
+    ...), else 503 (not started in time, or ended before it started)."""
+
+    def __init__(self, line: str, status: int = 503):
+        super().__init__(status, line)    # the Jupyter server answers log_message as the error's message
+        self.line = line
+
+    def __str__(self) -> str:
+        return self.line
 
 
 class HivedProvisioner(LocalProvisioner):
@@ -123,7 +136,11 @@ class HivedProvisioner(LocalProvisioner):
         self.end_reason, self._ending = "", False
         self._stop_watch()
         body = self._job_body(cmd, kwargs)
-        job = await self._rest(self.client.submit, body)
+        try:
+            job = await self._rest(self.client.submit, body)
+        except HivedError as exc:
+            raise KernelStartError(f"hived: kernel not started: {exc.line()}",
+                                   exc.status if 400 <= exc.status < 600 else 503) from exc
         self.job_id = job["id"]
         self.log.info("hived: kernel %s is job %s in VC %s (%d GPU%s)", self.kernel_id, self.job_id,
                       self.vc, self.gpus, "" if self.gpus == 1 else "s")

@@ -18,6 +18,7 @@ import websocket
 
 from hived.kernels.queue_notice import KERNEL_QUEUE_EVENT
 
+from .conftest import HIVED
 from .test_kernels import te_filler
 
 TOKEN = "jupyter-" + "0123456789abcdef" * 2
@@ -103,3 +104,17 @@ def test_a_frontend_subscribed_to_the_servers_events_sees_the_queue_position_and
     assert env.job(event["job_id"])["state"] == "running"
     requests.delete(jupyter_server + f"api/kernels/{kernel_id}", headers=_auth(), timeout=60)
     assert env.job(event["job_id"])["state"] == "cancelled"
+
+
+def test_a_start_past_start_timeout_answers_the_frontend_with_where_the_job_stood(env, jupyter_server,
+                                                                                  kernel_prefix):
+    subprocess.run([*HIVED, "kernelspec", "install", "--vc", "research", "--gpus", "2", "--name", "quick",
+                    "--start-timeout", "2", "--prefix", str(kernel_prefix)], check=True, capture_output=True)
+    te_filler(env)
+    r = requests.post(jupyter_server + "api/kernels", json={"name": "quick"}, headers=_auth(), timeout=120)
+    assert r.status_code == 503, r.text            # not the server's bare "Unhandled error"
+    message = r.json()["message"]
+    job = [j for j in env.jobs(vc="research") if "kernel" in j["labels"]][-1]
+    assert message.startswith(f"hived: kernel job {job['id']} did not start within 2 s (start_timeout) and was "
+                              "cancelled at position 1 in VC research's queue: waits for 2 GPUs"), message
+    assert job["state"] == "cancelled"

@@ -72,9 +72,9 @@ class KernelIdleMixin(MixinHost):
             return
         from .degraded import ServiceDegraded
         jobs = [r for v in timeouts for r in self.eng.holding(v)]
-        for rec in jobs:   # GPUs at work count as activity (kernel_gpu_use.py)
-            if KERNEL_LABEL in rec.request.labels and self._kernel_gpus_busy(rec):
-                self._kernel_seen[rec.job_id] = now
+        for held in jobs:   # GPUs at work count as activity (kernel_gpu_use.py)
+            if KERNEL_LABEL in held.request.labels and self._kernel_gpus_busy(held):
+                self._kernel_seen[held.job_id] = now
         seen = {j: max(t, self._kernel_since) for j, t in self._kernel_seen.items()}
         for jid in (r.job_id for r in jobs):
             seen.setdefault(jid, self._kernel_since)

@@ -114,34 +114,26 @@ def load(svc: SchedulerService) -> Loaded | str | None:
         return "taken with another spec, hived build or scheduling policy"
     if hashlib.sha256(snap.body).hexdigest() != snap.sha256:
         return "damaged or truncated (its checksum does not match)"
-    was = gc.isenabled()
-    gc.disable()   # millions of objects at once: the collector would walk them again and again
     try:
         eng, arb, extra = pickle.loads(snap.body)
     except Exception as exc:
         return f"unreadable ({type(exc).__name__})"
-    finally:
-        if was:
-            gc.enable()
     if svc.store.exchange_digest() != snap.exchange:
         return "older than the journal (the cell exchange changed since)"
-    revs = svc.store.job_revisions()
-    tail = []
-    for jid, rev in revs.items():
-        held = jid in eng or jid in extra
-        if rev > snap.rev and held:
+    stored = svc.store.job_ids()
+    for jid in svc.store.written_after(snap.rev):
+        if jid in eng or jid in extra:
             return f"older than the journal (job {jid} changed since)"
-        if not held:
-            tail.append(jid)
     for rec in list(eng.jobs()):
-        if rec.job_id not in revs:
+        if rec.job_id not in stored:
             if not rec.state.terminal:
                 return f"older than the journal (job {rec.job_id} is gone from it)"
             eng.forget(rec.job_id)   # removed by retention after the snapshot
-    for jid in [j for j in extra if j not in revs]:
+    for jid in [j for j in extra if j not in stored]:
         del extra[jid]
+    tail = [j for j in stored if j not in eng and j not in extra]   # submitted after the snapshot
     eng.forget_attempts()   # as a fresh engine: every queued job is tried at the next round
-    return Loaded(eng, arb, extra, svc.store.load_jobs_by_id(tail), len(revs))
+    return Loaded(eng, arb, extra, svc.store.load_jobs_by_id(tail), len(stored))
 
 
 def adopt(svc: SchedulerService, loaded: Loaded) -> list[str]:
@@ -163,9 +155,18 @@ def start(svc: SchedulerService) -> tuple[list[str], list[tuple[dict, float | No
     """Begin a restart: (ids of the snapshot's jobs holding cells, the rows still to restore,
     stored jobs, whether the snapshot was used). Without a usable snapshot: a fresh engine with
     the exchange restored, and every stored row."""
-    loaded = load(svc)
-    if isinstance(loaded, Loaded):
-        return adopt(svc, loaded), loaded.tail, loaded.jobs, True
+    was = gc.isenabled()
+    gc.disable()   # a million objects at once: the collector would walk them again and again
+    try:
+        loaded = load(svc)
+        if isinstance(loaded, Loaded):
+            held = adopt(svc, loaded)
+            # they live as long as the service: keep the collector's full passes off them
+            gc.freeze()
+            return held, loaded.tail, loaded.jobs, True
+    finally:
+        if was:
+            gc.enable()
     if loaded is not None:
         log.warning("restart snapshot not used, replaying the whole journal: it is %s", loaded)
     svc._arb = svc._exchange_restore()   # before the jobs: cells still lent move to their borrowers again

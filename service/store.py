@@ -134,6 +134,8 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     ("job revisions and the restart snapshot", [
         # rev: the journal revision of the job's last write
         "ALTER TABLE jobs ADD COLUMN rev INTEGER NOT NULL DEFAULT 0",
+        # the tail's look-up reads this index, not the records (rev sits after them in each row)
+        "CREATE INDEX jobs_rev ON jobs(rev)",
         """CREATE TABLE snapshot (
                id INTEGER PRIMARY KEY CHECK (id = 1),   -- one snapshot
                key TEXT NOT NULL,        -- format, code and spec it was taken with
@@ -231,9 +233,13 @@ class Store(abc.ABC):
     def load_snapshot(self) -> Snapshot | None:
         return None
 
-    def job_revisions(self) -> dict[str, int]:
-        """job id -> the journal revision of its last write."""
-        return {}
+    def job_ids(self) -> set[str]:
+        """Every stored job's id."""
+        return {d["job_id"] for d in self.load_jobs()}
+
+    def written_after(self, rev: int) -> list[str]:
+        """The ids of the jobs last written at a journal revision above ``rev``."""
+        return []
 
     def load_jobs_by_id(self, job_ids: Iterable[str]) -> list[tuple[dict, float | None]]:
         """(record, queue key) of the named jobs, in submission order."""
@@ -641,9 +647,13 @@ class SqliteStore(Store):
         rows.sort(key=lambda r: r[3])
         return [(self._record(job_id, r, k), k) for job_id, r, k, _ in rows]
 
-    def job_revisions(self) -> dict[str, int]:
+    def job_ids(self) -> set[str]:
         with self._lock:
-            return dict(self._db.execute("SELECT job_id, rev FROM jobs").fetchall())
+            return {j for (j,) in self._db.execute("SELECT job_id FROM jobs").fetchall()}
+
+    def written_after(self, rev: int) -> list[str]:
+        with self._lock:
+            return [j for (j,) in self._db.execute("SELECT job_id FROM jobs WHERE rev > ?", (rev,)).fetchall()]
 
     # -- the restart snapshot (service/snapshot.py) -------------------------
 

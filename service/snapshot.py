@@ -79,8 +79,9 @@ def snapshot_key(svc: SchedulerService) -> str | None:
 
 def save(svc: SchedulerService, now: float) -> bool:
     """Store the snapshot of ``svc`` (under its lock, every change written). False when there
-    is nothing to trust (degraded, decisions not written, no journaled spec) or it failed."""
-    if svc.degraded is not None or svc._pending:
+    is nothing to trust (degraded, decisions or exchange moves not written, no journaled spec)
+    or it failed."""
+    if svc.degraded is not None or svc._pending or getattr(svc, "_exchange_unsaved", False):
         return False
     key = snapshot_key(svc)
     if key is None:

@@ -152,3 +152,21 @@ def test_submissions_after_the_snapshot_are_the_tail_it_replays(tmp_path):
         assert new[1] in fast.vc("vca")["queue"]
     finally:
         fast.close()
+
+
+def test_an_ended_job_removed_after_the_snapshot_is_forgotten(tmp_path):
+    busy(tmp_path / "data")
+    svc = service(tmp_path / "data")
+    gone = svc.vc("vca")["queue"][-1]
+    svc.cancel(gone, "alice")
+    svc.tick()
+    svc.close()                      # the snapshot holds it, cancelled
+    svc = service(tmp_path / "data")
+    svc.store.delete_jobs([gone])    # as retention removes an ended job
+    crash(svc)
+    fast = service(tmp_path / "data")
+    try:
+        assert fast.recovered["snapshot"] is True
+        assert gone not in fast.eng and fast.recovered["jobs"] == 8
+    finally:
+        fast.close()

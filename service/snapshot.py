@@ -83,6 +83,8 @@ def save(svc: SchedulerService, now: float) -> bool:
     or it failed."""
     if svc.degraded is not None or svc._pending or getattr(svc, "_exchange_unsaved", False):
         return False
+    if getattr(svc, "_unsynced", None):   # a round's decisions not yet acted on (main's round_commit.py)
+        return False
     if getattr(svc, "_standby", False):   # a Kubernetes standby (or one that lost the Lease): stale or empty
         return False
     key = snapshot_key(svc)

@@ -50,6 +50,7 @@ from hived.core.engine import Engine, EngineConfig, RequestError
 from hived.core.engine_records import JobRecord
 from hived.core.jobs import HOLDING, Decision, DecisionKind, JobState, state_values
 
+from . import snapshot
 from .access import Access
 from .admission import AdmissionControl
 from .control import ControlMixin
@@ -373,8 +374,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         """Rebuild the engine from the store; adopt or relaunch the holding jobs."""
         t0 = time.perf_counter()
         now = self.clock()
-        self._arb = self._exchange_restore()   # before the jobs: cells still lent move to their borrowers again
-        rows = self.store.load_jobs_with_keys()
+        # the snapshot of the last clean stop and the rows of the journal's tail, or every row
+        held, rows, total, fast = snapshot.start(self)
         holding: list[tuple[dict, float | None]] = []
         queued: list[tuple[dict, float | None]] = []
         other: list[tuple[dict, float | None]] = []
@@ -402,8 +403,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
             if not restored.state.terminal:
                 self._live.add(restored.job_id)
         cancelled = self._replay_intents(now)
-        for d, _ in holding:
-            jid = d["job_id"]
+        for jid in held + [d["job_id"] for d, _ in holding]:
             rec = self.eng.find(jid)
             if rec is None or rec.state not in HOLDING:
                 continue
@@ -430,11 +430,11 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         except ServiceDegraded:
             pass   # starts degraded; the timer writes it once the disk takes writes
         seconds = round(time.perf_counter() - t0, 3)
-        if rows:
+        if total:
             log.info("recovered %d jobs in %.2fs: %d adopted, %d lost, %d to relaunch",
-                     len(rows), seconds, len(adopted), len(lost), len(relaunch))
-        return {"jobs": len(rows), "adopted": adopted, "lost": lost, "relaunch": relaunch,
-                "unrestorable": unrestorable, "cancelled": cancelled, "seconds": seconds}
+                     total, seconds, len(adopted), len(lost), len(relaunch))
+        return {"jobs": total, "adopted": adopted, "lost": lost, "relaunch": relaunch, "unrestorable": unrestorable,
+                "cancelled": cancelled, "seconds": seconds, "snapshot": fast}
 
     def _replay_intents(self, now: float) -> list[str]:
         """Cancels answered before the job's record said so: done now (before adoption, which
@@ -511,6 +511,9 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         ids = getattr(self, "job_ids", None)
         if ids is not None:
             ids.settle()    # ids go on without a jump after a clean restart
+        if self._lockfile is not None:   # open (a second close finds the store closed)
+            with self._lock:
+                snapshot.save(self, self.clock())   # the next start loads it instead of replaying every job
         self.store.close()
         if self._lockfile is not None:
             self._lockfile.close()

@@ -155,30 +155,29 @@ class CellRoom:
         score = {j: s for s, j in ordered}
         top = max(levels)
         seen: set[str] = set()
-        targets: list[tuple[float, int, str, frozenset[str], str]] = []
+        targets: list[tuple[float, int, str, frozenset[str]]] = []
         for _, jid in ordered:
             for n in nodes_of[jid]:
                 if n in seen or n not in self.tree.nodes:
                     continue
                 seen.add(n)
-                for cell, owners in _cells_at(self.tree.nodes[n], top):
+                for _cell, owners in _cells_at(self.tree.nodes[n], top):
                     if owners and all(o in score for o in owners):
-                        targets.append((sum(score[o] for o in owners), len(owners), min(owners),
-                                        frozenset(owners), n))
+                        targets.append((sum(score[o] for o in owners), len(owners), min(owners), frozenset(owners)))
         targets.sort(key=lambda t: (t[0], t[1], t[2]))
         gone: set[str] = set()
         touched: set[str] = set()
-        for _, _, _, owners, n in targets:
-            if owners <= gone:
+        for _, _, _, owned in targets:
+            if owned <= gone:
                 continue
-            gone |= owners
-            for o in owners:
+            gone |= owned
+            for o in owned:
                 touched.update(nodes_of[o])
             if fits(gone, touched):
                 victims = [j for _, j in ordered if j in gone]
-                return victims, ("fitgpp: no single BE job frees a cell the TE job fits (eq. 2 on cells); "
-                                 f"the BE jobs holding the lowest-scored whole cells are preempted: "
-                                 f"{', '.join(victims)}")
+                return victims, ("fitgpp fallback: no single BE job fits the TE job once its cells are free "
+                                 "(eq. 2 on cells), so the BE jobs holding the whole cells it needs, lowest "
+                                 f"summed eq. 3 score first, are preempted: {', '.join(victims)}")
         return [], ("fitgpp: no set of BE jobs under the cap frees cells the TE job's pods fit "
                     "(the cells it needs hold TE jobs or BE jobs at the cap): nothing is preempted")
 

@@ -567,9 +567,9 @@ class FitGppPolicy:
         demands = pod_demands(job, capacity)
         pod = demands[0] if len(demands) == 1 else None
 
-        def alone_ok(jid: str, node: str) -> bool:   # eq. 2's CPUs and memory on that node
+        def alone_ok(jid: str, node: str) -> bool:   # eq. 2 by counts on that node: necessary
             used = by_id[jid].usage.get(node)
-            return pod is None or used is None or fits((pod[0], pod[1], 0.0), used, free.get(node, (0.0, 0.0, 0.0)))
+            return pod is None or (used is not None and fits(pod, used, free.get(node, (0.0, 0.0, 0.0))))
 
         free_nodes = [n for n, st in view.nodes.items() if st.gpus_free > 0]
         chains = [job.chain] if job.chain is not None else list(cells.spec.chains)

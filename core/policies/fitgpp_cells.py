@@ -122,28 +122,27 @@ class CellRoom:
         """Victims (per the module docstring) among ``ordered`` ((eq. 3 score, job id), ascending)
         for pods of ``pod_gpus`` GPUs in ``chain``; ``nodes_of`` maps each candidate to its nodes,
         ``free_nodes`` are the chain's nodes with unbound GPUs. ``alone_ok(job, node)`` vetoes a
-        node for step 1 (the caller's CPU and memory test of eq. 2). ([], why) when none."""
+        node for step 1 (the caller's eq. 2 by counts, a necessary condition, and its CPU and
+        memory test). ([], why) when none."""
         levels = self.levels(chain, pod_gpus)
         if levels is None:
             return [], f"fitgpp: pods of {max(pod_gpus)} GPUs are larger than a node of chain {chain}"
-        nodes = self.tree.nodes
-        base: dict[str, list[Cell]] = {}
-        for n in free_nodes:
-            if n in nodes and self.tree.node_chain[n] == chain:
-                base[n] = free_cells(nodes[n])
+        nodes, node_chain = self.tree.nodes, self.tree.node_chain
+        base: dict[str, list[Cell]] = {}      # free cells of the nodes with unbound GPUs (gangs only)
+        if len(levels) > 1:
+            base = {n: free_cells(nodes[n]) for n in free_nodes if n in nodes and node_chain[n] == chain}
 
-        def fits(gone: set[str], touched: Iterable[str], single: str | None = None) -> bool:
-            now = dict(base)
-            for n in touched:
-                if n in nodes and self.tree.node_chain[n] == chain and (single is None or alone_ok is None
-                                                                         or alone_ok(single, n)):
-                    now[n] = free_cells(nodes[n], gone)
-            if len(levels) == 1 and single is not None:
-                return any(b.level >= levels[0] for n in touched for b in now.get(n, ()))
-            return pods_fit(levels, (b for bs in now.values() for b in bs), within)
+        def fits(gone: set[str], touched: Iterable[str]) -> bool:
+            mine = {n for n in touched if n in nodes and node_chain[n] == chain}
+            blocks = [b for n in mine for b in free_cells(nodes[n], gone)]
+            if len(levels) == 1:    # one pod: only the victims' nodes changed, and it fit nowhere before
+                return any(b.level >= levels[0] for b in blocks)
+            blocks.extend(b for n, bs in base.items() if n not in mine for b in bs)
+            return pods_fit(levels, blocks, within)
 
         for score, jid in ordered:                      # 1. eq. 4 on cells
-            if fits({jid}, nodes_of[jid], single=jid):
+            ns = [n for n in nodes_of[jid] if alone_ok is None or alone_ok(jid, n)]
+            if ns and fits({jid}, ns):
                 return [jid], (f"fitgpp: preempt {jid} (score {score:.3f}, eq. 3; its cells, once free, "
                                "hold the TE job's pods)")
         return self._by_cells(levels, ordered, nodes_of, fits)

@@ -63,3 +63,36 @@ def test_no_preemption_when_no_be_victims_free_a_cell_the_job_fits():
     assert eng.job(be1).state is JobState.RUNNING and eng.job(be2).state is JobState.RUNNING
     assert eng.job(head).state is JobState.QUEUED
     assert "cell" in eng.job(head).policy_note
+
+
+def test_a_gang_preempts_nothing_on_half_nodes_it_cannot_use_then_a_whole_node_once_one_can_be_freed():
+    """Two nodes; 1-GPU TE jobs on both sockets of n0000 and on socket 0 of n0001. A TE gang of
+    two 4-GPU pods with hard affinity needs two free sockets of one node. By GPU count, BE jobs
+    on both nodes' halves "make room" (the count-based choice preempted four of them, on two
+    nodes, and the gang still could not start); by cells no node can be freed, so nothing is
+    preempted. Once the TE job on n0001 ends, n0001's two BE jobs go and the gang starts there."""
+    eng = Engine(Allocator(load_spec(node_spec(2, {"A": 16}))), preemption_policy="fitgpp")
+    ids = []
+    for t, (g, cls) in enumerate([(2, JobClass.BE), (1, JobClass.TE), (2, JobClass.BE), (1, JobClass.BE),
+                                  (1, JobClass.TE), (1, JobClass.BE), (2, JobClass.BE), (1, JobClass.TE),
+                                  (2, JobClass.BE)], start=1):
+        ids.append(eng.submit(req("A", g, cls=cls), float(t)))
+        run(eng, float(t))
+    where = {j: (eng.job(j).placement.pods[0].node, _gpus(eng, j)) for j in ids}
+    assert [where[j] for j in ids] == [("n0000", [0, 1]), ("n0000", [2]), ("n0000", [4, 5]), ("n0000", [3]),
+                                       ("n0000", [6]), ("n0000", [7]), ("n0001", [0, 1]), ("n0001", [2]),
+                                       ("n0001", [4, 5])]
+    gang = eng.submit(req("A", 4, pods=2), 20.0)
+    ds = run(eng, 20.0)
+    assert not [d for d in ds if d.kind is DecisionKind.PREEMPT]
+    assert "frees cells" in eng.job(gang).policy_note
+    eng.on_finished(ids[7], 30.0, 0)                 # the TE job on n0001
+    ds = run(eng, 30.0)
+    victims = sorted(j for k, j in kinds(ds) if k == "preempt")
+    assert victims == sorted([ids[6], ids[8]])        # n0001's BE jobs, nothing on n0000
+    for v in victims:
+        eng.on_preempted(v, 31.0)
+    assert ("start", gang) in kinds(run(eng, 31.0))
+    assert sorted((p.node, tuple(p.gpus)) for p in eng.job(gang).placement.pods) == [
+        ("n0001", (0, 1, 2, 3)), ("n0001", (4, 5, 6, 7))]
+    eng.alloc.check_invariants()

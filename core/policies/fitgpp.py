@@ -256,9 +256,9 @@ def _shuffled(items: Sequence[T], rng: random.Random) -> Iterator[T]:
         yield pool[i]
 
 
-def _fit_reason(jid: str, score: float, sz: float, grace: float, s: float) -> str:
+def _fit_reason(jid: str, score: float, sz: float, grace: float, s: float, fit: str = "fits alone") -> str:
     return (f"fitgpp: preempt {jid} (score {score:.3f} = size {sz:.3f} scaled + s={s:g} x grace "
-            f"{grace:g}s scaled; fits alone)")
+            f"{grace:g}s scaled; {fit})")
 
 
 def choose(
@@ -576,6 +576,11 @@ class FitGppPolicy:
         why = "fitgpp: no chain to place the TE job in"
         for chain in chains:
             victims, why = cells.choose(chain, job.pod_gpus, job.level, ordered, nodes_of, free_nodes, alone_ok)
+            if len(victims) == 1 and not why.startswith("fitgpp fallback"):
+                c = by_id[victims[0]]
+                score = next(sc for sc, j in ordered if j == c.job_id)
+                return victims, _fit_reason(c.job_id, score, c.size, c.grace_period, self.s,
+                                            "fits alone: its cells, once free, hold the TE job's pods")
             if victims:
                 return victims, why
         return [], why

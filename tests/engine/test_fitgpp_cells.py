@@ -45,6 +45,8 @@ def test_te_job_preempts_the_be_job_whose_socket_it_then_gets():
     head = eng.submit(req("A", 4), 5.0)
     ds = run(eng, 5.0)
     assert kinds(ds) == [("preempt", be2)]          # not be1: GPUs 0, 1, 3 are no socket
+    assert f"fitgpp: preempt {be2} (score" in ds[0].reason
+    assert "fits alone: its cells, once free, hold the TE job's pods" in ds[0].reason
     assert eng.job(be1).state is JobState.RUNNING
     eng.on_preempted(be2, 6.0)
     ds = run(eng, 6.0)

@@ -99,6 +99,9 @@ class Engine(EngineEvents, EngineControl):
         if getattr(self.preemption_policy, "cap", None) is not None:
             raise ValueError("preemption_policy: the policy object sets its own cap; the engine's P is "
                              "EngineConfig.preemption_cap (or a VC's maxPreemptions): leave the policy's cap unset")
+        attach = getattr(self.preemption_policy, "attach", None)
+        if attach is not None:   # e.g. FitGpp reads the cell tree to pick victims that free cells
+            attach(self.alloc)
         iso = self.config.isolated_vcs
         self._isolated = bool(getattr(self.alloc, "isolated_vcs", True) if iso is None else iso)
         self._jobs: dict[str, JobRecord] = {}

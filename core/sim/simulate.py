@@ -108,7 +108,8 @@ def to_request(j: TraceJob, allow_opportunistic: bool = True) -> JobRequest:
     groups = [PodGroup(sizes.count(g), g, cpus=j.cpus, memory_gb=j.memory_gb) for g in sorted(set(sizes), reverse=True)]
     return JobRequest(user=j.tenant, vc=j.tenant, job_class=cls, groups=groups,
                       affinity=Affinity(j.affinity), grace_period=j.grace_period, duration=j.duration,
-                      allow_opportunistic=allow_opportunistic and cls.guaranteed, name=j.job_id)
+                      allow_opportunistic=allow_opportunistic and cls.guaranteed, name=j.job_id,
+                      time_limit=j.time_limit)
 
 
 def replay(eng: Engine, jobs: list[TraceJob], *, sample_every: float = 3600.0,

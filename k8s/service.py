@@ -276,8 +276,8 @@ class KubernetesSchedulerService(SchedulerService):
             self._durable.add(out["id"])
         return out
 
-    def _write(self, ids, now: float, meta: dict | None = None, **kw: Any) -> Any:
-        out = cast(Any, super()._write)(ids, now, meta, **kw)     # **kw: the service's own options (sync=...)
+    def write(self, ids, now: float, meta: dict | None = None, **kw: Any) -> Any:
+        out = cast(Any, super().write)(ids, now, meta, **kw)     # **kw: the service's own options (sync=...)
         for jid in [j for j in ids if j in self._durable]:
             rec = self.eng.find(jid)
             if rec is not None and rec.state.terminal:     # ended: its record in the cluster goes

@@ -93,7 +93,7 @@ class _StateCollector:
 
 def _exchange_families(svc, vcs: list[str]):
     """Cell exchange: GPUs lent and borrowed now, the GPU-hour ledger, open posts, exchanges by state."""
-    arb = getattr(svc, "_arb", None)
+    arb = svc.exchange.arb
     if arb is None:   # the quota scheme trades no cells
         return
     moved = GaugeMetricFamily("hived_exchange_gpus", "GPUs moved by cell exchange now, per VC: lent to "

@@ -52,19 +52,20 @@ from hived.core.jobs import HOLDING, Decision, DecisionKind, JobState, state_val
 
 from .access import Access
 from .admission import AdmissionControl
-from .control import ControlMixin
+from .control import JobControl
 from .degraded import ServiceDegraded
+from .errors import NotAuthorized, NotFound, unknown_job
 from .estimates import estimate_view
-from .exchange import ExchangeMixin, make_arbiter
+from .exchange import CellExchange
 from .job_ids import JobIds, JobIdsError
-from .kernel_idle import KernelIdleMixin
+from .kernel_idle import KernelIdle
 from .launch_queue import LaunchQueue
 from .launcher import Launcher, LauncherEvent
 from .metrics import ServiceMetrics
 from .payload import job_dict, parse_job, parse_needs
-from .quota import QuotaMixin
+from .quota import DiskQuota
 from .reconfigure import engine_over, refusal
-from .retention import RetentionMixin
+from .retention import Retention
 from .spec_journal import SOURCE_RELOAD, SOURCE_START, spec_at_start
 from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged
 from .views import cluster_dict, vc_dict
@@ -73,19 +74,7 @@ log = logging.getLogger("hived.service")
 
 MAX_ROUND_GAP = 0.05   # s: the longest pause between two rounds that follow each other at once
 LOST_TAIL = "hived: the job's processes were gone when the service restarted (SIGKILL, node lost)"
-
-
-class NotAuthorized(PermissionError):
-    """The user may not do this (not a member/admin of the VC, not the job's owner)."""
-
-
-class NotFound(RequestError, LookupError):
-    """Unknown job or VC (``field`` says which); a LookupError too, so doors answer 404."""
-
-
-def unknown_job(job_id) -> NotFound:
-    """What a job that does not exist answers, and so also one the caller may not see."""
-    return NotFound("job_id", f"unknown job {job_id!r}")
+__all__ = ["DataDirBusy", "NotAuthorized", "NotFound", "SchedulerService", "unknown_job"]
 
 
 class DataDirBusy(RuntimeError):
@@ -156,7 +145,10 @@ def _load_spec(spec):
     return spec if hasattr(spec, "chains") else load_spec(spec)
 
 
-class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, KernelIdleMixin):
+class SchedulerService:
+    """The service, composed of parts that each take it as a ``ServiceHost`` (host.py): retention,
+    disk quotas, cell exchange, job control and kernel idle release."""
+
     def __init__(self, spec_path, data_dir, launcher: str | Launcher = "local", tick_seconds: float = 0.5,
                  *, store: Store | None = None, synchronous: str = "FULL",
                  queue_policy: str = "fifo", preemption_policy: str = "fitgpp",
@@ -213,14 +205,15 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
             kept, self.spec_source = spec_at_start(self.store, _spec_text(spec_path), str(spec_path))
         except JournalWriteError as exc:   # the given spec could not be journaled: start on it, degraded
             kept = None
-            self._degrade(exc)
+            self.degrade(exc)
         if kept is not None:
             self.spec = _load_spec(kept)
-        self._load_retention()
-        self._load_quota()
-        self._kernel_idle_init(self.clock())
+        self.quota = DiskQuota(self)                            # service/quota.py
+        self.retention_rules = Retention(self, self.quota)      # service/retention.py
+        self.kernel_idle = KernelIdle(self, self.clock())       # service/kernel_idle.py
+        self.job_control = JobControl(self)                     # service/control.py
         self.eng = self._new_engine(self.spec)
-        self._arb = make_arbiter(self.eng)   # cell exchange (service/exchange.py); _recover loads its state
+        self.exchange = CellExchange(self)   # cell exchange (service/exchange.py); _recover loads its state
         # this machine's GPUs, when the spec names this host (a spec from `hived discover`)
         self.local = None
         if launcher == "local" or health == "auto":
@@ -273,7 +266,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
                 rec.killed, len(rec.waiting_for), rec.queue_key, rec.not_before,
                 rec.cancel_requested)
 
-    def _write(self, ids, now: float, meta: dict | None = None, *, sync: bool = True) -> int:
+    def write(self, ids, now: float, meta: dict | None = None, *, sync: bool = True) -> int:
         """Write the jobs among ``ids`` whose state moved since last written and ``meta`` in
         one commit (each record holds its placement, queue key and history). Returns the
         store's commit ticket; with ``sync=False`` the caller makes it durable with
@@ -309,7 +302,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
                     # a real write, so that recovery is proven even when nothing else moved
                     self.store.set_meta("journal_checked", repr(now))
         except JournalWriteError as exc:
-            raise ServiceDegraded(self._degrade(exc)) from None
+            raise ServiceDegraded(self.degrade(exc)) from None
         self._seen.update(seen)
         self._intents.difference_update(done_intents)
         for jid in written:
@@ -323,9 +316,26 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         return self.store.commit_ticket
 
     def _write_live(self, now: float, also=(), meta=None) -> None:
-        self._write(list(self._live) + [j for j in also if j not in self._live], now, meta)
+        self.write(list(self._live) + [j for j in also if j not in self._live], now, meta)
 
-    def _degrade(self, exc: Exception) -> str:
+    def rewrite(self, job_id: str) -> None:
+        """Write ``job_id`` at the next write even when its fingerprint did not move."""
+        self._seen[job_id] = None
+
+    def act(self, decisions: list[Decision], now: float, also=()) -> bool:
+        """Commit ``decisions`` with every job that moved (and ``also``), then carry them out (``_flush``)."""
+        self._pending.extend(decisions)
+        return self._flush(now, also=also)
+
+    def forget_job(self, job_id: str) -> None:
+        """A job whose rows left the journal (retention.py) leaves the engine and the service's memory."""
+        if job_id in self.eng:
+            self.eng.forget(job_id)
+        self._seen.pop(job_id, None)
+        self._live.discard(job_id)
+        self._admission.forget(job_id)
+
+    def degrade(self, exc: Exception) -> str:
         """Turn degraded. The reason is shown to every user (503) and to unauthenticated
         readiness probes: it names the failure, not paths; the log has the details."""
         if self.degraded is None:
@@ -347,7 +357,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         self._execute(pending, now)
         return True
 
-    def _require_journal(self, now: float) -> None:
+    def require_journal(self, now: float) -> None:
         """Before a request changes anything: the journal must take writes again."""
         if self.degraded is not None and not self._flush(now):
             raise ServiceDegraded(self.degraded)
@@ -364,7 +374,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         """Rebuild the engine from the store; adopt or relaunch the holding jobs."""
         t0 = time.perf_counter()
         now = self.clock()
-        self._arb = self._exchange_restore()   # before the jobs: cells still lent move to their borrowers again
+        self.exchange.restore()   # before the jobs: cells still lent move to their borrowers again
         rows = self.store.load_jobs_with_keys()
         holding: list[tuple[dict, float | None]] = []
         queued: list[tuple[dict, float | None]] = []
@@ -445,6 +455,15 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
 
     # ------------------------------------------------------------------ the loop
 
+    @property
+    def lock(self) -> threading.RLock:
+        """The service lock: the engine and the journal change only under it."""
+        return self._lock
+
+    def wake(self) -> None:
+        """Run a round soon (something changed that it may act on)."""
+        self._wake.set()
+
     def start(self) -> SchedulerService:
         with self._lock:
             if self._thread is not None:
@@ -458,7 +477,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
             if warm is not None:
                 warm()
             self._launchq.start()
-            self._meter.start()   # disk quotas, measured off the lock (quota.py)
+            self.quota.meter.start()   # disk quotas, measured off the lock (quota.py)
             self._thread = threading.Thread(target=self._run, name="hived-scheduler", daemon=True)
             self._thread.start()
         return self
@@ -473,11 +492,11 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
                     rec = self.eng.job(jid)
                     if not rec.state.terminal:
                         try:
-                            self._cancel(jid, rec.request.user)
+                            self.cancel_job(jid, rec.request.user)
                         except ServiceDegraded as exc:
                             log.error("jobs left running: %s", exc)
                             break
-            self._settle()
+            self.settle()
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 self.tick()
@@ -491,7 +510,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
             self._thread.join(timeout=10)
             self._thread = None
         self._launchq.stop()   # what was decided and committed is still carried out
-        self._meter.stop()
+        self.quota.meter.stop()
 
     def close(self) -> None:
         """Stop the loop and release the store and the data directory."""
@@ -553,8 +572,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
             out = self._round()
         if inline:
             self._launchq.run_pending()
-            if not self._meter.running:   # disk quotas: measured outside the lock (quota.py)
-                self._meter.run_inline()
+            if not self.quota.meter.running:   # disk quotas: measured outside the lock (quota.py)
+                self.quota.meter.run_inline()
         return out
 
     def _round(self) -> list[dict]:
@@ -565,16 +584,16 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         touched = self._events(now)
         if self.health is not None:
             touched += self._health(now)
-        touched += self._exchange_tick(now)
+        touched += self.exchange.tick(now)
         decisions = self.eng.step(now)
         self._pending.extend(decisions)
         if self._flush(now, also=touched):
-            self._gc_tick(now)
-            self._kernel_idle_tick(now)
+            self.retention_rules.tick(now)
+            self.kernel_idle.tick(now)
         self._next_wakeup = self.eng.next_wakeup()
         return [{"kind": d.kind.value, "job_id": d.job_id, "reason": d.reason} for d in decisions]
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """After a request that queued launcher actions: with no worker, carry them out now
         (the caller has released the lock)."""
         if not self._launchq.running:
@@ -635,13 +654,13 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
                 elif rec.state in HOLDING:
                     # nothing runs yet (placed, not launched): it is gone at once
                     self.eng.on_preempted(d.job_id, now)
-                    self._try_write([d.job_id], now)
+                    self.try_write([d.job_id], now)
                     self._wake.set()   # the cells it held may start a queued job
 
-    def _try_write(self, ids, now: float) -> None:
+    def try_write(self, ids, now: float) -> None:
         """A write with no action behind it: when it fails, the next flush writes it."""
         try:
-            self._write(ids, now)
+            self.write(ids, now)
         except ServiceDegraded:
             pass
 
@@ -685,10 +704,6 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
     def unknown_vc(self, vc, user: str, groups=()) -> NotFound:
         return NotFound("vc", f"unknown VC {vc!r}; your VCs: {self.access.vcs_text(user, groups)}")
 
-    def _is_admin(self, user: str, vc: str, groups=()) -> bool:
-        """An admin of ``vc`` (cluster admins are admins of every VC)."""
-        return self.access.is_vc_admin(user, vc, groups)
-
     def submit(self, user: str, payload: dict, groups=()) -> dict:
         """Validate, queue and durably store one job; returns its job dict.
         ``groups``: the user's JupyterHub groups (VC membership may come from them)."""
@@ -706,22 +721,22 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
                 raise RequestError(getattr(e, "field", "user"), getattr(e, "problem", str(e))) from None
         with self._lock:
             self._authorize_vc(user, req.vc, groups)
-            self._check_after(user, req.after, groups)
-            self._check_quota(req.vc)
+            self.job_control.check_after(user, req.after, groups)
+            self.quota.check(req.vc)
             self._admission.check(req, self.spec.vcs[req.vc].admission, self.eng)   # admission.py
             now = self.clock()
-            self._require_journal(now)
+            self.require_journal(now)
             try:
                 jid = self.job_ids.next(taken=lambda j: j in self.eng or j in self._extra)
             except JobIdsError as exc:
-                raise ServiceDegraded(self._degrade(exc)) from None
+                raise ServiceDegraded(self.degrade(exc)) from None
             try:
                 self.eng.submit(req, now, job_id=jid)
             except Exception:
                 self.job_ids.give_back(jid)   # a refused request uses no id
                 raise
             try:
-                ticket = self._write([jid], now, sync=False)
+                ticket = self.write([jid], now, sync=False)
             except Exception:
                 # not stored = not accepted: take it back out of the engine
                 self.eng.cancel(jid, now, user)
@@ -743,7 +758,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         except JournalWriteError as exc:
             with self._lock:
                 self.eng.cancel(jid, self.clock(), user)
-                raise ServiceDegraded(self._degrade(exc)) from None
+                raise ServiceDegraded(self.degrade(exc)) from None
 
     def refuse_early(self, user: str) -> None:
         """Raise ``LimitReached`` now when ``user`` submits faster than allowed (no lock taken)."""
@@ -793,7 +808,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         except ValueError:
             return None
 
-    def _rec(self, job_id: str) -> JobRecord:
+    def record(self, job_id: str) -> JobRecord:
         rec = self.eng.find(job_id) if isinstance(job_id, str) else None
         if rec is None:
             raise unknown_job(job_id)
@@ -803,7 +818,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         with self._lock:
             if job_id in self._extra:
                 return job_dict(JobRecord.from_dict(self._extra[job_id]))
-            rec = self._rec(job_id)
+            rec = self.record(job_id)
             return job_dict(rec, self._position(rec), estimate_view(self.eng, rec, self.clock()))
 
     def list_jobs(self, vc: str | None = None, state: str | None = None,
@@ -826,26 +841,26 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
 
     def cancel(self, job_id: str, user: str, groups=()) -> dict:
         with self._lock:
-            rec = self._rec(job_id)
+            rec = self.record(job_id)
             if not self.access.may_change_job(user, rec.request.vc, rec.request.user, groups):
                 raise NotAuthorized(f"user {user!r} may not cancel {job_id}: it belongs to "
                                     f"{rec.request.user!r} and {user!r} is not an admin of VC {rec.request.vc!r}")
-            self._cancel(job_id, user)
-            out = job_dict(self._rec(job_id))
-        self._settle()
+            self.cancel_job(job_id, user)
+            out = job_dict(self.record(job_id))
+        self.settle()
         return out
 
-    def _cancel(self, job_id: str, user: str) -> None:
+    def cancel_job(self, job_id: str, user: str) -> None:
         now = self.clock()
-        self._require_journal(now)
-        rec = self._rec(job_id)
+        self.require_journal(now)
+        rec = self.record(job_id)
         if rec.state.terminal:
             raise RequestError("job_id", f"{job_id} already {rec.state.value}")
         # durable before it is acted on: once answered, a restart cannot forget it
         try:
             self.store.add_intent(job_id, "cancel", user, now)
         except JournalWriteError as exc:
-            raise ServiceDegraded(self._degrade(exc)) from None
+            raise ServiceDegraded(self.degrade(exc)) from None
         self._intents.add(job_id)
         self._pending.extend(self.eng.cancel(job_id, now, user))
         self._flush(now, also=[job_id])   # on failure the kill waits for the journal; the intent holds
@@ -853,7 +868,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
 
     def logs(self, job_id: str, rank: int = 0, offset: int = 0) -> tuple[str, int]:
         with self._lock:
-            rec = self._rec(job_id)
+            rec = self.record(job_id)
             pods = len(rec.pod_gpus) or rec.request.total_pods
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < pods:
             raise RequestError("rank", f"must be an integer from 0 to {pods - 1}, got {rank!r}")
@@ -863,17 +878,17 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
 
     def job_done(self, job_id: str) -> bool:
         with self._lock:
-            return self._rec(job_id).state.terminal
+            return self.record(job_id).state.terminal
 
     def report_progress(self, job_id: str, done: float, total: float) -> dict:
         with self._lock:
             now = self.clock()
-            self._require_journal(now)
-            rec = self._rec(job_id)
+            self.require_journal(now)
+            rec = self.record(job_id)
             before = rec.progress
             self.eng.report_progress(job_id, done, total, now)
             try:
-                self._write([job_id], now)
+                self.write([job_id], now)
             except ServiceDegraded:
                 rec.progress = before   # not stored: not taken
                 hook = getattr(self.eng.vc_policies[rec.request.vc], "on_progress", None)
@@ -886,7 +901,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         with self._lock:
             now = _now if _now is not None else self.clock()
             if _now is None:   # an admin's request; the monitor's reports come from the tick
-                self._require_journal(now)
+                self.require_journal(now)
             decisions = self.eng.set_health(node, gpu, healthy, now)
             if healthy:
                 self._unhealthy.pop((node, gpu), None)
@@ -898,7 +913,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
             self._flush(now)
             out = {"node": node, "gpu": gpu, "healthy": healthy, "preempted": [d.job_id for d in decisions]}
         if _now is None:   # a request, not the round: the round carries out its own actions
-            self._settle()
+            self.settle()
             self._wake.set()
         return out
 
@@ -934,8 +949,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
             raise RequestError(exc.path, exc.problem) from None
         with self._lock:
             now = self.clock()
-            self._require_journal(now)
-            self._exchange_before_reload()
+            self.require_journal(now)
+            self.exchange.before_reload()
             alloc = self.eng.alloc
             try:
                 downgraded = alloc.reconfigure(new_spec)
@@ -946,15 +961,15 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
             except RequestError:
                 alloc.undo_reconfigure()
                 raise
-            before = (self.eng, self.spec, self._arb, self._seen, self.spec_source)
+            before = (self.eng, self.spec, self.exchange.arb, self._seen, self.spec_source)
             self.eng, self.spec = eng, new_spec
-            self._exchange_after_reload()
+            self.exchange.after_reload()
             text = _spec_text(path_or_text)
             self._seen = {j: None for j in self._seen}   # rewrite all: queue keys changed
             try:
                 self._write_live(now, meta=None if text is None else {"spec": text, "spec_source": SOURCE_RELOAD})
             except ServiceDegraded:
-                self.eng, self.spec, self._arb, self._seen, self.spec_source = before   # not stored: not taken
+                self.eng, self.spec, self.exchange.arb, self._seen, self.spec_source = before   # not stored: not taken
                 alloc.undo_reconfigure()
                 raise
             self.spec_source = SOURCE_RELOAD
@@ -962,6 +977,56 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
                 log.warning("spec reload: job %s downgraded to opportunistic", jid)
             return {"ok": True, "vcs": sorted(new_spec.vcs), "chains": sorted(new_spec.chains),
                     "downgraded": downgraded}
+
+    # ------------------------------------------------------------------ the parts' doors
+    # what the REST handlers, the CLI and the widgets call on the service, handed to its parts
+
+    def retention(self) -> dict:
+        return self.retention_rules.view()
+
+    def set_retention(self, user: str, vc: str, max_age=None, keep=None, groups=()) -> dict:
+        return self.retention_rules.set(user, vc, max_age=max_age, keep=keep, groups=groups)
+
+    def gc(self, user: str, vc: str | None = None, dry_run: bool = False, policy: dict | None = None,
+           groups=()) -> dict:
+        return self.retention_rules.gc(user, vc, dry_run=dry_run, policy=policy, groups=groups)
+
+    @property
+    def gc_totals(self) -> dict[str, dict[str, int]]:
+        return self.retention_rules.gc_totals
+
+    def disk_quotas(self) -> dict:
+        return self.quota.view()
+
+    def set_disk_quota(self, user: str, vc: str, max_bytes=None, groups=()) -> dict:
+        return self.quota.set(user, vc, max_bytes=max_bytes, groups=groups)
+
+    def control(self, job_id: str, action: str, user: str, groups=()) -> dict:
+        return self.job_control.control(job_id, action, user, groups)
+
+    def kernel_activity(self, job_id: str, user: str, groups=()) -> dict:
+        return self.kernel_idle.activity(job_id, user, groups)
+
+    def exchange_board(self) -> dict:
+        return self.exchange.board()
+
+    def exchange_ledger(self) -> dict:
+        return self.exchange.ledger()
+
+    def exchange_offers(self) -> dict:
+        return self.exchange.offers()
+
+    def exchange_requests(self) -> dict:
+        return self.exchange.requests()
+
+    def exchange_post_offer(self, user: str, body: dict, groups=()) -> dict:
+        return self.exchange.post_offer(user, body, groups)
+
+    def exchange_post_request(self, user: str, body: dict, groups=()) -> dict:
+        return self.exchange.post_request(user, body, groups)
+
+    def exchange_withdraw(self, user: str, post_id: str, groups=(), kind: str | None = None) -> dict:
+        return self.exchange.withdraw(user, post_id, groups, kind=kind)
 
     def status(self) -> dict:
         with self._lock:

@@ -1,7 +1,7 @@
 """Cell exchange inside the running service (``CellExchange``, a part of SchedulerService: see host.py).
 
-The REST handlers (jupyter_ext/handlers/exchange.py) look the service's methods up
-by name (``exchange_<what>``); each hands on to this part, a thin layer over one
+The REST handlers (jupyter_ext/handlers/exchange.py) look these methods up
+by name on ``svc.exchange``. Each is a thin layer over one
 ``ExchangeArbiter`` built on the engine's allocator (docs/exchange.md).
 When a window starts or ends, cells move between VCs under the engine, so
 the engine is told (``Engine.on_capacity_changed``): queues of those VCs

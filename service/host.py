@@ -73,3 +73,16 @@ def administered(host: ServiceHost, user: str, vc: str | None, groups: Iterable[
     if not mine:
         raise NotAuthorized(f"user {user!r} administers no VC: garbage collection is for admins")
     return mine
+
+
+class HandOn:
+    """A member of the service that is its part's: ``gc = HandOn("retention_rules", "gc")`` makes
+    ``svc.gc`` the bound method ``svc.retention_rules.gc`` (what the doors call on the service)."""
+
+    def __init__(self, part: str, member: str):
+        self.part, self.member = part, member
+
+    def __get__(self, svc: Any, owner: Any = None) -> Any:
+        if svc is None:
+            return self
+        return getattr(getattr(svc, self.part), self.member)

@@ -1,40 +1,17 @@
 """SchedulerService: the engine, a store and a launcher, driven by the wall clock.
 
-One lock guards the engine and the journal, so the REST handlers
-(jupyter-server's threads), the CLI in embedded mode and the loop thread can
-all call in. Every public method returns JSON-able dicts. Bad input raises
-``RequestError`` (HTTP 400; ``NotFound``, a subclass, for unknown jobs and
-VCs: 404); a user acting on a VC or job that is not theirs raises
-``NotAuthorized`` (a ``PermissionError``: 403).
+One lock guards the engine and the journal, so the REST handlers, the CLI in
+embedded mode and the loop thread can all call in; every public method returns
+JSON-able dicts. Bad input raises ``RequestError`` (400; ``NotFound``: 404), a
+user acting on what is not theirs ``NotAuthorized`` (403), and a change the
+journal cannot take ``ServiceDegraded`` (503), having changed nothing.
 
-The loop is event-driven: a submit, a cancel, a launcher event (a gang
-started or exited), a health change or the engine's next deadline (grace
-expiry, affinity relaxation, retry back-off) wakes one round at once; wakes
-that arrive during a round make one more round, not one each. Write, then
-act: each change of the engine's state is committed to the store before the
-service acts on it. Per round, under the lock:
-
-1. the launcher's events (started / exited) go to the engine;
-2. ``engine.step(now)`` decides; every job it touched is written (record,
-   history, binding) in one transaction;
-3. only then are the decisions handed on: START, PREEMPT and KILL go to the
-   launcher's queue (``launch_queue.py``), whose worker thread launches and
-   signals after the lock is released, and polls the launcher there too.
-
-So a ``kill -9`` at any instant leaves a store from which ``__init__``
-rebuilds the same state: records restored in submission order (queued jobs
-in their queue order), holding jobs re-bound to the same cells through
-``Engine.restore`` -> ``Allocator.restore``, their processes adopted when
-alive. A running job whose processes vanished ends its run with failure
-class "lost" (``failures.py`` then decides whether it is retried).
-
-When the store cannot commit (disk full, I/O error) the service is
-*degraded*: what it decided stays in memory, unacted, and is written again at
-every round until a commit succeeds; only then are the launches and kills
-done. Meanwhile requests that would change state raise ``ServiceDegraded``
-having changed nothing (a submission is taken back out of the engine; a
-cancel is first made durable as an intent, so a cancel that was answered is
-never forgotten), and ``readiness()`` says why. It recovers by itself.
+The loop is event-driven, and each round writes, then acts: what the engine
+decided is committed before the launcher hears of it, so a ``kill -9`` at any
+instant leaves a store from which ``__init__`` rebuilds the same state.
+docs/service.md tells the whole story (the scheduling loop; write, then act;
+degraded). Retention, disk quotas, cell exchange, job control and kernel idle
+release are parts the service is composed of (host.py).
 """
 from __future__ import annotations
 
@@ -43,24 +20,27 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import IO
 
 from hived.core.engine import Engine, EngineConfig, RequestError
 from hived.core.engine_records import JobRecord
-from hived.core.jobs import HOLDING, Decision, DecisionKind, JobState, state_values
+from hived.core.jobs import HOLDING, Decision, DecisionKind, JobState
 
 from .access import Access
 from .admission import AdmissionControl
 from .control import JobControl
+from .data_dir import DataDirBusy, env_int, exclusive, load_spec, private_dir, refuse_emptied_journal, spec_text
 from .degraded import ServiceDegraded
 from .errors import NotAuthorized, NotFound, unknown_job
 from .estimates import estimate_view
 from .exchange import CellExchange
+from .host import HandOn
 from .job_ids import JobIds, JobIdsError
 from .kernel_idle import KernelIdle
 from .launch_queue import LaunchQueue
-from .launcher import Launcher, LauncherEvent
+from .launcher import Launcher, LauncherEvent, capability, refuse_unlaunchable, refuse_unreachable
+from .launcher_events import adopt_holding, apply_events, replay_cancels, restore_order
+from .local_gpus import this_machine
 from .metrics import ServiceMetrics
 from .payload import job_dict, parse_job, parse_needs
 from .quota import DiskQuota
@@ -68,81 +48,12 @@ from .reconfigure import engine_over, refusal
 from .retention import Retention
 from .spec_journal import SOURCE_RELOAD, SOURCE_START, spec_at_start
 from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged
-from .views import cluster_dict, vc_dict
+from .views import cluster_dict, queue_position, tail_position, vc_dict
 
 log = logging.getLogger("hived.service")
 
 MAX_ROUND_GAP = 0.05   # s: the longest pause between two rounds that follow each other at once
-LOST_TAIL = "hived: the job's processes were gone when the service restarted (SIGKILL, node lost)"
 __all__ = ["DataDirBusy", "NotAuthorized", "NotFound", "SchedulerService", "unknown_job"]
-
-
-class DataDirBusy(RuntimeError):
-    """Another live service holds this data directory."""
-
-
-def _exclusive(data_dir: Path) -> IO[str]:
-    """One service per data directory: two would launch the same jobs twice.
-    The kernel drops the lock when the process dies, so kill -9 leaves none behind."""
-    import fcntl
-    f = open(os.open(data_dir / "service.lock", os.O_RDWR | os.O_CREAT, 0o600), "a+")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        pid = f.read().strip() or "?"
-        f.close()
-        raise DataDirBusy(f"{data_dir}: another hived service (pid {pid}) is using this data directory; "
-                           f"stop it or use another --data-dir") from None
-    f.seek(0)
-    f.truncate()
-    f.write(str(os.getpid()))
-    f.flush()
-    return f
-
-
-def _spec_text(spec) -> str | None:
-    import json
-    if isinstance(spec, dict):
-        return json.dumps(spec)
-    if isinstance(spec, (str, os.PathLike)):
-        p = Path(spec)
-        try:
-            if "\n" not in str(spec) and p.is_file():
-                return p.read_text()
-        except OSError:
-            return None
-        return str(spec)
-    return None
-
-
-def _env_int(name: str, default: int, lo: int) -> int:
-    """An integer setting from the environment, refused clearly when it is not one."""
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"${name}: must be an integer, got {raw!r}") from None
-    if value < lo:
-        raise ValueError(f"${name}: must be at least {lo}, got {value}")
-    return value
-
-
-def _refuse_emptied_journal(db: Path, ids: JobIds) -> None:
-    """An empty database file in a directory that has had jobs: the journal was cut, not new."""
-    if db.exists() and db.stat().st_size == 0 and ids.seen_before > 0:
-        raise StoreDamaged(f"{db}: the database is empty (0 bytes) but this data directory has had jobs "
-                           f"(ids up to j{ids.seen_before} may have been used); hived will not write to it. "
-                           f"Restore it from a backup, "
-                           f"or move it away to start an empty journal (job ids continue after "
-                           f"j{ids.seen_before})")
-
-
-def _load_spec(spec):
-    from hived.core.spec import load_spec
-    return spec if hasattr(spec, "chains") else load_spec(spec)
 
 
 class SchedulerService:
@@ -154,11 +65,7 @@ class SchedulerService:
                  queue_policy: str = "fifo", preemption_policy: str = "fitgpp",
                  engine_config: EngineConfig | None = None, health="auto", scheme: str | None = None,
                  clock: Callable[[], float] = time.time):
-        self.data_dir = Path(data_dir).expanduser()
-        # private to the service's account: the store holds every job's environment
-        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if self.data_dir.stat().st_uid == os.geteuid() and self.data_dir.stat().st_mode & 0o077:
-            os.chmod(self.data_dir, 0o700)
+        self.data_dir = private_dir(data_dir)
         self.tick_seconds = float(tick_seconds)
         self.clock = clock
         self._lock = threading.RLock()
@@ -172,10 +79,10 @@ class SchedulerService:
             raise ValueError(f"scheme: must be hived or quota, got {scheme!r}")
         self._policies = (queue_policy, preemption_policy, engine_config)
         self.scheme = scheme
-        self.spec = _load_spec(spec_path)
+        self.spec = load_spec(spec_path)
         # each pod's log is rotated at $HIVED_LOG_MAX_BYTES (10 MiB); $HIVED_LOG_KEEP segments kept (5)
-        log_bytes, log_keep = _env_int("HIVED_LOG_MAX_BYTES", 10 << 20, 1024), _env_int("HIVED_LOG_KEEP", 5, 1)
-        self._lockfile: IO[str] | None = _exclusive(self.data_dir)
+        log_bytes, log_keep = env_int("HIVED_LOG_MAX_BYTES", 10 << 20, 1024), env_int("HIVED_LOG_KEEP", 5, 1)
+        self._lockfile: IO[str] | None = exclusive(self.data_dir)
         try:
             self._open(spec_path, store, synchronous, launcher, health, log_bytes, log_keep)
         except BaseException:
@@ -191,7 +98,7 @@ class SchedulerService:
         jobs_dir = self.data_dir / "jobs"
         try:
             if store is None:
-                _refuse_emptied_journal(self.data_dir / DB_NAME, JobIds(self.data_dir, jobs_dir))
+                refuse_emptied_journal(self.data_dir / DB_NAME, JobIds(self.data_dir, jobs_dir))
             self.store: Store = store or SqliteStore(self.data_dir, synchronous=synchronous)
             self.job_ids = JobIds(self.data_dir, jobs_dir, stored_max=getattr(self.store, "max_job_number", int)())
         except JobIdsError as exc:   # the ids file is part of the journal: damaged means refused
@@ -202,12 +109,12 @@ class SchedulerService:
         # the journaled spec in force (service/spec_journal.py): a reloaded one outlives a restart
         self.spec_source = SOURCE_START
         try:
-            kept, self.spec_source = spec_at_start(self.store, _spec_text(spec_path), str(spec_path))
+            kept, self.spec_source = spec_at_start(self.store, spec_text(spec_path), str(spec_path))
         except JournalWriteError as exc:   # the given spec could not be journaled: start on it, degraded
             kept = None
             self.degrade(exc)
         if kept is not None:
-            self.spec = _load_spec(kept)
+            self.spec = load_spec(kept)
         self.quota = DiskQuota(self)                            # service/quota.py
         self.retention_rules = Retention(self, self.quota)      # service/retention.py
         self.kernel_idle = KernelIdle(self, self.clock())       # service/kernel_idle.py
@@ -215,28 +122,17 @@ class SchedulerService:
         self.eng = self._new_engine(self.spec)
         self.exchange = CellExchange(self)   # cell exchange (service/exchange.py); _recover loads its state
         # this machine's GPUs, when the spec names this host (a spec from `hived discover`)
-        self.local = None
-        if launcher == "local" or health == "auto":
-            from .local_gpus import match_local
-            self.local = match_local(self.spec, self.eng.alloc)
-        if launcher == "local":
-            from .local_accounts import spec_account
-            from .local_launcher import LocalLauncher
-            launcher = LocalLauncher(jobs_dir, gpu_ids=self.local.gpu_ids if self.local else None,
-                                     max_log_bytes=log_bytes, keep_logs=log_keep,
-                                     accounts=lambda user, vc: spec_account(self.spec, user, vc))
+        self.local, launcher, health = this_machine(self.spec, self.eng.alloc, launcher, health, jobs_dir,
+                                                    log_bytes, log_keep, lambda: self.spec)
         self.launcher = launcher
         self._inbox: list[LauncherEvent] = []    # what the launcher saw, for the next round
         self._health_inbox: list[tuple] = []     # GPU health changes polled, for the next round
         self._inbox_lock = threading.Lock()
         self._next_wakeup: float | None = None   # the engine's next deadline, after the last round
         self._launchq = LaunchQueue(launcher, self._deliver, self.tick_seconds, on_error=self._launcher_error)
-        notify = getattr(launcher, "on_change", None)   # a launcher that can say "exited" at once
+        notify = capability(launcher, "on_change")   # a launcher that can say "exited" at once
         if notify is not None:
             notify(self._launchq.poke)
-        if health == "auto":   # NVML health checks for the GPUs of this machine, if any
-            from .health import HealthMonitor
-            health = HealthMonitor(self.local.nodes) if self.local else None
         self.health = health or None
         self.last_error: str | None = None
         self.ticks = 0
@@ -376,18 +272,7 @@ class SchedulerService:
         now = self.clock()
         self.exchange.restore()   # before the jobs: cells still lent move to their borrowers again
         rows = self.store.load_jobs_with_keys()
-        holding: list[tuple[dict, float | None]] = []
-        queued: list[tuple[dict, float | None]] = []
-        other: list[tuple[dict, float | None]] = []
-        for d, qkey in rows:
-            st = d.get("state")
-            (holding if st in state_values(HOLDING) else
-             queued if st == "queued" else other).append((d, qkey))
-        # queued jobs in their queue order (preempted ones were put at the head)
-        queued.sort(key=lambda r: (r[1] is None, r[1] if r[1] is not None else 0))
-        adopted: list[str] = []
-        lost: list[str] = []
-        relaunch: list[str] = []
+        holding, other, queued = restore_order(rows)
         unrestorable: list[str] = []
         for d, _ in holding + other + queued:
             try:
@@ -403,29 +288,8 @@ class SchedulerService:
             if not restored.state.terminal:
                 self._live.add(restored.job_id)
         cancelled = self._replay_intents(now)
-        for d, _ in holding:
-            jid = d["job_id"]
-            rec = self.eng.find(jid)
-            if rec is None or rec.state not in HOLDING:
-                continue
-            if rec.state is JobState.PLACED and rec.waiting_for:
-                continue  # never launched: waits for its victims as before
-            alive = self.launcher.adopt(jid, rec.placement)
-            if alive:
-                self._launched.add(jid)
-                adopted.append(jid)
-                if rec.state is JobState.PLACED:
-                    # a launcher that can tell (Kubernetes: pods still Pending) says "started" later
-                    if getattr(self.launcher, "gang_started", lambda _j: True)(jid):
-                        self.eng.on_started(jid, now)
-                elif rec.state is JobState.PREEMPTING:
-                    left = max(0.0, (rec.grace_deadline or now) - now)
-                    self.launcher.terminate(jid, left)
-            elif rec.state is JobState.PLACED:
-                relaunch.append(jid)   # the engine emits START again at the next step
-            else:
-                lost.append(jid)
-                self.eng.on_finished(jid, now, -9, LOST_TAIL)
+        adopted, lost, relaunch = adopt_holding(self.eng, self.launcher, [d["job_id"] for d, _ in holding], now)
+        self._launched.update(adopted)
         try:
             self._write_live(now)
         except ServiceDegraded:
@@ -440,14 +304,8 @@ class SchedulerService:
     def _replay_intents(self, now: float) -> list[str]:
         """Cancels answered before the job's record said so: done now (before adoption, which
         then stops the processes of a job found preempting)."""
-        done = []
-        for jid, kind, user, _t in self.store.intents():
-            self._intents.add(jid)
-            rec = self.eng.find(jid)
-            if kind != "cancel" or rec is None or rec.state.terminal or rec.cancel_requested:
-                continue
-            self.eng.cancel(jid, now, user)
-            done.append(jid)
+        done, intents = replay_cancels(self.store.intents(), self.eng, now)
+        self._intents |= intents
         if self._intents:
             self._live.update(j for j in self._intents if j in self.eng)
             self._seen.update({j: None for j in self._intents if j in self._seen})  # rewrite: clears them
@@ -473,7 +331,7 @@ class SchedulerService:
                 for note in getattr(self.health, "notes", []):
                     log.warning("GPU health: %s", note)
             self._stop.clear()
-            warm = getattr(self.launcher, "warm", None)   # a runner ready before the first launch
+            warm = capability(self.launcher, "warm")   # a runner ready before the first launch
             if warm is not None:
                 warm()
             self._launchq.start()
@@ -515,7 +373,7 @@ class SchedulerService:
     def close(self) -> None:
         """Stop the loop and release the store and the data directory."""
         self.stop()
-        close = getattr(self.launcher, "close", None)
+        close = capability(self.launcher, "close")
         if close is not None:
             close()
         ids = getattr(self, "job_ids", None)
@@ -611,29 +469,7 @@ class SchedulerService:
     def _events(self, now: float) -> list[str]:
         with self._inbox_lock:
             events, self._inbox = self._inbox, []
-        touched = []
-        for ev in events:
-            rec = self.eng.find(ev.job_id)
-            if rec is None:
-                continue
-            touched.append(ev.job_id)
-            if ev.kind == "started":
-                if rec.state is JobState.PLACED and not rec.waiting_for:
-                    self.eng.on_started(ev.job_id, now)
-            elif ev.kind == "exited":
-                self._launched.discard(ev.job_id)
-                if rec.state not in HOLDING:
-                    continue
-                if rec.state is JobState.PLACED and not rec.waiting_for and getattr(ev, "ran", True):
-                    self.eng.on_started(ev.job_id, now)     # it ran, however briefly (not a refused launch)
-                if rec.state is JobState.PREEMPTING:
-                    # we asked it to stop: whatever its exit code, it goes back to its queue
-                    self.eng.on_preempted(ev.job_id, now)
-                elif ev.exit_code is None:
-                    self.eng.on_finished(ev.job_id, now, -9, ev.log_tail or LOST_TAIL)
-                else:
-                    self.eng.on_finished(ev.job_id, now, int(ev.exit_code), ev.log_tail)
-        return touched
+        return apply_events(self.eng, events, now, self._launched)
 
     def _execute(self, decisions, now: float) -> None:
         """Act on committed decisions: launches and kills go to the launcher's queue (in this
@@ -710,15 +546,11 @@ class SchedulerService:
         if not isinstance(user, str) or not user.strip():
             raise RequestError("user", "must be a non-empty user name")
         req = parse_job(user, payload)
-        self._check_for_launcher(req)
-        check_reach = getattr(self.launcher, "check_reach", None)   # local: as the job's account
-        if check_reach is not None:
+        refuse_unlaunchable(self.launcher, req)
+        if capability(self.launcher, "check_reach") is not None:   # local: as the job's account
             with self._lock:   # members only: nobody else learns what a VC's account reaches
                 self._authorize_vc(user, req.vc, groups)
-            try:
-                check_reach(req, parse_needs(payload))
-            except ValueError as e:
-                raise RequestError(getattr(e, "field", "user"), getattr(e, "problem", str(e))) from None
+            refuse_unreachable(self.launcher, req, parse_needs(payload))
         with self._lock:
             self._authorize_vc(user, req.vc, groups)
             self.job_control.check_after(user, req.after, groups)
@@ -744,7 +576,7 @@ class SchedulerService:
                 raise
             self._admission.add(jid, req)
             rec = self.eng.job(jid)
-            out = job_dict(rec, self._tail_position(rec), estimate_view(self.eng, rec, now))
+            out = job_dict(rec, tail_position(self.eng, rec), estimate_view(self.eng, rec, now))
         self._wake.set()   # the round's own commit is synced before it acts: no start before durable
         self._sync_submitted(ticket, jid, user)
         return out
@@ -766,48 +598,6 @@ class SchedulerService:
         if refusal is not None:
             raise refusal
 
-    def _check_for_launcher(self, req) -> None:
-        """Refuse at submission what the launcher would refuse at launch (a job's own Kubernetes
-        template fields), so a bad job is never queued only to fail when its turn comes."""
-        check_account = getattr(self.launcher, "check_account", None)   # local: the job's unix account
-        if check_account is not None:
-            try:
-                check_account(req)
-            except ValueError as e:
-                raise RequestError("user", str(e)) from None
-        if req.k8s_template is None:
-            return
-        validate = getattr(self.launcher, "validate", None)
-        if validate is None:
-            raise RequestError("k8s_template", f"this hived runs jobs with {type(self.launcher).__name__}; "
-                               "job template fields apply on Kubernetes only (hived serve --launcher kubernetes)")
-        try:
-            validate(req)
-        except ValueError as e:          # TemplateError: where ("template.volumes[0]...") + problem
-            where = getattr(e, "where", "template")
-            where = "k8s_template" + where[len("template"):] if where.startswith("template") else where
-            raise RequestError(where, getattr(e, "problem", str(e))) from None
-
-    def _tail_position(self, rec: JobRecord) -> int | None:
-        """Position of a job just queued, without listing the queue (O(1) for
-        order-keeping policies; submissions stay fast with long queues)."""
-        pol = self.eng.vc_policies[rec.request.vc]
-        lanes = getattr(self.eng, "_lanes", {}).get(rec.request.vc)
-        if rec.state is not JobState.QUEUED or lanes is None or not getattr(pol, "preserves_order", False):
-            return self._position(rec)
-        te, rest = lanes
-        if getattr(pol, "te_first", False) and rec.job_id in te:
-            return len(te) - 1
-        return len(te) + len(rest) - 1
-
-    def _position(self, rec: JobRecord) -> int | None:
-        if rec.state is not JobState.QUEUED:
-            return None
-        try:
-            return self.eng.queue(rec.request.vc).index(rec.job_id)
-        except ValueError:
-            return None
-
     def record(self, job_id: str) -> JobRecord:
         rec = self.eng.find(job_id) if isinstance(job_id, str) else None
         if rec is None:
@@ -819,7 +609,7 @@ class SchedulerService:
             if job_id in self._extra:
                 return job_dict(JobRecord.from_dict(self._extra[job_id]))
             rec = self.record(job_id)
-            return job_dict(rec, self._position(rec), estimate_view(self.eng, rec, self.clock()))
+            return job_dict(rec, queue_position(self.eng, rec), estimate_view(self.eng, rec, self.clock()))
 
     def list_jobs(self, vc: str | None = None, state: str | None = None,
                   user: str | None = None) -> list[dict]:
@@ -944,7 +734,7 @@ class SchedulerService:
         with the jobs. Answer: ``{"ok", "vcs", "chains", "downgraded"}``."""
         from hived.core.spec import SpecError
         try:
-            new_spec = _load_spec(path_or_text)
+            new_spec = load_spec(path_or_text)
         except SpecError as exc:
             raise RequestError(exc.path, exc.problem) from None
         with self._lock:
@@ -964,7 +754,7 @@ class SchedulerService:
             before = (self.eng, self.spec, self.exchange.arb, self._seen, self.spec_source)
             self.eng, self.spec = eng, new_spec
             self.exchange.after_reload()
-            text = _spec_text(path_or_text)
+            text = spec_text(path_or_text)
             self._seen = {j: None for j in self._seen}   # rewrite all: queue keys changed
             try:
                 self._write_live(now, meta=None if text is None else {"spec": text, "spec_source": SOURCE_RELOAD})
@@ -979,54 +769,15 @@ class SchedulerService:
                     "downgraded": downgraded}
 
     # ------------------------------------------------------------------ the parts' doors
-    # what the REST handlers, the CLI and the widgets call on the service, handed to its parts
-
-    def retention(self) -> dict:
-        return self.retention_rules.view()
-
-    def set_retention(self, user: str, vc: str, max_age=None, keep=None, groups=()) -> dict:
-        return self.retention_rules.set(user, vc, max_age=max_age, keep=keep, groups=groups)
-
-    def gc(self, user: str, vc: str | None = None, dry_run: bool = False, policy: dict | None = None,
-           groups=()) -> dict:
-        return self.retention_rules.gc(user, vc, dry_run=dry_run, policy=policy, groups=groups)
-
-    @property
-    def gc_totals(self) -> dict[str, dict[str, int]]:
-        return self.retention_rules.gc_totals
-
-    def disk_quotas(self) -> dict:
-        return self.quota.view()
-
-    def set_disk_quota(self, user: str, vc: str, max_bytes=None, groups=()) -> dict:
-        return self.quota.set(user, vc, max_bytes=max_bytes, groups=groups)
-
-    def control(self, job_id: str, action: str, user: str, groups=()) -> dict:
-        return self.job_control.control(job_id, action, user, groups)
-
-    def kernel_activity(self, job_id: str, user: str, groups=()) -> dict:
-        return self.kernel_idle.activity(job_id, user, groups)
-
-    def exchange_board(self) -> dict:
-        return self.exchange.board()
-
-    def exchange_ledger(self) -> dict:
-        return self.exchange.ledger()
-
-    def exchange_offers(self) -> dict:
-        return self.exchange.offers()
-
-    def exchange_requests(self) -> dict:
-        return self.exchange.requests()
-
-    def exchange_post_offer(self, user: str, body: dict, groups=()) -> dict:
-        return self.exchange.post_offer(user, body, groups)
-
-    def exchange_post_request(self, user: str, body: dict, groups=()) -> dict:
-        return self.exchange.post_request(user, body, groups)
-
-    def exchange_withdraw(self, user: str, post_id: str, groups=(), kind: str | None = None) -> dict:
-        return self.exchange.withdraw(user, post_id, groups, kind=kind)
+    # what the REST handlers, the CLI and the widgets call on the service: its parts' methods
+    retention = HandOn("retention_rules", "view")
+    set_retention = HandOn("retention_rules", "set")
+    gc = HandOn("retention_rules", "gc")
+    gc_totals = HandOn("retention_rules", "gc_totals")
+    disk_quotas = HandOn("quota", "view")
+    set_disk_quota = HandOn("quota", "set")
+    control = HandOn("job_control", "control")
+    kernel_activity = HandOn("kernel_idle", "activity")
 
     def status(self) -> dict:
         with self._lock:
@@ -1036,7 +787,8 @@ class SchedulerService:
             return {"ok": True, "degraded": self.degraded,
                     "data_dir": str(self.data_dir), "jobs": counts, "ticks": self.ticks,
                     "pid": os.getpid(), "last_error": self.last_error,
-                    "shared_account": getattr(self.launcher, "shared_account", lambda vcs: None)(sorted(self.spec.vcs)),
+                    "shared_account": (capability(self.launcher, "shared_account")
+                                       or (lambda vcs: None))(sorted(self.spec.vcs)),
                     "health_checks": None if self.health is None else list(getattr(self.health, "notes", [])),
                     "unhealthy": [{"node": n, "gpu": g, "reason": r} for (n, g), r in self._unhealthy.items()],
                     "recovered": {

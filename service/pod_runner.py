@@ -399,6 +399,17 @@ def _run(spec: dict, cgroup: str | None, home: str | None = None) -> int:
     if home and not _move_to(home):
         # still in the pod's cgroup: a kill of the cgroup would take this runner too
         log.write(f"[hived] the pod runner could not leave {cgroup}\n".encode())
+    _pump(child, pod, flags, log)
+    rc = child.wait()
+    pod.reap_orphans()
+    log.write(f"[hived] rank {spec['rank']} attempt {spec['attempt']} exited with code {rc}\n".encode())
+    _atomic_write(spec["exit_file"], {"exit_code": rc, "ended": time.time()})
+    return rc if rc >= 0 else 128 - rc
+
+
+def _pump(child: subprocess.Popen, pod: Pod, flags: _Flags, log: SegmentLog) -> None:
+    """Copy the command's output to the log and pass on the launcher's signals until every
+    process of the pod is gone and what they wrote has been read."""
     assert child.stdout is not None   # started with stdout=PIPE
     fd = child.stdout.fileno()
     os.set_blocking(fd, False)
@@ -448,11 +459,6 @@ def _run(spec: dict, cgroup: str | None, home: str | None = None) -> int:
             drain_until = time.monotonic() + 0.5
         elif time.monotonic() > drain_until:
             break
-    rc = child.wait()
-    pod.reap_orphans()
-    log.write(f"[hived] rank {spec['rank']} attempt {spec['attempt']} exited with code {rc}\n".encode())
-    _atomic_write(spec["exit_file"], {"exit_code": rc, "ended": time.time()})
-    return rc if rc >= 0 else 128 - rc
 
 
 def _spare(server_fds: list[int], taken: int, base: str | None) -> None:

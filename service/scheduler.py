@@ -136,7 +136,7 @@ class SchedulerService:
         self.health = health or None
         self.last_error: str | None = None
         self.ticks = 0
-        self._unhealthy: dict[tuple, str] = {}
+        self.unhealthy: dict[tuple, str] = {}
         self._seen: dict[str, tuple | None] = {}   # job id -> fingerprint last written (None: rewrite)
         self._live: set[str] = set()             # non-terminal jobs (what a step can change)
         self._launched: set[str] = set()         # jobs the launcher is running (or adopted)
@@ -694,9 +694,9 @@ class SchedulerService:
                 self.require_journal(now)
             decisions = self.eng.set_health(node, gpu, healthy, now)
             if healthy:
-                self._unhealthy.pop((node, gpu), None)
+                self.unhealthy.pop((node, gpu), None)
             else:
-                self._unhealthy[(node, gpu)] = reason or "marked unhealthy"
+                self.unhealthy[(node, gpu)] = reason or "marked unhealthy"
             # the hardware's state is a fact, not a request: kept even when the journal
             # refuses; the moves it causes wait for the journal like any decision
             self._pending.extend(decisions)
@@ -790,6 +790,6 @@ class SchedulerService:
                     "shared_account": (capability(self.launcher, "shared_account")
                                        or (lambda vcs: None))(sorted(self.spec.vcs)),
                     "health_checks": None if self.health is None else list(getattr(self.health, "notes", [])),
-                    "unhealthy": [{"node": n, "gpu": g, "reason": r} for (n, g), r in self._unhealthy.items()],
+                    "unhealthy": [{"node": n, "gpu": g, "reason": r} for (n, g), r in self.unhealthy.items()],
                     "recovered": {
                         k: (len(v) if isinstance(v, list) else v) for k, v in self.recovered.items()}}

@@ -49,8 +49,8 @@ def cluster_dict(svc) -> dict:
         for node in svc.eng.alloc.node_free(name):
             nodes[node] = {"gpus": [{
                 "index": g, "holder": held.get((node, g)),
-                "healthy": (node, g) not in svc._unhealthy and (node, None) not in svc._unhealthy,
-                "problem": svc._unhealthy.get((node, g)) or svc._unhealthy.get((node, None)),
+                "healthy": (node, g) not in svc.unhealthy and (node, None) not in svc.unhealthy,
+                "problem": svc.unhealthy.get((node, g)) or svc.unhealthy.get((node, None)),
             } for g in range(ngpus)]}
         chains[name] = {"levels": list(chain.levels), "node_level": chain.node_level,
                         "gpus_per_level": list(chain.gpus_per_level), "nodes": nodes,

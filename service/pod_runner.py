@@ -44,6 +44,7 @@ import time
 
 _hard_exit = os._exit   # ends a forked child at once: no atexit handlers, no flush of inherited buffers
 
+
 def _atomic_write(path: str, obj: dict, durable: bool = True) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:

@@ -737,6 +737,7 @@ class SchedulerService:
             new_spec = load_spec(path_or_text)
         except SpecError as exc:
             raise RequestError(exc.path, exc.problem) from None
+        text = spec_text(path_or_text)   # a file read: before the lock
         with self._lock:
             now = self.clock()
             self.require_journal(now)
@@ -754,7 +755,6 @@ class SchedulerService:
             before = (self.eng, self.spec, self.exchange.arb, self._seen, self.spec_source)
             self.eng, self.spec = eng, new_spec
             self.exchange.after_reload()
-            text = spec_text(path_or_text)
             self._seen = {j: None for j in self._seen}   # rewrite all: queue keys changed
             try:
                 self._write_live(now, meta=None if text is None else {"spec": text, "spec_source": SOURCE_RELOAD})

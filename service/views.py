@@ -104,6 +104,7 @@ def tail_position(eng: Engine, rec: JobRecord) -> int | None:
         return len(te) - 1
     return len(te) + len(rest) - 1
 
+
 def queue_position(eng: Engine, rec: JobRecord) -> int | None:
     if rec.state is not JobState.QUEUED:
         return None

@@ -107,7 +107,7 @@ def install(web_app: web.Application, serve_jupyter: bool) -> None:
 
     def get_handler_delegate(request: httputil.HTTPServerRequest, target_class: type[web.RequestHandler],
                              target_kwargs: dict[str, Any] | None = None, path_args: list[bytes] | None = None,
-                             path_kwargs: dict[str, bytes] | None = None) -> web._HandlerDelegate:
+                             path_kwargs: dict[str, bytes] | None = None) -> Any:   # tornado's _HandlerDelegate
         if not passes(target_class) and not (serve_jupyter and target_class in login_pages):
             if not serve_jupyter:
                 target_class, target_kwargs, path_args, path_kwargs = RefusedHandler, {}, [], {}

@@ -35,8 +35,9 @@ import heapq
 import itertools
 import math
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from .engine_backfill import Backfill
@@ -601,6 +602,13 @@ class Engine(EngineEvents, EngineControl):
         if vc not in self._lanes:
             raise RequestError("vc", f"unknown VC {vc!r}")
         return list(self._order(vc, now))
+
+    def lanes(self, vc: str) -> tuple[Mapping[str, None], Mapping[str, None]] | None:
+        """``vc``'s two queue lanes (TE jobs, then the others) in arrival order, read-only;
+        None for an unknown VC. What a caller needs to place a job just queued without
+        listing the queue."""
+        lanes = self._lanes.get(vc)
+        return None if lanes is None else (MappingProxyType(lanes[0]), MappingProxyType(lanes[1]))
 
     def head(self, vc: str, now: float) -> JobRecord | None:
         """The first job of ``vc``'s queue not in retry back-off at ``now`` (what blocks the queue)."""

@@ -75,9 +75,9 @@ class HubIdentityProvider(HivedIdentityProvider):
     async def get_user(self, handler) -> HivedUser | None:
         if getattr(handler, "_jupyter_current_user", None):
             return handler._jupyter_current_user
-        if not hasattr(handler, "_hived_hub_user"):
-            handler._hived_hub_user = await self._identify(handler)
-        return handler._hived_hub_user
+        if not hasattr(handler, "hived_hub_user"):
+            handler.hived_hub_user = await self._identify(handler)
+        return handler.hived_hub_user
 
     async def _identify(self, handler) -> HivedUser | None:
         given = self.get_token(handler)

@@ -237,8 +237,8 @@ class HivedMagics(Magics):
             job = self.client.cancel(self._job_id(line))
         except HivedError as exc:
             return self._fail(exc)
-        from hived.cli.cmd_cancel import said
-        print(f"{job['id']}: {said(job)}")
+        from hived.service.job_table import cancel_said
+        print(f"{job['id']}: {cancel_said(job)}")
 
     def _control(self, line: str, action: str) -> None:
         from hived.service.job_table import control_said

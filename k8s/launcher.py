@@ -125,6 +125,8 @@ class KubernetesLauncher(Adoption):
     """Launch gangs as pods. ``template`` is the default job template (dict or JobTemplate);
     a job may add overrides as ``request.k8s_template`` (validated the same way)."""
 
+    kind = "kubernetes"   # what people are told runs the jobs (service/launcher.py)
+
     def __init__(self, kubeconfig: str | None = None, *, api_client: client.ApiClient | None = None,
                  template: Any = None, namespace_prefix: str = DEFAULT_PREFIX, instance: str = "hived",
                  bind: str = "node_name", spec_version: str = "", context: str | None = None,

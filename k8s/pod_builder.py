@@ -264,67 +264,84 @@ def build_pods(job_id: str, request: JobRequest, placement: Placement, attempt: 
         # Template env first, then the job's own, then hived's (which nothing overrides).
         merged = {**template.env, **{k: str(v) for k, v in request.env.items()}, **hived_env}
         env += [{"name": k, "value": v} for k, v in merged.items() if k != "NVIDIA_VISIBLE_DEVICES"]
-        container: dict[str, Any] = {"name": CONTAINER, "image": template.image, "env": env,
-                                     "securityContext": container_sc}
-        if command:
-            container["command"] = command
-        if args:
-            container["args"] = args
-        # The job's own template says it outright; else the job's workdir (hived submit sends the
-        # current directory: right where home directories are mounted in the pods); else the default.
-        workdir = (request.k8s_template or {}).get("working_dir") or request.workdir or template.working_dir
-        if workdir:
-            container["workingDir"] = workdir
-        if template.image_pull_policy:
-            container["imagePullPolicy"] = template.image_pull_policy
-        if template.volume_mounts:
-            container["volumeMounts"] = [dict(v) for v in template.volume_mounts]
-        if template.ports:
-            container["ports"] = [dict(p) for p in template.ports]
         if demands is not None:
             cpus, memory_gb = demands[pp.rank][:2]     # JobRecord.pod_demands: (cpus, memory_gb, gpus)
         else:
             group = _group_of(request, pp.rank)
             cpus, memory_gb = (group.cpus, group.memory_gb) if group is not None else (None, None)
-        resources = resources_of(template, cpus, memory_gb)
-        if resources:
-            container["resources"] = resources
-        spec: dict[str, Any] = {
-            "containers": [container],
-            # Set explicitly: no server-side defaulting may be assumed.
-            "restartPolicy": template.restart_policy,
-            "terminationGracePeriodSeconds": int(round(request.grace_period)),
-            "securityContext": pod_sc,
-            # A job gets an API token only through a service account its template names
-            # (and its VC's policy allows): the namespace's "default" one is not handed out.
-            "automountServiceAccountToken": template.service_account is not None,
-            "enableServiceLinks": False,      # no env per Service in the namespace: peers are named above
-        }
-        if gang:
-            spec["hostname"] = pod_name(job_id, attempt, pp.rank)
-            spec["subdomain"] = service_name(job_id)
-        for name, key in (("host_network", "hostNetwork"), ("host_pid", "hostPID"), ("host_ipc", "hostIPC")):
-            if getattr(template, name):
-                spec[key] = True
-        if bind == "node_name":
-            spec["nodeName"] = pp.node
-        else:
-            spec["schedulerName"] = scheduler_name
-        if template.volumes:
-            spec["volumes"] = [dict(v) for v in template.volumes]
-        if template.service_account:
-            spec["serviceAccountName"] = template.service_account
-        if template.image_pull_secrets:
-            spec["imagePullSecrets"] = [{"name": s} for s in template.image_pull_secrets]
-        if template.node_selector:
-            spec["nodeSelector"] = dict(template.node_selector)
-        if template.tolerations:
-            spec["tolerations"] = [dict(t) for t in template.tolerations]
+        container = _container(request, template, env, command, args, container_sc, cpus, memory_gb)
+        spec = _pod_spec(request, template, container, pod_sc, pod_name(job_id, attempt, pp.rank),
+                         service_name(job_id) if gang else None, pp.node if bind == "node_name" else None,
+                         scheduler_name)
         pods.append({"apiVersion": "v1", "kind": "Pod",
                      "metadata": {"name": pod_name(job_id, attempt, pp.rank), "namespace": namespace,
                                   "labels": labels, "annotations": annotations},
                      "spec": spec})
     return pods
+
+
+def _container(request: JobRequest, template: JobTemplate, env: list, command, args,
+               security: dict, cpus, memory_gb) -> dict[str, Any]:
+    """The pod's one container: the image, env, command and what the template adds."""
+    container: dict[str, Any] = {"name": CONTAINER, "image": template.image, "env": env,
+                                 "securityContext": security}
+    if command:
+        container["command"] = command
+    if args:
+        container["args"] = args
+    # The job's own template says it outright; else the job's workdir (hived submit sends the
+    # current directory: right where home directories are mounted in the pods); else the default.
+    workdir = (request.k8s_template or {}).get("working_dir") or request.workdir or template.working_dir
+    if workdir:
+        container["workingDir"] = workdir
+    if template.image_pull_policy:
+        container["imagePullPolicy"] = template.image_pull_policy
+    if template.volume_mounts:
+        container["volumeMounts"] = [dict(v) for v in template.volume_mounts]
+    if template.ports:
+        container["ports"] = [dict(p) for p in template.ports]
+    resources = resources_of(template, cpus, memory_gb)
+    if resources:
+        container["resources"] = resources
+    return container
+
+
+def _pod_spec(request: JobRequest, template: JobTemplate, container: dict, pod_security: dict, name: str,
+              subdomain: str | None, node: str | None, scheduler_name: str) -> dict[str, Any]:
+    """The pod's spec: bound to ``node`` (None: left to ``scheduler_name``), named ``name`` in
+    ``subdomain`` (a gang's), with what the template adds."""
+    spec: dict[str, Any] = {
+        "containers": [container],
+        # Set explicitly: no server-side defaulting may be assumed.
+        "restartPolicy": template.restart_policy,
+        "terminationGracePeriodSeconds": int(round(request.grace_period)),
+        "securityContext": pod_security,
+        # A job gets an API token only through a service account its template names
+        # (and its VC's policy allows): the namespace's "default" one is not handed out.
+        "automountServiceAccountToken": template.service_account is not None,
+        "enableServiceLinks": False,      # no env per Service in the namespace: peers are named above
+    }
+    if subdomain is not None:   # a gang: peers find each other by name
+        spec["hostname"] = name
+        spec["subdomain"] = subdomain
+    for field, key in (("host_network", "hostNetwork"), ("host_pid", "hostPID"), ("host_ipc", "hostIPC")):
+        if getattr(template, field):
+            spec[key] = True
+    if node is not None:
+        spec["nodeName"] = node
+    else:
+        spec["schedulerName"] = scheduler_name
+    if template.volumes:
+        spec["volumes"] = [dict(v) for v in template.volumes]
+    if template.service_account:
+        spec["serviceAccountName"] = template.service_account
+    if template.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": s} for s in template.image_pull_secrets]
+    if template.node_selector:
+        spec["nodeSelector"] = dict(template.node_selector)
+    if template.tolerations:
+        spec["tolerations"] = [dict(t) for t in template.tolerations]
+    return spec
 
 
 def binding_body(pod: dict) -> dict:

@@ -193,99 +193,22 @@ def reconcile(store, launcher, new_engine: Callable[[], object], now: float) -> 
     rep.gangs = len(gangs)
     writes: dict[str, tuple[dict, float | None, list]] = {}   # job -> (record, qkey, new history)
     added: set = set()
-
-    def note(kind: list, jid: str, text: str) -> None:
-        kind.append(f"{jid}: {text}" if text else jid)
-        log.warning("recovery: job %s: %s", jid, text or "see report")
-
     for jid, g in sorted(gangs.items()):
         entry = journal.get(jid)
-        pl = g.placement_dict
         if entry is None and not g.live:
             # finished while hived had no journal: it holds no GPU; nothing to rebuild
-            note(rep.ignored, jid, "not in the journal and every pod has ended; not rebuilt")
+            _note(rep.ignored, jid, "not in the journal and every pod has ended; not rebuilt")
             continue
         if entry is None:
-            req = request_from_dict(g.request)
-            if g.running:
-                rec = JobRecord(job_id=jid, request=req, state=JobState.RUNNING, submitted=now, started=now,
-                                first_started=now, placement=placement_from_dict(pl), attempts=g.attempt,
-                                opportunistic=pl["opportunistic"])
-                rec.note(now, f"rebuilt from its pods (attempt {g.attempt}); the journal had no record")
-            else:   # launched, not all Running: starting; the launcher's "started" makes it running
-                rec = JobRecord(job_id=jid, request=req, state=JobState.PLACED, submitted=now,
-                                placement=placement_from_dict(pl), attempts=g.attempt - 1,
-                                opportunistic=pl["opportunistic"])
-                rec.note(now, f"rebuilt from its pods (attempt {g.attempt}); the journal had no record; {STARTING}")
-            d = rec.to_dict()
-            writes[jid] = (d, None, [])
+            writes[jid] = (_rebuilt(jid, g, now), None, [])
             added.add(jid)
-            note(rep.rebuilt, jid, f"not in the journal; rebuilt from {len(g.pods)} pod(s) of attempt {g.attempt}")
-        else:
-            d, qkey = dict(entry[0]), entry[1]
-            state = d["state"]
-            if state in TERMINAL:
-                if g.live:
-                    launcher.delete_gang(jid, g.namespace, [p["metadata"]["name"] for p in g.pods.values()],
-                                         float(g.request.get("grace_period", 0.0)))
-                    note(rep.finished_teardown, jid,
-                         f"the journal says {state} but pods still run; deleting them (an interrupted teardown)")
-                continue
-            if state in state_values(WAITING) and g.attempt <= int(d.get("attempts") or 0) and g.over:
-                # the journal counted this attempt's end already (a retry in its back-off)
-                left = [p["metadata"]["name"] for p in g.pods.values()
-                        if not pod_state(p).terminal and not p["metadata"].get("deletionTimestamp")]
-                if left:
-                    launcher.delete_gang(jid, g.namespace, left, float(g.request.get("grace_period", 0.0)))
-                note(rep.finished_teardown, jid, f"attempt {g.attempt} ended before the restart and was counted; "
-                     f"its leftovers are deleted ({len(left)} pod(s) still running)")
-                continue
-            diffs = []
-            want_attempt = g.attempt - (1 if state == "placed" else 0)
-            if state == "queued" and g.running:
-                diffs.append("journal: queued, cluster: running pods")
-                d["state"] = "running"
-                d["started"] = d["first_started"] = d.get("first_started") or now
-                d["queued_since"] = None
-                want_attempt = g.attempt
-            elif state == "queued":
-                diffs.append(f"journal: queued, cluster: pods not all Running ({STARTING})")
-                d["state"], d["queued_since"], d["waiting_for"] = "placed", None, []
-                want_attempt = g.attempt - 1
-            if not _same_placement(d.get("placement"), pl):
-                diffs.append(f"placement differs (journal {_brief(d.get('placement'))}, cluster {_brief(pl)})")
-                d["placement"] = pl
-                d["opportunistic"] = pl["opportunistic"]
-            if d.get("attempts") != want_attempt:
-                diffs.append(f"attempt differs (journal {d.get('attempts')}, cluster {want_attempt})")
-                d["attempts"] = want_attempt
-            if state == "placed" and d.get("waiting_for"):
-                diffs.append(f"journal waits for {d['waiting_for']}, but the gang was launched")
-                d["waiting_for"] = []
-            if diffs:
-                hist = [now, d["state"], "recovered from the cluster: " + "; ".join(diffs)]
-                d["history"] = list(d.get("history", [])) + [hist]
-                writes[jid] = (d, qkey, [hist])
-                note(rep.corrected, jid, "; ".join(diffs) + " -> the cluster wins")
-            else:
-                rep.agreed.append(jid)
-        # binding mode: a crash between create and bind leaves members unbound for ever
-        bound = launcher.bind_unbound(list(g.pods.values()))
-        if bound:
-            note(rep.completed, jid, f"members {bound} were created but not bound; bound them to their nodes")
-        # rule 3: members missing
-        miss = g.missing
-        if miss:
-            if not g.ever_started:
-                req = request_from_dict(g.request)
-                launcher.create_members(jid, req, placement_from_dict(pl), g.attempt, miss)
-                note(rep.completed, jid, f"members {miss} were missing and none had started; created them")
-            else:
-                log.warning("recovery: job %s: members %s missing after members ran; the gang is torn down "
-                            "and its retry rules decide", jid, miss)
+            _note(rep.rebuilt, jid, f"not in the journal; rebuilt from {len(g.pods)} pod(s) of attempt {g.attempt}")
+        elif not _agree(jid, g, entry, launcher, now, rep, writes):
+            continue   # the journal ended it: its pods are being deleted
+        _complete(jid, g, launcher, rep)
     for jid, (d, _) in journal.items():
         if d["state"] in state_values(STARTED) and jid not in gangs:
-            note(rep.lost, jid, f"the journal says {d['state']}, the cluster has no pod of it (lost)")
+            _note(rep.lost, jid, f"the journal says {d['state']}, the cluster has no pod of it (lost)")
 
     _check_spec(journal, writes, gangs, launcher, new_engine, now, rep)
     with store.transaction():
@@ -299,6 +222,100 @@ def reconcile(store, launcher, new_engine: Callable[[], object], now: float) -> 
                  "%d downgraded, %d ended, %d lost", rep.gangs, len(rep.agreed), len(rep.rebuilt),
                  len(rep.corrected), len(rep.completed), len(rep.downgraded), len(rep.ended), len(rep.lost))
     return rep
+
+
+def _note(kind: list, jid: str, text: str) -> None:
+    kind.append(f"{jid}: {text}" if text else jid)
+    log.warning("recovery: job %s: %s", jid, text or "see report")
+
+
+def _rebuilt(jid: str, g, now: float) -> dict:
+    """The record of a gang the journal does not know, rebuilt from its pods."""
+    pl = g.placement_dict
+    req = request_from_dict(g.request)
+    if g.running:
+        rec = JobRecord(job_id=jid, request=req, state=JobState.RUNNING, submitted=now, started=now,
+                        first_started=now, placement=placement_from_dict(pl), attempts=g.attempt,
+                        opportunistic=pl["opportunistic"])
+        rec.note(now, f"rebuilt from its pods (attempt {g.attempt}); the journal had no record")
+    else:   # launched, not all Running: starting; the launcher's "started" makes it running
+        rec = JobRecord(job_id=jid, request=req, state=JobState.PLACED, submitted=now,
+                        placement=placement_from_dict(pl), attempts=g.attempt - 1,
+                        opportunistic=pl["opportunistic"])
+        rec.note(now, f"rebuilt from its pods (attempt {g.attempt}); the journal had no record; {STARTING}")
+    return rec.to_dict()
+
+
+def _agree(jid: str, g, entry: tuple, launcher, now: float, rep: RecoveryReport, writes: dict) -> bool:
+    """Make the journal's record of a gang found in the cluster agree with its pods (the cluster
+    wins). False when the journal had ended it already: its leftover pods are deleted."""
+    pl = g.placement_dict
+    d, qkey = dict(entry[0]), entry[1]
+    state = d["state"]
+    if state in TERMINAL:
+        if g.live:
+            launcher.delete_gang(jid, g.namespace, [p["metadata"]["name"] for p in g.pods.values()],
+                                 float(g.request.get("grace_period", 0.0)))
+            _note(rep.finished_teardown, jid,
+                  f"the journal says {state} but pods still run; deleting them (an interrupted teardown)")
+        return False
+    if state in state_values(WAITING) and g.attempt <= int(d.get("attempts") or 0) and g.over:
+        # the journal counted this attempt's end already (a retry in its back-off)
+        left = [p["metadata"]["name"] for p in g.pods.values()
+                if not pod_state(p).terminal and not p["metadata"].get("deletionTimestamp")]
+        if left:
+            launcher.delete_gang(jid, g.namespace, left, float(g.request.get("grace_period", 0.0)))
+        _note(rep.finished_teardown, jid, f"attempt {g.attempt} ended before the restart and was counted; "
+              f"its leftovers are deleted ({len(left)} pod(s) still running)")
+        return False
+    diffs = []
+    want_attempt = g.attempt - (1 if state == "placed" else 0)
+    if state == "queued" and g.running:
+        diffs.append("journal: queued, cluster: running pods")
+        d["state"] = "running"
+        d["started"] = d["first_started"] = d.get("first_started") or now
+        d["queued_since"] = None
+        want_attempt = g.attempt
+    elif state == "queued":
+        diffs.append(f"journal: queued, cluster: pods not all Running ({STARTING})")
+        d["state"], d["queued_since"], d["waiting_for"] = "placed", None, []
+        want_attempt = g.attempt - 1
+    if not _same_placement(d.get("placement"), pl):
+        diffs.append(f"placement differs (journal {_brief(d.get('placement'))}, cluster {_brief(pl)})")
+        d["placement"] = pl
+        d["opportunistic"] = pl["opportunistic"]
+    if d.get("attempts") != want_attempt:
+        diffs.append(f"attempt differs (journal {d.get('attempts')}, cluster {want_attempt})")
+        d["attempts"] = want_attempt
+    if state == "placed" and d.get("waiting_for"):
+        diffs.append(f"journal waits for {d['waiting_for']}, but the gang was launched")
+        d["waiting_for"] = []
+    if diffs:
+        hist = [now, d["state"], "recovered from the cluster: " + "; ".join(diffs)]
+        d["history"] = list(d.get("history", [])) + [hist]
+        writes[jid] = (d, qkey, [hist])
+        _note(rep.corrected, jid, "; ".join(diffs) + " -> the cluster wins")
+    else:
+        rep.agreed.append(jid)
+    return True
+
+
+def _complete(jid: str, g, launcher, rep: RecoveryReport) -> None:
+    """Finish what a crash interrupted in a launch: bind members left unbound, create missing ones."""
+    # binding mode: a crash between create and bind leaves members unbound for ever
+    bound = launcher.bind_unbound(list(g.pods.values()))
+    if bound:
+        _note(rep.completed, jid, f"members {bound} were created but not bound; bound them to their nodes")
+    # rule 3: members missing
+    miss = g.missing
+    if miss:
+        if not g.ever_started:
+            req = request_from_dict(g.request)
+            launcher.create_members(jid, req, placement_from_dict(g.placement_dict), g.attempt, miss)
+            _note(rep.completed, jid, f"members {miss} were missing and none had started; created them")
+        else:
+            log.warning("recovery: job %s: members %s missing after members ran; the gang is torn down "
+                        "and its retry rules decide", jid, miss)
 
 
 def _brief(p: dict | None) -> str:

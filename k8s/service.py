@@ -191,13 +191,14 @@ class KubernetesSchedulerService(SchedulerService):
         self.cluster_jobs = ClusterJobs(launcher.core, launcher.own_namespace, launcher.instance, launcher.signer)
         self._durable: set[str] = set()          # jobs with a record in the cluster, deleted when they end
         self._submit_lock = threading.Lock()
-        self._not_launched: set[str] = set()     # START decisions for gangs whose pods exist (see _execute)
+        self._not_launched: set[str] = set()     # START decisions for gangs whose pods exist (see execute)
         self.cluster_recovery: RecoveryReport | None = None
         self._allocatable: dict[str, tuple[float, float]] = {}   # node -> (cpus, memory GB) its kubelet admits
         if leader == "env":
             leader = leader_from_env()
         # Standby until the Lease is ours: _recover (called by the base constructor) then waits.
         self._standby = leader is not None
+        self._cluster_read: tuple[RecoveryReport, list[str], int] | None = None   # _read_cluster's, for _recover
         self._closing = False
         self.elector: Elector | None = None
         super().__init__(spec_path, data_dir, launcher=launcher, health=health, **kw)
@@ -229,6 +230,12 @@ class KubernetesSchedulerService(SchedulerService):
         with self._lock:
             if not self._standby or self._closing:
                 return
+        # The cluster's word first, read off the lock (a LIST of the pods, the jobs recorded in the
+        # cluster, the highest job id): while this instance stands by nothing else uses its journal.
+        self._cluster_read = self._read_cluster()
+        with self._lock:
+            if not self._standby or self._closing:
+                return
             self._standby = False
             self.recovered = self._recover()
             SchedulerService.start(self)
@@ -257,7 +264,8 @@ class KubernetesSchedulerService(SchedulerService):
         with self._submit_lock:
             ids = self.job_ids
             try:
-                n = ids._next = self.cluster_jobs.reserve(ids._next)
+                n = self.cluster_jobs.reserve(ids.upcoming)
+                ids.skip_to(n)
             except Exception as e:
                 raise ServiceDegraded(f"cannot reserve a job id in the cluster: {e}") from None
             out = super().submit(user, payload, groups)
@@ -276,8 +284,8 @@ class KubernetesSchedulerService(SchedulerService):
             self._durable.add(out["id"])
         return out
 
-    def _write(self, ids, now: float, meta: dict | None = None, **kw: Any) -> Any:
-        out = cast(Any, super()._write)(ids, now, meta, **kw)     # **kw: the service's own options (sync=...)
+    def write(self, ids, now: float, meta: dict | None = None, **kw: Any) -> Any:
+        out = cast(Any, super().write)(ids, now, meta, **kw)     # **kw: the service's own options (sync=...)
         for jid in [j for j in ids if j in self._durable]:
             rec = self.eng.find(jid)
             if rec is not None and rec.state.terminal:     # ended: its record in the cluster goes
@@ -366,20 +374,20 @@ class KubernetesSchedulerService(SchedulerService):
         """ok: cells usable; cordoned: no new placements, running gangs stay; lost: gangs move."""
         from .nodes import LOST, OK
         with self._lock:
-            if state == LOST and (node, None) in self._unhealthy:
+            if state == LOST and (node, None) in self.unhealthy:
                 # already marked (cordoned): clear it first so the allocator names the gangs to move
                 self.eng.set_health(node, None, True, now)
             if state == OK:
                 decisions = self.eng.set_health(node, None, True, now)
-                self._unhealthy.pop((node, None), None)
+                self.unhealthy.pop((node, None), None)
             else:
                 decisions = self.eng.set_health(node, None, False, now, move=(state == LOST))
-                self._unhealthy[(node, None)] = reason
+                self.unhealthy[(node, None)] = reason
             if state != OK:
                 log.warning("node %s: %s (%s)%s", node, state, reason,
                             f"; moving {[d.job_id for d in decisions]}" if decisions else "")
-            self._write_live(now, also=[d.job_id for d in decisions])
-            self._execute(decisions, now)
+            self.write_live(now, also=[d.job_id for d in decisions])
+            self.execute(decisions, now)
 
     # -- what REST shows: the cluster's word on launched gangs --------------
     def _events(self, now: float) -> list[str]:
@@ -399,13 +407,13 @@ class KubernetesSchedulerService(SchedulerService):
                 rec.reason = f"{rec.reason}; {detail}"
         return touched
 
-    def _execute(self, decisions, now: float) -> None:
+    def execute(self, decisions, now: float) -> None:
         """As the service's, but no second launch of a gang whose pods exist: a gang adopted while its
         pods are still Pending stays ``placed`` (the engine restores it as to be started) and becomes
         running when the pod watch reports every member Running."""
         again = {d.job_id for d in decisions if d.kind is DecisionKind.START and self.launcher.has_live_gang(d.job_id)}
         self._not_launched |= again
-        super()._execute([d for d in decisions if not (d.kind is DecisionKind.START and d.job_id in again)], now)
+        super().execute([d for d in decisions if not (d.kind is DecisionKind.START and d.job_id in again)], now)
 
     def _shown(self, d: dict) -> dict:
         """A REST job dict with the pods' truth: ``starting`` while a launched gang's pods are not all
@@ -430,13 +438,19 @@ class KubernetesSchedulerService(SchedulerService):
                              "lease": f"{self.elector.namespace}/{self.elector.name}", "lost": self.elector.lost}
         return out
 
-    def _continue_job_ids(self) -> None:
-        """Job ids go on after the highest one the journal or any hived pod in the cluster holds."""
-        seen = self.eng.job_ids() + list(self._extra) + self.launcher.cluster_job_ids()
+    def _cluster_next_id(self) -> int:
+        """Off the lock (API reads): the lowest job id number no hived pod and no instance has used."""
+        top = max((int(m.group(1)) for m in map(_JOB_ID.fullmatch, self.launcher.cluster_job_ids()) if m),
+                  default=0)
+        return max(top + 1, self.cluster_jobs.peek())
+
+    def _continue_job_ids(self, cluster_next: int) -> None:
+        """Job ids go on after the highest one the journal or any hived pod in the cluster holds
+        (``cluster_next``: ``_cluster_next_id()``, read before the lock was taken)."""
+        seen = self.eng.job_ids() + list(self.extra)
         top = max((int(m.group(1)) for m in map(_JOB_ID.fullmatch, seen) if m), default=0)
         # the service hands out ids from its JobIds (data directory); the cluster's pods bound it too
-        ids = self.job_ids
-        ids._next = max(ids._next, top + 1, self.cluster_jobs.peek())
+        self.job_ids.skip_to(max(top + 1, cluster_next))
 
     def reload_spec(self, path_or_text) -> dict:
         """The service's one reconfiguration (see ``SchedulerService.reload_spec``), on the leader
@@ -447,23 +461,33 @@ class KubernetesSchedulerService(SchedulerService):
             self.launcher.relabel_opportunistic(jid)
         if self._own_version:
             self.launcher.spec_version = _spec_version(path_or_text)
+        cluster_next = self._cluster_next_id()   # API reads, before the lock
         with self._lock:
-            self._continue_job_ids()     # the new engine counts from 1 again
+            self._continue_job_ids(cluster_next)     # the new engine counts from 1 again
             self._apply_allocatable(list(self._allocatable), self.clock())
         return out
+
+    def _read_cluster(self) -> tuple[RecoveryReport, list[str], int]:
+        """The cluster's word made the journal's, before the engine is rebuilt from the journal:
+        recovery (k8s/recovery.py: a LIST of this instance's pods, the repairs of interrupted
+        launches), the accepted jobs recorded in the cluster only, and the next free job id.
+        API calls: run off the service lock (at start, or by a standby that takes the lead)."""
+        self.launcher.start()
+        report = reconcile(self.store, self.launcher, lambda: self.new_engine(self.spec), self.clock())
+        accepted = self._queue_accepted(self.clock())
+        return report, accepted, self._cluster_next_id()
 
     def _recover(self) -> dict:
         if self._standby:      # nothing is read or adopted before this instance leads
             return {"jobs": 0, "adopted": [], "lost": [], "relaunch": [], "unrestorable": [], "standby": True}
         # The journal is open, the spec loaded, nothing restored yet: the cluster goes first.
-        self.launcher.start()
-        report = reconcile(self.store, self.launcher, lambda: self._new_engine(self.spec), self.clock())
+        read, self._cluster_read = self._cluster_read or self._read_cluster(), None
+        report, accepted, cluster_next = read
         self.cluster_recovery = report
-        accepted = self._queue_accepted(self.clock())
         summary = super()._recover()
         summary["cluster"] = report.to_dict()
         summary["cluster"]["accepted"] = accepted
-        self._continue_job_ids()
+        self._continue_job_ids(cluster_next)
         self._hold_draining(report.draining, self.clock())
         return summary
 
@@ -473,10 +497,10 @@ class KubernetesSchedulerService(SchedulerService):
         for d in draining:
             held = []
             for node, gpu in d["gpus"]:
-                if node not in self.eng.view.nodes or (node, gpu) in self._unhealthy:   # either allocator
+                if node not in self.eng.view.nodes or (node, gpu) in self.unhealthy:   # either allocator
                     continue
                 self.eng.set_health(node, gpu, False, now, move=False)
-                self._unhealthy[(node, gpu)] = f"pods of ended job {d['job']} still stopping"
+                self.unhealthy[(node, gpu)] = f"pods of ended job {d['job']} still stopping"
                 held.append((node, gpu))
             if held:
                 self._held[d["job"]] = held
@@ -485,9 +509,9 @@ class KubernetesSchedulerService(SchedulerService):
     def _release_drained(self, now: float) -> None:
         for jid in self.launcher.drained():
             for node, gpu in getattr(self, "_held", {}).pop(jid, []):
-                if self._unhealthy.get((node, gpu), "").startswith("pods of ended job"):
+                if self.unhealthy.get((node, gpu), "").startswith("pods of ended job"):
                     self.eng.set_health(node, gpu, True, now)
-                    self._unhealthy.pop((node, gpu), None)
+                    self.unhealthy.pop((node, gpu), None)
                     log.info("GPU %s/%s: the pods of ended job %s are gone; it takes jobs again", node, gpu, jid)
 
     def close(self) -> None:

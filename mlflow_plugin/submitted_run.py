@@ -91,7 +91,8 @@ class HivedSubmittedRun(SubmittedRun):
     def __init__(self, run_id: str, job_id: str, client: HivedClient, *,
                  tracking_uri: str | None = None, poll: float = 2.0,
                  unreachable_grace: float = 60.0,
-                 log_sink: Callable[[str], None] | None = None, earlier_preemptions: int = 0):
+                 log_sink: Callable[[str], None] | None = None, earlier_preemptions: int = 0,
+                 noted_preemptions: int = 0):
         super().__init__()
         self._run_id = run_id
         self.job_id = job_id
@@ -103,7 +104,8 @@ class HivedSubmittedRun(SubmittedRun):
         self._mlflow = MlflowClient(tracking_uri)
         self._tags: dict = {}
         self._earlier = earlier_preemptions   # the run's preemptions under its earlier jobs
-        self._preemptions = earlier_preemptions  # the run's preemptions noted so far
+        # the run's preemptions noted so far (by this follower or, for from_run, an earlier one)
+        self._preemptions = max(earlier_preemptions, noted_preemptions)
         self._finalized = False
         self._tags_seen_running = False     # saw the job running (so its node tags are its own)
         self._status: str | None = None   # the run status this follower last wrote
@@ -119,11 +121,10 @@ class HivedSubmittedRun(SubmittedRun):
             raise ValueError(f"MLflow run {run_id} was not started by the hived backend "
                              f"(no {TAG}job_id tag)")
         client = HivedClient(url=tags.get(TAG + "service_url"), token=token)
-        run = cls(run_id, tags[TAG + "job_id"], client, tracking_uri=tracking_uri,
-                  earlier_preemptions=count_tag(tags.get(EARLIER_TAG)), **kw)
         # preemptions an earlier follower already noted are not noted twice
-        run._preemptions = max(run._preemptions, count_tag(tags.get(TAG + "preemptions")))
-        return run
+        return cls(run_id, tags[TAG + "job_id"], client, tracking_uri=tracking_uri,
+                   earlier_preemptions=count_tag(tags.get(EARLIER_TAG)),
+                   noted_preemptions=count_tag(tags.get(TAG + "preemptions")), **kw)
 
     @property
     def run_id(self) -> str:

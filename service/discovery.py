@@ -82,15 +82,15 @@ class _Asker:
     def __call__(self, what: str, fn: str, *args):
         f = getattr(self.nvml, fn, None)
         if f is None:
-            self._note(what, f"{fn} missing from this nvidia-ml-py")
+            self.note(what, f"{fn} missing from this nvidia-ml-py")
             return None
         try:
             return f(*args)
         except self.nvml.NVMLError as exc:
-            self._note(what, f"{fn}: {exc}")
+            self.note(what, f"{fn}: {exc}")
             return None
 
-    def _note(self, what: str, why: str) -> None:
+    def note(self, what: str, why: str) -> None:
         if what not in self._said:
             self._said.add(what)
             self.notes.append(f"{what} unavailable ({why})")
@@ -153,7 +153,7 @@ def read_gpus(nvml=None) -> tuple[list[GpuInfo], dict, dict, list[str], dict[int
                 state = nvml.nvmlDeviceGetNvLinkState(handles[i], link)
             except nvml.NVMLError as exc:
                 if link == 0:   # later links failing just means this GPU has fewer links
-                    ask._note("NVLink state", f"nvmlDeviceGetNvLinkState: {exc}")
+                    ask.note("NVLink state", f"nvmlDeviceGetNvLinkState: {exc}")
                 break
             if state:
                 remote = ask("NVLink remote PCI info", "nvmlDeviceGetNvLinkRemotePciInfo", handles[i], link)

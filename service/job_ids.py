@@ -81,6 +81,15 @@ class JobIds:
             raise JobIdsError(f"{self.path}: cannot record the job id high-water mark ({exc})",
                               f"job ids file: {exc.strerror or exc}") from None
 
+    @property
+    def upcoming(self) -> int:
+        """The number the next id starts looking from."""
+        return self._next
+
+    def skip_to(self, n: int) -> None:
+        """Hand out no id below ``j<n>`` from now on (ids another instance may have used)."""
+        self._next = max(self._next, int(n))
+
     def next(self, taken: Callable[[str], bool] = lambda jid: False) -> str:
         """A fresh id: above every one used before, its folder absent, not ``taken``.
         Raises ``JobIdsError`` (changing nothing) when the ceiling cannot be raised."""

@@ -1,5 +1,5 @@
 """The job table every door prints (``hived jobs``, ``%gpu_jobs``): one set of columns, one
-spelling of each cell."""
+spelling of each cell; and what a cancel or a hold/release/requeue did, in the words every door uses."""
 from __future__ import annotations
 
 import time
@@ -58,3 +58,17 @@ def control_said(j: dict, action: str) -> str:
         return (f"stopping: SIGTERM sent, SIGKILL in {grace:g} s if still running; then queued again"
                 if grace else "stopping: its processes are being killed; then queued again")
     return f"{j['state']} (queued again at the head of its VC's queue)"
+
+
+def cancel_said(j: dict) -> str:
+    """What the cancel did, in words."""
+    if j["state"] == "cancelled":
+        return "cancelled" + (" before it started" if not j.get("started") else "")
+    if j["state"] == "preempting":
+        grace = j.get("grace_period") or 0
+        kill_at, hist = j.get("kill_at"), j.get("history") or []
+        if kill_at is not None and hist:   # the grace left when the cancel was booked (0: a second cancel)
+            grace = max(0.0, kill_at - hist[-1]["time"])
+        return (f"stopping: SIGTERM sent, SIGKILL in {grace:g} s if still running; it ends as cancelled"
+                if grace else "stopping: its processes are being killed; it ends as cancelled")
+    return f"{j['state']} (the cancel takes effect at the next scheduling round)"

@@ -59,3 +59,23 @@ def match_local(spec, alloc, nvml=None, host: str | None = None) -> LocalGpus | 
             out.notes.append(f"node {node}: the spec has {wanted[node]} GPUs, this machine {len(indices)}; "
                              f"not mapped, positions used as they are")
     return out if out.nodes else None
+
+
+def this_machine(spec, alloc, launcher, health, jobs_dir, log_bytes: int, log_keep: int, current_spec):
+    """(local GPUs, launcher, health monitor) of a service: ``launcher == "local"`` becomes a
+    ``LocalLauncher`` running jobs on this machine's GPUs as the spec's accounts (``current_spec()``:
+    the spec in force, which a reload changes); ``health == "auto"`` NVML health checks for the
+    GPUs of this machine, if any. ``local`` is None when the spec does not name this host."""
+    local = None
+    if launcher == "local" or health == "auto":
+        local = match_local(spec, alloc)
+    if launcher == "local":
+        from .local_accounts import spec_account
+        from .local_launcher import LocalLauncher
+        launcher = LocalLauncher(jobs_dir, gpu_ids=local.gpu_ids if local else None,
+                                 max_log_bytes=log_bytes, keep_logs=log_keep,
+                                 accounts=lambda user, vc: spec_account(current_spec(), user, vc))
+    if health == "auto":   # NVML health checks for the GPUs of this machine, if any
+        from .health import HealthMonitor
+        health = HealthMonitor(local.nodes) if local else None
+    return local, launcher, health

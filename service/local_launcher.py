@@ -251,6 +251,8 @@ class LocalLauncher:
     (default ``$HIVED_CGROUPS`` or ``auto``).
     """
 
+    kind = "local"   # what people are told runs the jobs (service/launcher.py)
+
     def __init__(self, root: str | os.PathLike, *, max_log_bytes: int = 10 << 20, keep_logs: int = 5,
                  gpu_ids: dict | None = None, python: str = sys.executable,
                  accounts=None, job_account: str | None = None, cgroups: str | None = None):

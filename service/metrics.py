@@ -53,7 +53,7 @@ class _StateCollector:
         kernels = GaugeMetricFamily("hived_kernel_jobs", "Jobs that are Jupyter kernels (label 'kernel'), by VC "
                                     "and state", labels=["vc", "state"])
         kernel_counts: dict = {}
-        with svc._lock:
+        with svc.lock:
             vcs = sorted(svc.spec.vcs)
             counts: dict = {(vc, s.value): 0 for vc in vcs for s in JobState}
             base = getattr(svc, "gc_totals", {})
@@ -77,7 +77,7 @@ class _StateCollector:
                 submitted.add_metric([vc], subs[vc])
                 preempted.add_metric([vc], pre[vc])
             exchange = list(_exchange_families(svc, vcs))
-            unhealthy = len(svc._unhealthy)
+            unhealthy = len(svc.unhealthy)
             degraded = svc.degraded is not None
         for (vc, state), n in sorted(counts.items()):
             jobs.add_metric([vc, state], n)
@@ -93,7 +93,7 @@ class _StateCollector:
 
 def _exchange_families(svc, vcs: list[str]):
     """Cell exchange: GPUs lent and borrowed now, the GPU-hour ledger, open posts, exchanges by state."""
-    arb = getattr(svc, "_arb", None)
+    arb = svc.exchange.arb
     if arb is None:   # the quota scheme trades no cells
         return
     moved = GaugeMetricFamily("hived_exchange_gpus", "GPUs moved by cell exchange now, per VC: lent to "

@@ -128,7 +128,47 @@ def parse_job(user: str, payload: Any) -> JobRequest:
         raise RequestError("vc", f"required: the name of a VC, got {vc!r}")
     if len(vc) > LIMITS["vc"]["maxLength"]:
         raise RequestError("vc", f"longer than {LIMITS['vc']['maxLength']} characters")
-    command = payload.get("command")
+    command = _command(payload.get("command"))
+    try:
+        job_class = JobClass(str(payload.get("job_class", "te")).lower())
+    except ValueError:
+        raise RequestError("job_class", f"must be te, be or opportunistic, got {payload.get('job_class')!r}") from None
+    try:
+        affinity = Affinity(str(payload.get("affinity", "hard")).lower())
+    except ValueError:
+        raise RequestError("affinity", f"must be hard or soft, got {payload.get('affinity')!r}") from None
+    groups = _groups(payload)
+    grace = _given_num(payload, "grace_period", 0.0, *_bounds("grace_period"))
+    name = payload.get("name", "")
+    if not isinstance(name, str) or len(name) > MAX_NAME:
+        raise RequestError("name", f"must be a string of at most {MAX_NAME} characters")
+    env = _env(payload.get("env") or {})
+    workdir = payload.get("workdir")
+    if workdir is not None:
+        if not isinstance(workdir, str) or not workdir:
+            raise RequestError("workdir", f"must be a path, got {workdir!r}")
+    labels = _labels(payload.get("labels") or {})
+    allow = payload.get("allow_opportunistic", False)
+    if not isinstance(allow, bool):
+        raise RequestError("allow_opportunistic", f"must be true or false, got {allow!r}")
+    chain = payload.get("chain")
+    if chain is not None and not isinstance(chain, str):
+        raise RequestError("chain", f"must be a chain name, got {chain!r}")
+    template = _template(payload.get("k8s_template"))
+    parse_needs(payload)
+    after = _after(payload.get("after") or [])
+    return JobRequest(
+        user=user, vc=vc, command=command, job_class=job_class, groups=groups, chain=chain,
+        affinity=affinity, grace_period=grace, allow_opportunistic=allow, name=name,
+        env=dict(env), workdir=workdir,
+        estimate=_num(payload, "estimate", None, *_bounds("estimate")),
+        max_retries=_int(payload, "max_retries", None, *_bounds("max_retries")), labels=dict(labels),
+        k8s_template=template, time_limit=_num(payload, "time_limit", None, *_bounds("time_limit")),
+        after=list(dict.fromkeys(after)))
+
+
+def _command(command: Any) -> Any:
+    """``command``: a non-empty string (run by a shell) or a list whose first item is the program."""
     if isinstance(command, str):
         if not command.strip():
             raise RequestError("command", "must not be empty")
@@ -144,14 +184,11 @@ def parse_job(user: str, payload: Any) -> JobRequest:
                 raise RequestError(f"command[{i}]", f"longer than {MAX_COMMAND_CHARS} characters")
     else:
         raise RequestError("command", f"required: a string or a list of strings, got {command!r}")
-    try:
-        job_class = JobClass(str(payload.get("job_class", "te")).lower())
-    except ValueError:
-        raise RequestError("job_class", f"must be te, be or opportunistic, got {payload.get('job_class')!r}") from None
-    try:
-        affinity = Affinity(str(payload.get("affinity", "hard")).lower())
-    except ValueError:
-        raise RequestError("affinity", f"must be hard or soft, got {payload.get('affinity')!r}") from None
+    return command
+
+
+def _groups(payload: dict) -> list:
+    """The pod groups: ``groups``, or one group from the top-level pods/gpus/cell_type/cpus/memory_gb."""
     if "groups" in payload:
         if any(k in payload for k in ("pods", "gpus", "cell_type", "cpus", "memory_gb")):
             raise RequestError("groups", "give either groups or pods/gpus/cell_type, not both")
@@ -160,15 +197,12 @@ def parse_job(user: str, payload: Any) -> JobRequest:
             raise RequestError("groups", "must be a non-empty list of {pods, gpus | cell_type}")
         if len(groups) > LIMITS["groups"]["maxItems"]:
             raise RequestError("groups", f"more than {LIMITS['groups']['maxItems']} pod groups")
-        groups = [_group(g, f"groups[{i}]") for i, g in enumerate(groups)]
-    else:
-        groups = [_group({k: payload[k] for k in ("pods", "gpus", "cell_type", "cpus", "memory_gb")
-                          if k in payload}, "")]
-    grace = _given_num(payload, "grace_period", 0.0, *_bounds("grace_period"))
-    name = payload.get("name", "")
-    if not isinstance(name, str) or len(name) > MAX_NAME:
-        raise RequestError("name", f"must be a string of at most {MAX_NAME} characters")
-    env = payload.get("env") or {}
+        return [_group(g, f"groups[{i}]") for i, g in enumerate(groups)]
+    return [_group({k: payload[k] for k in ("pods", "gpus", "cell_type", "cpus", "memory_gb")
+                    if k in payload}, "")]
+
+
+def _env(env: Any) -> dict:
     if not isinstance(env, dict) or len(env) > MAX_ENV:
         raise RequestError("env", f"must be an object of at most {MAX_ENV} NAME: value pairs")
     for k, v in env.items():
@@ -180,11 +214,10 @@ def parse_job(user: str, payload: Any) -> JobRequest:
             raise RequestError(f"env.{k}", f"must be a string, got {type(v).__name__}")
         if len(v) > LIMITS["env"]["maxLength"]:
             raise RequestError(f"env.{k}", f"longer than {LIMITS['env']['maxLength']} characters")
-    workdir = payload.get("workdir")
-    if workdir is not None:
-        if not isinstance(workdir, str) or not workdir:
-            raise RequestError("workdir", f"must be a path, got {workdir!r}")
-    labels = payload.get("labels") or {}
+    return env
+
+
+def _labels(labels: Any) -> dict:
     if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
         raise RequestError("labels", "must be an object of string: string")
     if len(labels) > LIMITS["labels"]["maxProperties"]:
@@ -192,27 +225,15 @@ def parse_job(user: str, payload: Any) -> JobRequest:
     for k, v in labels.items():
         if len(v) > LIMITS["labels"]["maxLength"]:
             raise RequestError(f"labels.{k}", f"longer than {LIMITS['labels']['maxLength']} characters")
-    allow = payload.get("allow_opportunistic", False)
-    if not isinstance(allow, bool):
-        raise RequestError("allow_opportunistic", f"must be true or false, got {allow!r}")
-    chain = payload.get("chain")
-    if chain is not None and not isinstance(chain, str):
-        raise RequestError("chain", f"must be a chain name, got {chain!r}")
-    template = _template(payload.get("k8s_template"))
-    parse_needs(payload)
-    after = payload.get("after") or []
+    return labels
+
+
+def _after(after: Any) -> list:
     if not isinstance(after, list) or not all(isinstance(j, str) and 0 < len(j) <= 200 for j in after):
         raise RequestError("after", f"must be a list of job ids, got {after!r}"[:300])
     if len(after) > LIMITS["after"]["maxItems"]:
         raise RequestError("after", f"more than {LIMITS['after']['maxItems']} jobs")
-    return JobRequest(
-        user=user, vc=vc, command=command, job_class=job_class, groups=groups, chain=chain,
-        affinity=affinity, grace_period=grace, allow_opportunistic=allow, name=name,
-        env=dict(env), workdir=workdir,
-        estimate=_num(payload, "estimate", None, *_bounds("estimate")),
-        max_retries=_int(payload, "max_retries", None, *_bounds("max_retries")), labels=dict(labels),
-        k8s_template=template, time_limit=_num(payload, "time_limit", None, *_bounds("time_limit")),
-        after=list(dict.fromkeys(after)))
+    return after
 
 
 def parse_needs(payload: Any) -> dict | None:

@@ -42,6 +42,8 @@ import subprocess
 import sys
 import time
 
+_hard_exit = os._exit   # ends a forked child at once: no atexit handlers, no flush of inherited buffers
+
 
 def _atomic_write(path: str, obj: dict, durable: bool = True) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
@@ -279,7 +281,7 @@ def _enter(cgroup: str | None, account: dict | None, workdir: str | None):
     that account (so a workdir the account cannot open is refused)."""
     def fail(what: str, exc: OSError) -> None:
         os.write(2, f"hived: cannot {what}: {exc.strerror or exc}\n".encode())
-        os._exit(127)
+        _hard_exit(127)
 
     def enter() -> None:
         if cgroup:
@@ -399,6 +401,17 @@ def _run(spec: dict, cgroup: str | None, home: str | None = None) -> int:
     if home and not _move_to(home):
         # still in the pod's cgroup: a kill of the cgroup would take this runner too
         log.write(f"[hived] the pod runner could not leave {cgroup}\n".encode())
+    _pump(child, pod, flags, log)
+    rc = child.wait()
+    pod.reap_orphans()
+    log.write(f"[hived] rank {spec['rank']} attempt {spec['attempt']} exited with code {rc}\n".encode())
+    _atomic_write(spec["exit_file"], {"exit_code": rc, "ended": time.time()})
+    return rc if rc >= 0 else 128 - rc
+
+
+def _pump(child: subprocess.Popen, pod: Pod, flags: _Flags, log: SegmentLog) -> None:
+    """Copy the command's output to the log and pass on the launcher's signals until every
+    process of the pod is gone and what they wrote has been read."""
     assert child.stdout is not None   # started with stdout=PIPE
     fd = child.stdout.fileno()
     os.set_blocking(fd, False)
@@ -448,11 +461,6 @@ def _run(spec: dict, cgroup: str | None, home: str | None = None) -> int:
             drain_until = time.monotonic() + 0.5
         elif time.monotonic() > drain_until:
             break
-    rc = child.wait()
-    pod.reap_orphans()
-    log.write(f"[hived] rank {spec['rank']} attempt {spec['attempt']} exited with code {rc}\n".encode())
-    _atomic_write(spec["exit_file"], {"exit_code": rc, "ended": time.time()})
-    return rc if rc >= 0 else 128 - rc
 
 
 def _spare(server_fds: list[int], taken: int, base: str | None) -> None:
@@ -487,7 +495,7 @@ def _spare(server_fds: list[int], taken: int, base: str | None) -> None:
                 if ready:
                     _move_to(ready[1])
                     _remove(ready[0])
-                os._exit(0)
+                _hard_exit(0)
             line += data
         os.write(1, f"{os.getpid()} {ready[0] if ready else '-'}\n".encode())
         os.write(taken, b"t")
@@ -498,7 +506,7 @@ def _spare(server_fds: list[int], taken: int, base: str | None) -> None:
         os.close(null)
         rc = main(line.decode().strip(), ready)
     finally:
-        os._exit(rc & 0xFF)
+        _hard_exit(rc & 0xFF)
 
 
 def _reap(out: int) -> None:

@@ -1,4 +1,4 @@
-"""Per-VC disk quota for job folders (a mixin of SchedulerService, and the thread that measures).
+"""Per-VC disk quota for job folders (``DiskQuota``, a part of SchedulerService, and the thread that measures).
 
 Each job writes under ``jobs/<id>/`` (logs, ``work/``: ``$HIVED_JOB_DIR``), all on the data
 directory's disk. A VC's admins (or a cluster admin) may cap what the folders of the VC's jobs
@@ -36,7 +36,7 @@ from hived.core.engine import RequestError
 from hived.core.jobs import HOLDING
 
 from .disk_walk import TreeWalk
-from .mixin_host import MixinHost
+from .host import ServiceHost, administered
 from .retention import _limit, sweep_aside
 
 log = logging.getLogger("hived.service")
@@ -86,7 +86,7 @@ class _VcWalk:
 class QuotaMeter:
     """Measures the job folders of the VCs that have a quota, off the service lock."""
 
-    def __init__(self, svc: QuotaMixin):
+    def __init__(self, svc: DiskQuota):
         self.svc = svc
         self._walks: dict[str, _VcWalk] = {}
         self._due: dict[str, float] = {}
@@ -137,16 +137,16 @@ class QuotaMeter:
     def run_pass(self, budget: float = SLICE) -> bool:
         """Start the walks that are due, give each walk ``budget`` seconds, publish the finished
         ones. True while a walk is unfinished. Folders of removed jobs left aside go first."""
-        if self.svc._aside_pending:
-            self.svc._aside_pending = False
-            sweep_aside(self.svc.data_dir / "jobs")
-        vcs = self.svc._quota_vcs()
+        if self.svc.aside_pending:
+            self.svc.aside_pending = False
+            sweep_aside(self.svc.host.data_dir / "jobs")
+        vcs = self.svc.quota_vcs()
         for vc in set(self._walks) - set(vcs):
             self._walks.pop(vc).close()
         now = time.monotonic()
         for vc in vcs:
             if vc not in self._walks and now >= self._due.get(vc, 0.0):
-                self._walks[vc] = _VcWalk(self.svc._job_folders(vc))
+                self._walks[vc] = _VcWalk(self.svc.job_folders(vc))
         for vc, walk in list(self._walks.items()):
             try:
                 if not walk.advance(budget):
@@ -155,7 +155,7 @@ class QuotaMeter:
                 walk.errors.append(f"{type(exc).__name__}: {exc}")
             del self._walks[vc]
             self._due[vc] = time.monotonic() + QUOTA_INTERVAL
-            self.svc._publish(vc, walk.sizes, walk.errors)
+            self.svc.publish(vc, walk.sizes, walk.errors)
         return bool(self._walks)
 
     def run_inline(self) -> None:
@@ -165,85 +165,86 @@ class QuotaMeter:
 
     def measure_now(self, vc: str, budget: float) -> None:
         """Measure ``vc`` in the caller's thread (off the lock) for up to ``budget`` seconds."""
-        walk = _VcWalk(self.svc._job_folders(vc))
+        walk = _VcWalk(self.svc.job_folders(vc))
         try:
             done = walk.advance(budget)
         except Exception as exc:
             walk.errors.append(f"{type(exc).__name__}: {exc}")
             done = True
         if done:
-            self.svc._publish(vc, walk.sizes, walk.errors)
+            self.svc.publish(vc, walk.sizes, walk.errors)
         else:
             walk.close()
             self.poke(vc)
 
 
-class QuotaMixin(MixinHost):
-    _quota: dict[str, float]     # vc -> max bytes
+class DiskQuota:
+    """The VCs' disk quotas, their last measurements, and the refusals and stops they cause."""
 
-    def _load_quota(self) -> None:
-        raw = getattr(self.store, "get_meta", lambda k: None)("disk_quota")
-        self._quota = json.loads(raw) if raw else {}
+    def __init__(self, host: ServiceHost):
+        self.host = host
+        raw = getattr(host.store, "get_meta", lambda k: None)("disk_quota")
+        self.quota: dict[str, float] = json.loads(raw) if raw else {}   # vc -> max bytes
         self._used: dict[str, int] = {}          # vc -> bytes at the last measurement
         self._job_bytes: dict[str, int] = {}     # job id -> bytes at the last measurement
         self._quota_errors: dict[str, str] = {}  # vc -> why its last measurement was incomplete
         self._final_seen: set[str] = set()       # finished jobs measured since they finished
-        self._aside_pending = True               # folders of removed jobs to delete (a crash may leave some)
-        self._meter = QuotaMeter(self)
+        self.aside_pending = True                # folders of removed jobs to delete (a crash may leave some)
+        self.meter = QuotaMeter(self)
 
-    def disk_quotas(self) -> dict:
-        with self._lock:
-            return {"quotas": {v: {"max_bytes": self._quota.get(v), "used_bytes": self._used.get(v),
+    def view(self) -> dict:
+        with self.host.lock:
+            return {"quotas": {v: {"max_bytes": self.quota.get(v), "used_bytes": self._used.get(v),
                                    "over": self._over(v),
                                    **({"error": self._quota_errors[v]} if v in self._quota_errors else {})}
-                               for v in sorted(self.spec.vcs)}}
+                               for v in sorted(self.host.spec.vcs)}}
 
-    def set_disk_quota(self, user: str, vc: str, max_bytes=None, groups=()) -> dict:
+    def set(self, user: str, vc: str, max_bytes=None, groups=()) -> dict:
         """Cap the job folders of ``vc`` at ``max_bytes`` (``None``: no cap); durable first. The VC
         is measured at once, off the lock, for up to ``SET_BUDGET`` s (``used_bytes`` None: later)."""
         max_bytes = _limit("max_bytes", max_bytes, integer=True)
-        with self._lock:
-            self._administered(user, vc, groups)
-            now = self.clock()
-            self._require_journal(now)
-            quota = dict(self._quota)
+        with self.host.lock:
+            administered(self.host, user, vc, groups)
+            now = self.host.clock()
+            self.host.require_journal(now)
+            quota = dict(self.quota)
             if max_bytes is None:
                 quota.pop(vc, None)
             else:
                 quota[vc] = max_bytes
-            self._write([], now, meta={"disk_quota": json.dumps(quota)})
-            self._quota = quota
+            self.host.write([], now, meta={"disk_quota": json.dumps(quota)})
+            self.quota = quota
         if max_bytes is not None:
-            self._meter.measure_now(vc, SET_BUDGET)
-        with self._lock:
-            return {"vc": vc, "max_bytes": self._quota.get(vc), "used_bytes": self._used.get(vc)}
+            self.meter.measure_now(vc, SET_BUDGET)
+        with self.host.lock:
+            return {"vc": vc, "max_bytes": self.quota.get(vc), "used_bytes": self._used.get(vc)}
 
     def _over(self, vc: str) -> bool:
-        cap = self._quota.get(vc)
+        cap = self.quota.get(vc)
         return cap is not None and self._used.get(vc, 0) > cap
 
-    def _check_quota(self, vc: str) -> None:
+    def check(self, vc: str) -> None:
         """Refuse a submission to a VC over its disk quota (as of the last measurement)."""
         if self._over(vc):
             raise RequestError("vc", f"VC {vc!r} job folders hold {_size(self._used[vc])}, over its disk quota "
-                                     f"of {_size(self._quota[vc])}: remove finished jobs (hived gc) or files "
+                                     f"of {_size(self.quota[vc])}: remove finished jobs (hived gc) or files "
                                      f"under their work folders, or ask a VC admin to raise the quota")
 
-    def _quota_vcs(self) -> list[str]:
-        with self._lock:
-            return sorted(v for v in self._quota if v in self.spec.vcs)
+    def quota_vcs(self) -> list[str]:
+        with self.host.lock:
+            return sorted(v for v in self.quota if v in self.host.spec.vcs)
 
-    def _job_folders(self, vc: str) -> list[tuple[str, object]]:
-        jobs_dir = self.data_dir / "jobs"
-        with self._lock:
-            return [(rec.job_id, jobs_dir / rec.job_id) for rec in self.eng.jobs(vc)]
+    def job_folders(self, vc: str) -> list[tuple[str, object]]:
+        jobs_dir = self.host.data_dir / "jobs"
+        with self.host.lock:
+            return [(rec.job_id, jobs_dir / rec.job_id) for rec in self.host.eng.jobs(vc)]
 
-    def _publish(self, vc: str, sizes: dict[str, int], errors: list[str]) -> None:
+    def publish(self, vc: str, sizes: dict[str, int], errors: list[str]) -> None:
         """A finished measurement of ``vc``: record it, and stop the VC's writers when over."""
-        with self._lock:
+        with self.host.lock:
             writers: set[str] = set()
             for jid, n in sizes.items():
-                rec = self.eng.find(jid)
+                rec = self.host.eng.find(jid)
                 if rec is None:
                     continue   # removed while measured
                 grew = n > self._job_bytes.get(jid, 0)
@@ -252,10 +253,10 @@ class QuotaMixin(MixinHost):
                     writers.add(jid)
                 elif grew and rec.state.terminal and jid in self._final_seen:
                     # a finished job's folder grew: some running job of the VC wrote there
-                    writers.update(r.job_id for r in self.eng.jobs(vc) if r.state in HOLDING)
+                    writers.update(r.job_id for r in self.host.eng.jobs(vc) if r.state in HOLDING)
                 if rec.state.terminal:
                     self._final_seen.add(jid)
-            self._used[vc] = sum(n for jid, n in sizes.items() if jid in self.eng)
+            self._used[vc] = sum(n for jid, n in sizes.items() if jid in self.host.eng)
             if errors:
                 self._quota_errors[vc] = f"measured in part ({len(errors)} problem(s)), first: {errors[0]}"
                 log.warning("disk quota of VC %s: %s", vc, self._quota_errors[vc])
@@ -266,21 +267,24 @@ class QuotaMixin(MixinHost):
 
     def _stop_writers(self, vc: str, writers: list[str]) -> None:
         from .degraded import ServiceDegraded
-        now = self.clock()
+        now = self.host.clock()
         for jid in writers:
-            rec = self.eng.find(jid)
+            rec = self.host.eng.find(jid)
             if rec is None or rec.state not in HOLDING or rec.cancel_requested:
                 continue
             why = (f"stopped: VC {vc!r} job folders hold {_size(self._used[vc])}, over its disk quota of "
-                   f"{_size(self._quota[vc])}, and this job was writing")
+                   f"{_size(self.quota[vc])}, and this job was writing")
             log.warning("%s: %s", jid, why)
             rec.history.append((now, rec.state.value, why))
             try:
-                self._cancel(jid, rec.request.user)
+                self.host.cancel_job(jid, rec.request.user)
             except ServiceDegraded:
                 rec.history.pop()
                 return
 
-    def _forget_sizes(self, job_id: str) -> None:
+    def job_removed(self, job_id: str, vc: str | None) -> None:
+        """``job_id`` (of ``vc``; None: not in memory) was removed: its folder's bytes no longer count."""
+        if vc is not None and vc in self._used:
+            self._used[vc] = max(0, self._used[vc] - self._job_bytes.get(job_id, 0))
         self._job_bytes.pop(job_id, None)
         self._final_seen.discard(job_id)

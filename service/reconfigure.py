@@ -8,9 +8,22 @@ that it holds the GPUs the record names (``core/engine_restore.py``).
 """
 from __future__ import annotations
 
+import logging
+from typing import TYPE_CHECKING
+
 from hived.core.engine import Engine, RequestError
 from hived.core.engine_records import JobRecord
 from hived.core.jobs import HOLDING
+from hived.core.spec import SpecError
+
+from .data_dir import load_spec, spec_text
+from .degraded import ServiceDegraded
+from .spec_journal import SOURCE_RELOAD
+
+if TYPE_CHECKING:
+    from .scheduler import SchedulerService
+
+log = logging.getLogger("hived.service")
 
 
 def refusal(eng: Engine, exc: ValueError) -> RequestError:
@@ -46,3 +59,50 @@ def engine_over(old: Engine, eng: Engine, downgraded: set[str], now: float) -> E
         raise RequestError("spec", f"the allocator holds cells for {', '.join(stray)}, which no job holds; "
                            "nothing changed")
     return eng
+
+
+def reload(svc: SchedulerService, path_or_text) -> dict:
+    """Reconfigure: the engine's allocator reconfigured by ``Allocator.reconfigure``
+    (the one reconfiguration, HiveD's), then a new engine over it with every job
+    restored. Every door reaches this (REST, the extension, ``hived spec reload``,
+    SIGHUP, the admin widget, the Kubernetes service); it only journals around it.
+
+    A holding guaranteed job whose cells no longer fit its VC keeps its GPUs
+    as opportunistic (HiveD's downgrade on reconfiguration) and is named in
+    ``downgraded``. A job that fits not even so (its VC or its cells are
+    gone) refuses the spec, changing nothing. The new spec text is journaled
+    with the jobs. Answer: ``{"ok", "vcs", "chains", "downgraded"}``."""
+    try:
+        new_spec = load_spec(path_or_text)
+    except SpecError as exc:
+        raise RequestError(exc.path, exc.problem) from None
+    text = spec_text(path_or_text)   # a file read: before the lock
+    with svc.lock:
+        now = svc.clock()
+        svc.require_journal(now)
+        svc.exchange.before_reload()
+        alloc = svc.eng.alloc
+        try:
+            downgraded = alloc.reconfigure(new_spec)
+        except ValueError as exc:    # BindingConflict: a job that fits not even downgraded
+            raise refusal(svc.eng, exc) from None
+        try:
+            eng = engine_over(svc.eng, svc.new_engine(alloc), set(downgraded), now)
+        except RequestError:
+            alloc.undo_reconfigure()
+            raise
+        before = (svc.eng, svc.spec, svc.exchange.arb, svc.journaled, svc.spec_source)
+        svc.eng, svc.spec = eng, new_spec
+        svc.exchange.after_reload()
+        svc.journaled = {j: None for j in svc.journaled}   # rewrite all: queue keys changed
+        try:
+            svc.write_live(now, meta=None if text is None else {"spec": text, "spec_source": SOURCE_RELOAD})
+        except ServiceDegraded:
+            svc.eng, svc.spec, svc.exchange.arb, svc.journaled, svc.spec_source = before   # not stored: not taken
+            alloc.undo_reconfigure()
+            raise
+        svc.spec_source = SOURCE_RELOAD
+        for jid in downgraded:
+            log.warning("spec reload: job %s downgraded to opportunistic", jid)
+        return {"ok": True, "vcs": sorted(new_spec.vcs), "chains": sorted(new_spec.chains),
+                "downgraded": downgraded}

@@ -1,4 +1,4 @@
-"""Retention of finished jobs (a mixin of SchedulerService).
+"""Retention of finished jobs (``Retention``, a part of SchedulerService: see host.py).
 
 Each VC may have a policy, set by its admins or a cluster admin: keep finished
 jobs (succeeded, failed, cancelled) at most ``max_age`` seconds after they
@@ -20,12 +20,16 @@ import json
 import logging
 import math
 import os
+from typing import TYPE_CHECKING
 
 from hived.core.engine import RequestError
 from hived.core.jobs import TERMINAL
 
 from .disk_walk import TreeWalk
-from .mixin_host import MixinHost
+from .host import ServiceHost, administered
+
+if TYPE_CHECKING:
+    from .quota import DiskQuota
 
 log = logging.getLogger("hived.service")
 
@@ -48,74 +52,62 @@ def _limit(name: str, value, integer: bool) -> float | None:
     return value
 
 
-class RetentionMixin(MixinHost):
-    _retention: dict
-    _last_gc: float | None = None
+class Retention:
+    """The VCs' retention policies and the collection of what they let go of."""
 
-    def _load_retention(self) -> None:
-        raw = getattr(self.store, "get_meta", lambda k: None)("retention")
-        self._retention = json.loads(raw) if raw else {}
-        raw = getattr(self.store, "get_meta", lambda k: None)("gc_totals")
+    def __init__(self, host: ServiceHost, quota: DiskQuota):
+        self.host = host
+        self.quota = quota           # told of every removed job (its folder's bytes no longer count)
+        self.last_gc: float | None = None
+        raw = getattr(host.store, "get_meta", lambda k: None)("retention")
+        self.policies: dict = json.loads(raw) if raw else {}
+        raw = getattr(host.store, "get_meta", lambda k: None)("gc_totals")
         # per VC, what the jobs gc removed had counted (the metrics' counters go on from there)
         self.gc_totals: dict[str, dict[str, int]] = json.loads(raw) if raw else {}
 
     def _gc_totals_with(self, ids: list[str]) -> dict[str, dict[str, int]]:
         totals = {vc: dict(t) for vc, t in self.gc_totals.items()}
         for j in ids:
-            rec = self.eng.find(j)
+            rec = self.host.eng.find(j)
             if rec is not None:
                 t = totals.setdefault(rec.request.vc, {"submitted": 0, "preemptions": 0})
                 t["submitted"] = t.get("submitted", 0) + 1
                 t["preemptions"] = t.get("preemptions", 0) + rec.preemptions
         return totals
 
-    def _administered(self, user: str, vc: str | None, groups=()) -> list[str]:
-        from .scheduler import NotAuthorized
-        if vc is not None:
-            if vc not in self.spec.vcs:
-                raise self.unknown_vc(vc, user, groups)
-            if not self._is_admin(user, vc, groups):
-                raise NotAuthorized(f"user {user!r} may not set or apply the retention of VC {vc!r}"
-                                    f"{self.access.admins_for(user, vc, groups)}")
-            return [vc]
-        mine = [v for v in sorted(self.spec.vcs) if self._is_admin(user, v, groups)]
-        if not mine:
-            raise NotAuthorized(f"user {user!r} administers no VC: garbage collection is for admins")
-        return mine
-
-    def retention(self) -> dict:
+    def view(self) -> dict:
         """Every VC's policy (``null`` where none: its finished jobs are kept)."""
-        with self._lock:
-            return {"policies": {v: self._retention.get(v) for v in sorted(self.spec.vcs)}}
+        with self.host.lock:
+            return {"policies": {v: self.policies.get(v) for v in sorted(self.host.spec.vcs)}}
 
-    def set_retention(self, user: str, vc: str, max_age=None, keep=None, groups=()) -> dict:
+    def set(self, user: str, vc: str, max_age=None, keep=None, groups=()) -> dict:
         """Set (or, with both limits ``None``, remove) the policy of ``vc``; durable before it is
         answered. Raises ``ServiceDegraded`` (changing nothing) when the journal cannot take it."""
         max_age = _limit("max_age", max_age, integer=False)
         keep = _limit("keep", keep, integer=True)
-        with self._lock:
-            self._administered(user, vc, groups)
-            now = self.clock()
-            self._require_journal(now)
-            policies = dict(self._retention)
+        with self.host.lock:
+            administered(self.host, user, vc, groups)
+            now = self.host.clock()
+            self.host.require_journal(now)
+            policies = dict(self.policies)
             if max_age is None and keep is None:
                 policies.pop(vc, None)
             else:
                 policies[vc] = {"max_age": max_age, "keep": keep}
-            self._write([], now, meta={"retention": json.dumps(policies)})
-            self._retention = policies
+            self.host.write([], now, meta={"retention": json.dumps(policies)})
+            self.policies = policies
             # its setters (REST, CLI) apply it at once with gc() and report what it removed;
             # a round slipping in between would remove it first: the automatic one waits its interval
-            self._last_gc = now
+            self.last_gc = now
             return {"vc": vc, "policy": policies.get(vc)}
 
     def gc(self, user: str, vc: str | None = None, dry_run: bool = False, policy: dict | None = None,
            groups=()) -> dict:
         """Apply the policies of the VCs ``user`` administers (or of ``vc``) now. ``policy``
         (with ``dry_run`` and ``vc``): what a policy would remove, without setting it."""
-        with self._lock:
-            vcs = self._administered(user, vc, groups)
-            now = self.clock()
+        with self.host.lock:
+            vcs = administered(self.host, user, vc, groups)
+            now = self.host.clock()
             if policy is not None:
                 if not dry_run or vc is None:
                     raise RequestError("policy", "a trial policy needs vc and dry_run; set_retention sets one")
@@ -124,24 +116,24 @@ class RetentionMixin(MixinHost):
                 out = {**self._collect(vcs, now, True, {vc: policy}), "policy": policy}
             else:
                 if not dry_run:
-                    self._require_journal(now)
+                    self.host.require_journal(now)
                 out = self._collect(vcs, now, dry_run)
         # outside the lock: the folders are measured (and removed) by a walk no tree can break
         out["freed_bytes"] = sweep(out.pop("folders"), remove=not dry_run)
         return out
 
-    def _gc_tick(self, now: float) -> None:
-        if not self._retention or (self._last_gc is not None and now - self._last_gc < GC_INTERVAL):
+    def tick(self, now: float) -> None:
+        if not self.policies or (self.last_gc is not None and now - self.last_gc < GC_INTERVAL):
             return
         from .degraded import ServiceDegraded
-        self._last_gc = now
+        self.last_gc = now
         try:
-            out = self._collect(sorted(v for v in self._retention if v in self.spec.vcs), now, False)
+            out = self._collect(sorted(v for v in self.policies if v in self.host.spec.vcs), now, False)
         except ServiceDegraded:
             return   # degraded now; tried again at the next interval
         if out["removed"]:
             log.info("retention: removed %d finished jobs", len(out["removed"]))
-            self._aside_pending = True   # their folders are deleted by the quota meter, off the lock
+            self.quota.aside_pending = True   # their folders are deleted by the quota meter, off the lock
 
     def _expired(self, vcs: list[str], now: float, policies: dict) -> list[str]:
         out = []
@@ -150,7 +142,7 @@ class RetentionMixin(MixinHost):
             if not policy:
                 continue
             # newest first; ties (jobs that ended in the same tick) by submission
-            done = sorted(self.eng.jobs(vc, states=TERMINAL),
+            done = sorted(self.host.eng.jobs(vc, states=TERMINAL),
                           key=lambda r: (r.ended or r.submitted or 0.0, r.submitted or 0.0, _number(r.job_id)),
                           reverse=True)
             keep, max_age = policy.get("keep"), policy.get("max_age")
@@ -166,32 +158,26 @@ class RetentionMixin(MixinHost):
         (``folders``: what to measure, or to remove)."""
         from .degraded import ServiceDegraded
         from .store import JournalWriteError
-        ids = self._expired(vcs, now, self._retention if policies is None else policies)
-        jobs_dir = self.data_dir / "jobs"
+        ids = self._expired(vcs, now, self.policies if policies is None else policies)
+        jobs_dir = self.host.data_dir / "jobs"
         if dry_run or not ids:
             return {"removed": ids, "folders": [jobs_dir / j for j in ids], "dry_run": dry_run, "vcs": vcs}
         totals = self._gc_totals_with(ids)
         try:   # write, then act: the rows go first, so a crash leaves folders, never rows without them
-            with self.store.transaction():   # with what they counted, so counters never go back
-                self.store.set_meta("gc_totals", json.dumps(totals, sort_keys=True))
-                self.store.delete_jobs(ids)
+            with self.host.store.transaction():   # with what they counted, so counters never go back
+                self.host.store.set_meta("gc_totals", json.dumps(totals, sort_keys=True))
+                self.host.store.delete_jobs(ids)
         except JournalWriteError as exc:
-            self._degrade(exc)
-            assert self.degraded is not None   # _degrade has just set it
-            raise ServiceDegraded(self.degraded) from None
+            self.host.degrade(exc)
+            assert self.host.degraded is not None   # degrade has just set it
+            raise ServiceDegraded(self.host.degraded) from None
         folders = []
         self.gc_totals = totals
         for j in ids:
-            rec = self.eng.find(j)
-            if rec is not None:
-                vc = rec.request.vc
-                if vc in self._used:   # what was freed counts at once (quota.py measures again later)
-                    self._used[vc] = max(0, self._used[vc] - self._job_bytes.get(j, 0))
-                self.eng.forget(j)
-            self._seen.pop(j, None)
-            self._live.discard(j)
-            self._forget_sizes(j)
-            self._admission.forget(j)
+            rec = self.host.eng.find(j)
+            # what was freed counts at once (quota.py measures again later)
+            self.quota.job_removed(j, None if rec is None else rec.request.vc)
+            self.host.forget_job(j)
             aside = jobs_dir / f"{TRASH_PREFIX}{j}"
             try:
                 os.rename(jobs_dir / j, aside)
@@ -200,7 +186,7 @@ class RetentionMixin(MixinHost):
                 pass
             except OSError as exc:
                 log.error("retention: cannot move the folder of %s aside: %s", j, exc)
-        self._meter.poke()
+        self.quota.meter.poke()
         return {"removed": ids, "folders": folders, "dry_run": False, "vcs": vcs}
 
 

@@ -33,17 +33,17 @@ def act_once_durable(svc, batch: list[Unsynced]) -> None:
     try:
         svc.store.sync_through(max(b.ticket for b in batch))
     except JournalWriteError as exc:
-        with svc._lock:
+        with svc.lock:
             for b in batch:
                 for jid in b.ids:
-                    if jid in svc._seen:
-                        svc._seen[jid] = None    # no fingerprint matches: the next flush writes it in full
+                    if jid in svc.journaled:
+                        svc.journaled[jid] = None    # no fingerprint matches: the next flush writes it in full
                     if svc.eng.find(jid) is not None:
-                        svc._live.add(jid)      # also a job that ended in this commit
-            svc._pending = [d for b in batch for d in b.decisions] + svc._pending
-            svc._degrade(exc)
+                        svc.live.add(jid)      # also a job that ended in this commit
+            svc.pending = [d for b in batch for d in b.decisions] + svc.pending
+            svc.degrade(exc)
         return
-    with svc._lock:
+    with svc.lock:
         now = svc.clock()
         for b in batch:
-            svc._execute(b.decisions, now)
+            svc.execute(b.decisions, now)

@@ -1,40 +1,17 @@
 """SchedulerService: the engine, a store and a launcher, driven by the wall clock.
 
-One lock guards the engine and the journal, so the REST handlers
-(jupyter-server's threads), the CLI in embedded mode and the loop thread can
-all call in. Every public method returns JSON-able dicts. Bad input raises
-``RequestError`` (HTTP 400; ``NotFound``, a subclass, for unknown jobs and
-VCs: 404); a user acting on a VC or job that is not theirs raises
-``NotAuthorized`` (a ``PermissionError``: 403).
+One lock guards the engine and the journal, so the REST handlers, the CLI in
+embedded mode and the loop thread can all call in; every public method returns
+JSON-able dicts. Bad input raises ``RequestError`` (400; ``NotFound``: 404), a
+user acting on what is not theirs ``NotAuthorized`` (403), and a change the
+journal cannot take ``ServiceDegraded`` (503), having changed nothing.
 
-The loop is event-driven: a submit, a cancel, a launcher event (a gang
-started or exited), a health change or the engine's next deadline (grace
-expiry, affinity relaxation, retry back-off) wakes one round at once; wakes
-that arrive during a round make one more round, not one each. Write, then
-act: each change of the engine's state is committed to the store before the
-service acts on it. Per round, under the lock:
-
-1. the launcher's events (started / exited) go to the engine;
-2. ``engine.step(now)`` decides; every job it touched is written (record,
-   history, binding) in one transaction;
-3. only then are the decisions handed on: START, PREEMPT and KILL go to the
-   launcher's queue (``launch_queue.py``), whose worker thread launches and
-   signals after the lock is released, and polls the launcher there too.
-
-So a ``kill -9`` at any instant leaves a store from which ``__init__``
-rebuilds the same state: records restored in submission order (queued jobs
-in their queue order), holding jobs re-bound to the same cells through
-``Engine.restore`` -> ``Allocator.restore``, their processes adopted when
-alive. A running job whose processes vanished ends its run with failure
-class "lost" (``failures.py`` then decides whether it is retried).
-
-When the store cannot commit (disk full, I/O error) the service is
-*degraded*: what it decided stays in memory, unacted, and is written again at
-every round until a commit succeeds; only then are the launches and kills
-done. Meanwhile requests that would change state raise ``ServiceDegraded``
-having changed nothing (a submission is taken back out of the engine; a
-cancel is first made durable as an intent, so a cancel that was answered is
-never forgotten), and ``readiness()`` says why. It recovers by itself.
+The loop is event-driven, and each round writes, then acts: what the engine
+decided is committed before the launcher hears of it, so a ``kill -9`` at any
+instant leaves a store from which ``__init__`` rebuilds the same state.
+docs/service.md tells the whole story (the scheduling loop; write, then act;
+degraded). Retention, disk quotas, cell exchange, job control and kernel idle
+release are parts the service is composed of (host.py).
 """
 from __future__ import annotations
 
@@ -43,133 +20,55 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import IO
 
 from hived.core.engine import Engine, EngineConfig, RequestError
 from hived.core.engine_records import JobRecord
-from hived.core.jobs import HOLDING, Decision, DecisionKind, JobState, state_values
+from hived.core.jobs import HOLDING, Decision, DecisionKind, JobState
 
 from . import snapshot
 from .access import Access
 from .admission import AdmissionControl
-from .control import ControlMixin
+from .control import JobControl
+from .data_dir import DataDirBusy, env_int, exclusive, load_spec, private_dir, refuse_emptied_journal, spec_text
 from .degraded import ServiceDegraded
+from .errors import NotAuthorized, NotFound, unknown_job
 from .estimates import estimate_view
-from .exchange import ExchangeMixin, make_arbiter
+from .exchange import CellExchange
 from .fair_queue import FairGate
+from .host import HandOn
 from .job_ids import JobIds, JobIdsError
-from .kernel_idle import KernelIdleMixin
+from .kernel_idle import KernelIdle
 from .launch_queue import LaunchQueue
-from .launcher import Launcher, LauncherEvent
+from .launcher import Launcher, LauncherEvent, capability, refuse_unlaunchable, refuse_unreachable
+from .launcher_events import adopt_holding, apply_events, replay_cancels, restore_order
+from .local_gpus import this_machine
 from .metrics import ServiceMetrics
 from .payload import job_dict, parse_job, parse_needs
-from .quota import QuotaMixin
-from .reconfigure import engine_over, refusal
-from .retention import RetentionMixin
+from .quota import DiskQuota
+from .reconfigure import reload
+from .retention import Retention
 from .round_commit import Unsynced, act_once_durable
-from .spec_journal import SOURCE_RELOAD, SOURCE_START, spec_at_start
+from .spec_journal import SOURCE_START, spec_at_start
 from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged
-from .views import cluster_dict, vc_dict
+from .views import cluster_dict, queue_position, tail_position, vc_dict
 
 log = logging.getLogger("hived.service")
 
 MAX_ROUND_GAP = 0.05   # s: the longest pause between two rounds that follow each other at once
-LOST_TAIL = "hived: the job's processes were gone when the service restarted (SIGKILL, node lost)"
+__all__ = ["DataDirBusy", "NotAuthorized", "NotFound", "SchedulerService", "unknown_job"]
 
 
-class NotAuthorized(PermissionError):
-    """The user may not do this (not a member/admin of the VC, not the job's owner)."""
+class SchedulerService:
+    """The service, composed of parts that each take it as a ``ServiceHost`` (host.py): retention,
+    disk quotas, cell exchange, job control and kernel idle release."""
 
-
-class NotFound(RequestError, LookupError):
-    """Unknown job or VC (``field`` says which); a LookupError too, so doors answer 404."""
-
-
-def unknown_job(job_id) -> NotFound:
-    """What a job that does not exist answers, and so also one the caller may not see."""
-    return NotFound("job_id", f"unknown job {job_id!r}")
-
-
-class DataDirBusy(RuntimeError):
-    """Another live service holds this data directory."""
-
-
-def _exclusive(data_dir: Path) -> IO[str]:
-    """One service per data directory: two would launch the same jobs twice.
-    The kernel drops the lock when the process dies, so kill -9 leaves none behind."""
-    import fcntl
-    f = open(os.open(data_dir / "service.lock", os.O_RDWR | os.O_CREAT, 0o600), "a+")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        pid = f.read().strip() or "?"
-        f.close()
-        raise DataDirBusy(f"{data_dir}: another hived service (pid {pid}) is using this data directory; "
-                           f"stop it or use another --data-dir") from None
-    f.seek(0)
-    f.truncate()
-    f.write(str(os.getpid()))
-    f.flush()
-    return f
-
-
-def _spec_text(spec) -> str | None:
-    import json
-    if isinstance(spec, dict):
-        return json.dumps(spec)
-    if isinstance(spec, (str, os.PathLike)):
-        p = Path(spec)
-        try:
-            if "\n" not in str(spec) and p.is_file():
-                return p.read_text()
-        except OSError:
-            return None
-        return str(spec)
-    return None
-
-
-def _env_int(name: str, default: int, lo: int) -> int:
-    """An integer setting from the environment, refused clearly when it is not one."""
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"${name}: must be an integer, got {raw!r}") from None
-    if value < lo:
-        raise ValueError(f"${name}: must be at least {lo}, got {value}")
-    return value
-
-
-def _refuse_emptied_journal(db: Path, ids: JobIds) -> None:
-    """An empty database file in a directory that has had jobs: the journal was cut, not new."""
-    if db.exists() and db.stat().st_size == 0 and ids.seen_before > 0:
-        raise StoreDamaged(f"{db}: the database is empty (0 bytes) but this data directory has had jobs "
-                           f"(ids up to j{ids.seen_before} may have been used); hived will not write to it. "
-                           f"Restore it from a backup, "
-                           f"or move it away to start an empty journal (job ids continue after "
-                           f"j{ids.seen_before})")
-
-
-def _load_spec(spec):
-    from hived.core.spec import load_spec
-    return spec if hasattr(spec, "chains") else load_spec(spec)
-
-
-class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, KernelIdleMixin):
     def __init__(self, spec_path, data_dir, launcher: str | Launcher = "local", tick_seconds: float = 0.5,
                  *, store: Store | None = None, synchronous: str = "FULL",
                  queue_policy: str = "fifo", preemption_policy: str = "fitgpp",
                  engine_config: EngineConfig | None = None, health="auto", scheme: str | None = None,
                  clock: Callable[[], float] = time.time):
-        self.data_dir = Path(data_dir).expanduser()
-        # private to the service's account: the store holds every job's environment
-        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if self.data_dir.stat().st_uid == os.geteuid() and self.data_dir.stat().st_mode & 0o077:
-            os.chmod(self.data_dir, 0o700)
+        self.data_dir = private_dir(data_dir)
         self.tick_seconds = float(tick_seconds)
         self.clock = clock
         self._lock = threading.RLock()
@@ -181,12 +80,12 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         scheme = scheme or os.environ.get("HIVED_SCHEME") or "hived"
         if scheme not in ("hived", "quota"):
             raise ValueError(f"scheme: must be hived or quota, got {scheme!r}")
-        self._policies = (queue_policy, preemption_policy, engine_config)
+        self.policies = (queue_policy, preemption_policy, engine_config)
         self.scheme = scheme
-        self.spec = _load_spec(spec_path)
+        self.spec = load_spec(spec_path)
         # each pod's log is rotated at $HIVED_LOG_MAX_BYTES (10 MiB); $HIVED_LOG_KEEP segments kept (5)
-        log_bytes, log_keep = _env_int("HIVED_LOG_MAX_BYTES", 10 << 20, 1024), _env_int("HIVED_LOG_KEEP", 5, 1)
-        self._lockfile: IO[str] | None = _exclusive(self.data_dir)
+        log_bytes, log_keep = env_int("HIVED_LOG_MAX_BYTES", 10 << 20, 1024), env_int("HIVED_LOG_KEEP", 5, 1)
+        self._lockfile: IO[str] | None = exclusive(self.data_dir)
         try:
             self._open(spec_path, store, synchronous, launcher, health, log_bytes, log_keep)
         except BaseException:
@@ -202,12 +101,12 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         jobs_dir = self.data_dir / "jobs"
         try:
             if store is None:
-                _refuse_emptied_journal(self.data_dir / DB_NAME, JobIds(self.data_dir, jobs_dir))
+                refuse_emptied_journal(self.data_dir / DB_NAME, JobIds(self.data_dir, jobs_dir))
             self.store: Store = store or SqliteStore(self.data_dir, synchronous=synchronous)
             self.job_ids = JobIds(self.data_dir, jobs_dir, stored_max=getattr(self.store, "max_job_number", int)())
         except JobIdsError as exc:   # the ids file is part of the journal: damaged means refused
             raise StoreDamaged(str(exc)) from None
-        self._pending: list[Decision] = []                 # decisions decided but not yet committed: not acted on
+        self.pending: list[Decision] = []                 # decisions decided but not yet committed: not acted on
         self._gate = FairGate()                  # submissions: VCs in turn on to the lock
         self._unsynced: list[Unsynced] = []                # a round's commits awaiting their fsync (round_commit.py)
         self._intents: set[str] = set()          # jobs with a committed cancel intent not yet in their record
@@ -215,55 +114,45 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         # the journaled spec in force (service/spec_journal.py): a reloaded one outlives a restart
         self.spec_source = SOURCE_START
         try:
-            kept, self.spec_source = spec_at_start(self.store, _spec_text(spec_path), str(spec_path))
+            kept, self.spec_source = spec_at_start(self.store, spec_text(spec_path), str(spec_path))
         except JournalWriteError as exc:   # the given spec could not be journaled: start on it, degraded
             kept = None
-            self._degrade(exc)
+            self.degrade(exc)
         if kept is not None:
-            self.spec = _load_spec(kept)
-        self._load_retention()
-        self._load_quota()
-        self._kernel_idle_init(self.clock())
-        self.eng = self._new_engine(self.spec)
-        self._arb = make_arbiter(self.eng)   # cell exchange (service/exchange.py); _recover loads its state
+            self.spec = load_spec(kept)
+        self.quota = DiskQuota(self)                            # service/quota.py
+        self.retention_rules = Retention(self, self.quota)      # service/retention.py
+        self.kernel_idle = KernelIdle(self, self.clock())       # service/kernel_idle.py
+        self.job_control = JobControl(self)                     # service/control.py
+        self.eng = self.new_engine(self.spec)
+        self.exchange = CellExchange(self)   # cell exchange (service/exchange.py); _recover loads its state
         # this machine's GPUs, when the spec names this host (a spec from `hived discover`)
-        self.local = None
-        if launcher == "local" or health == "auto":
-            from .local_gpus import match_local
-            self.local = match_local(self.spec, self.eng.alloc)
-        if launcher == "local":
-            from .local_accounts import spec_account
-            from .local_launcher import LocalLauncher
-            launcher = LocalLauncher(jobs_dir, gpu_ids=self.local.gpu_ids if self.local else None,
-                                     max_log_bytes=log_bytes, keep_logs=log_keep,
-                                     accounts=lambda user, vc: spec_account(self.spec, user, vc))
+        self.local, launcher, health = this_machine(self.spec, self.eng.alloc, launcher, health, jobs_dir,
+                                                    log_bytes, log_keep, lambda: self.spec)
         self.launcher = launcher
         self._inbox: list[LauncherEvent] = []    # what the launcher saw, for the next round
         self._health_inbox: list[tuple] = []     # GPU health changes polled, for the next round
         self._inbox_lock = threading.Lock()
         self._next_wakeup: float | None = None   # the engine's next deadline, after the last round
         self._launchq = LaunchQueue(launcher, self._deliver, self.tick_seconds, on_error=self._launcher_error)
-        notify = getattr(launcher, "on_change", None)   # a launcher that can say "exited" at once
+        notify = capability(launcher, "on_change")   # a launcher that can say "exited" at once
         if notify is not None:
             notify(self._launchq.poke)
-        if health == "auto":   # NVML health checks for the GPUs of this machine, if any
-            from .health import HealthMonitor
-            health = HealthMonitor(self.local.nodes) if self.local else None
         self.health = health or None
         self.last_error: str | None = None
         self.ticks = 0
-        self._unhealthy: dict[tuple, str] = {}
-        self._seen: dict[str, tuple | None] = {}   # job id -> fingerprint last written (None: rewrite)
-        self._live: set[str] = set()             # non-terminal jobs (what a step can change)
+        self.unhealthy: dict[tuple, str] = {}
+        self.journaled: dict[str, tuple | None] = {}   # job id -> fingerprint last written (None: rewrite)
+        self.live: set[str] = set()             # non-terminal jobs (what a step can change)
         self._launched: set[str] = set()         # jobs the launcher is running (or adopted)
-        self._extra: dict[str, dict] = {}        # stored jobs the current spec cannot restore
+        self.extra: dict[str, dict] = {}        # stored jobs the current spec cannot restore
         self.recovered = self._recover()
         self._admission = AdmissionControl()
         self._admission.rebuild(self.eng.jobs())
 
-    def _new_engine(self, spec) -> Engine:
+    def new_engine(self, spec) -> Engine:
         """An engine on ``spec``, or over an allocator already holding the jobs (a spec reload)."""
-        qp, pp, cfg = self._policies
+        qp, pp, cfg = self.policies
         from hived.core.spec import ClusterSpec
         if self.scheme == "quota" and isinstance(spec, ClusterSpec):   # the baseline allocator, same engine
             from hived.core.quota import QuotaAllocator
@@ -273,12 +162,12 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
     # ------------------------------------------------------------------ persistence
 
     @staticmethod
-    def _fingerprint(rec: JobRecord) -> tuple:
+    def fingerprint(rec: JobRecord) -> tuple:
         return (rec.state, len(rec.history), id(rec.placement), rec.attempts, rec.progress,
                 rec.killed, len(rec.waiting_for), rec.queue_key, rec.not_before,
                 rec.cancel_requested)
 
-    def _write(self, ids, now: float, meta: dict | None = None, *, sync: bool = True) -> int:
+    def write(self, ids, now: float, meta: dict | None = None, *, sync: bool = True) -> int:
         """Write the jobs among ``ids`` whose state moved since last written and ``meta`` in
         one commit (each record holds its placement, queue key and history). Returns the
         store's commit ticket; with ``sync=False`` the caller makes it durable with
@@ -295,13 +184,13 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
                     rec = eng.find(jid)
                     if rec is None:
                         continue
-                    fp = self._fingerprint(rec)
-                    if self._seen.get(jid) == fp:
+                    fp = self.fingerprint(rec)
+                    if self.journaled.get(jid) == fp:
                         continue
                     seen[jid] = fp
                     written.append(jid)
                     d = rec.to_dict()
-                    if jid not in self._seen:
+                    if jid not in self.journaled:
                         self.store.add_job(d, now)
                     else:
                         self.store.update_job(d, now)
@@ -314,23 +203,40 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
                     # a real write, so that recovery is proven even when nothing else moved
                     self.store.set_meta("journal_checked", repr(now))
         except JournalWriteError as exc:
-            raise ServiceDegraded(self._degrade(exc)) from None
-        self._seen.update(seen)
+            raise ServiceDegraded(self.degrade(exc)) from None
+        self.journaled.update(seen)
         self._intents.difference_update(done_intents)
         for jid in written:
             if eng.job(jid).state.terminal:
-                self._live.discard(jid)
+                self.live.discard(jid)
             else:
-                self._live.add(jid)
+                self.live.add(jid)
         if self.degraded is not None:
             log.warning("the journal is written again; service no longer degraded")
             self.degraded = None
         return self.store.commit_ticket
 
-    def _write_live(self, now: float, also=(), meta=None, *, sync: bool = True) -> int:
-        return self._write(list(self._live) + [j for j in also if j not in self._live], now, meta, sync=sync)
+    def write_live(self, now: float, also=(), meta=None, *, sync: bool = True) -> int:
+        return self.write(list(self.live) + [j for j in also if j not in self.live], now, meta, sync=sync)
 
-    def _degrade(self, exc: Exception) -> str:
+    def rewrite(self, job_id: str) -> None:
+        """Write ``job_id`` at the next write even when its fingerprint did not move."""
+        self.journaled[job_id] = None
+
+    def act(self, decisions: list[Decision], now: float, also=()) -> bool:
+        """Commit ``decisions`` with every job that moved (and ``also``), then carry them out (``_flush``)."""
+        self.pending.extend(decisions)
+        return self._flush(now, also=also)
+
+    def forget_job(self, job_id: str) -> None:
+        """A job whose rows left the journal (retention.py) leaves the engine and the service's memory."""
+        if job_id in self.eng:
+            self.eng.forget(job_id)
+        self.journaled.pop(job_id, None)
+        self.live.discard(job_id)
+        self._admission.forget(job_id)
+
+    def degrade(self, exc: Exception) -> str:
         """Turn degraded. The reason is shown to every user (503) and to unauthenticated
         readiness probes: it names the failure, not paths; the log has the details."""
         if self.degraded is None:
@@ -344,20 +250,20 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         """Commit every job that moved and the pending decisions, then act on those decisions.
         False (nothing acted on) while the journal refuses. ``defer`` (a round): the commit's
         fsync and the acting wait until the lock is let go (round_commit.py)."""
-        pending = self._pending
+        pending = self.pending
         ids = list(also) + [d.job_id for d in pending]
         try:
-            ticket = self._write_live(now, also=ids, sync=not defer)
+            ticket = self.write_live(now, also=ids, sync=not defer)
         except ServiceDegraded:
             return False
-        self._pending = []
+        self.pending = []
         if defer:
-            self._unsynced.append(Unsynced(ticket, list(self._live) + ids, pending))
+            self._unsynced.append(Unsynced(ticket, list(self.live) + ids, pending))
         else:
-            self._execute(pending, now)
+            self.execute(pending, now)
         return True
 
-    def _require_journal(self, now: float) -> None:
+    def require_journal(self, now: float) -> None:
         """Before a request changes anything: the journal must take writes again."""
         if self.degraded is not None and not self._flush(now):
             raise ServiceDegraded(self.degraded)
@@ -375,19 +281,9 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         t0 = time.perf_counter()
         now = self.clock()
         # the snapshot of the last clean stop and the rows of the journal's tail, or every row
+        # (without a snapshot it restores the exchange first: cells still lent move to their borrowers)
         held, rows, total, fast = snapshot.start(self)
-        holding: list[tuple[dict, float | None]] = []
-        queued: list[tuple[dict, float | None]] = []
-        other: list[tuple[dict, float | None]] = []
-        for d, qkey in rows:
-            st = d.get("state")
-            (holding if st in state_values(HOLDING) else
-             queued if st == "queued" else other).append((d, qkey))
-        # queued jobs in their queue order (preempted ones were put at the head)
-        queued.sort(key=lambda r: (r[1] is None, r[1] if r[1] is not None else 0))
-        adopted: list[str] = []
-        lost: list[str] = []
-        relaunch: list[str] = []
+        holding, other, queued = restore_order(rows)
         unrestorable: list[str] = []
         for d, _ in holding + other + queued:
             try:
@@ -395,38 +291,19 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
                 self.eng.restore(restored)
             except Exception as exc:  # a spec change, a binding conflict: keep the record readable
                 log.error("job %s cannot be restored: %s", d.get("job_id"), exc)
-                self._extra[d["job_id"]] = d
+                self.extra[d["job_id"]] = d
                 unrestorable.append(f"{d.get('job_id')}: {exc}")
-                self._seen[d["job_id"]] = ("extra",)
+                self.journaled[d["job_id"]] = ("extra",)
                 continue
-            self._seen[restored.job_id] = self._fingerprint(restored)
+            self.journaled[restored.job_id] = self.fingerprint(restored)
             if not restored.state.terminal:
-                self._live.add(restored.job_id)
+                self.live.add(restored.job_id)
         cancelled = self._replay_intents(now)
-        for jid in held + [d["job_id"] for d, _ in holding]:
-            rec = self.eng.find(jid)
-            if rec is None or rec.state not in HOLDING:
-                continue
-            if rec.state is JobState.PLACED and rec.waiting_for:
-                continue  # never launched: waits for its victims as before
-            alive = self.launcher.adopt(jid, rec.placement)
-            if alive:
-                self._launched.add(jid)
-                adopted.append(jid)
-                if rec.state is JobState.PLACED:
-                    # a launcher that can tell (Kubernetes: pods still Pending) says "started" later
-                    if getattr(self.launcher, "gang_started", lambda _j: True)(jid):
-                        self.eng.on_started(jid, now)
-                elif rec.state is JobState.PREEMPTING:
-                    left = max(0.0, (rec.grace_deadline or now) - now)
-                    self.launcher.terminate(jid, left)
-            elif rec.state is JobState.PLACED:
-                relaunch.append(jid)   # the engine emits START again at the next step
-            else:
-                lost.append(jid)
-                self.eng.on_finished(jid, now, -9, LOST_TAIL)
+        adopted, lost, relaunch = adopt_holding(self.eng, self.launcher,
+                                                held + [d["job_id"] for d, _ in holding], now)
+        self._launched.update(adopted)
         try:
-            self._write_live(now)
+            self.write_live(now)
         except ServiceDegraded:
             pass   # starts degraded; the timer writes it once the disk takes writes
         seconds = round(time.perf_counter() - t0, 3)
@@ -439,20 +316,23 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
     def _replay_intents(self, now: float) -> list[str]:
         """Cancels answered before the job's record said so: done now (before adoption, which
         then stops the processes of a job found preempting)."""
-        done = []
-        for jid, kind, user, _t in self.store.intents():
-            self._intents.add(jid)
-            rec = self.eng.find(jid)
-            if kind != "cancel" or rec is None or rec.state.terminal or rec.cancel_requested:
-                continue
-            self.eng.cancel(jid, now, user)
-            done.append(jid)
+        done, intents = replay_cancels(self.store.intents(), self.eng, now)
+        self._intents |= intents
         if self._intents:
-            self._live.update(j for j in self._intents if j in self.eng)
-            self._seen.update({j: None for j in self._intents if j in self._seen})  # rewrite: clears them
+            self.live.update(j for j in self._intents if j in self.eng)
+            self.journaled.update({j: None for j in self._intents if j in self.journaled})  # rewrite: clears them
         return done
 
     # ------------------------------------------------------------------ the loop
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The service lock: the engine and the journal change only under it."""
+        return self._lock
+
+    def wake(self) -> None:
+        """Run a round soon (something changed that it may act on)."""
+        self._wake.set()
 
     def start(self) -> SchedulerService:
         with self._lock:
@@ -463,11 +343,11 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
                 for note in getattr(self.health, "notes", []):
                     log.warning("GPU health: %s", note)
             self._stop.clear()
-            warm = getattr(self.launcher, "warm", None)   # a runner ready before the first launch
+            warm = capability(self.launcher, "warm")   # a runner ready before the first launch
             if warm is not None:
                 warm()
             self._launchq.start()
-            self._meter.start()   # disk quotas, measured off the lock (quota.py)
+            self.quota.meter.start()   # disk quotas, measured off the lock (quota.py)
             self._thread = threading.Thread(target=self._run, name="hived-scheduler", daemon=True)
             self._thread.start()
         return self
@@ -478,15 +358,15 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         ``timeout`` s for their processes."""
         if cancel_jobs:
             with self._lock:
-                for jid in list(self._live):
+                for jid in list(self.live):
                     rec = self.eng.job(jid)
                     if not rec.state.terminal:
                         try:
-                            self._cancel(jid, rec.request.user)
+                            self.cancel_job(jid, rec.request.user)
                         except ServiceDegraded as exc:
                             log.error("jobs left running: %s", exc)
                             break
-            self._settle()
+            self.settle()
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 self.tick()
@@ -500,12 +380,12 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
             self._thread.join(timeout=10)
             self._thread = None
         self._launchq.stop()   # what was decided and committed is still carried out
-        self._meter.stop()
+        self.quota.meter.stop()
 
     def close(self) -> None:
         """Stop the loop and release the store and the data directory."""
         self.stop()
-        close = getattr(self.launcher, "close", None)
+        close = capability(self.launcher, "close")
         if close is not None:
             close()
         ids = getattr(self, "job_ids", None)
@@ -567,8 +447,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         act_once_durable(self, unsynced)   # the round's fsync, outside the lock, then its decisions
         if inline:
             self._launchq.run_pending()
-            if not self._meter.running:   # disk quotas: measured outside the lock (quota.py)
-                self._meter.run_inline()
+            if not self.quota.meter.running:   # disk quotas: measured outside the lock (quota.py)
+                self.quota.meter.run_inline()
         return out
 
     def _round(self) -> list[dict]:
@@ -579,16 +459,16 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         touched = self._events(now)
         if self.health is not None:
             touched += self._health(now)
-        touched += self._exchange_tick(now)
+        touched += self.exchange.tick(now)
         decisions = self.eng.step(now)
-        self._pending.extend(decisions)
+        self.pending.extend(decisions)
         if self._flush(now, also=touched, defer=True):
-            self._gc_tick(now)
-            self._kernel_idle_tick(now)
+            self.retention_rules.tick(now)
+            self.kernel_idle.tick(now)
         self._next_wakeup = self.eng.next_wakeup()
         return [{"kind": d.kind.value, "job_id": d.job_id, "reason": d.reason} for d in decisions]
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """After a request that queued launcher actions: with no worker, carry them out now
         (the caller has released the lock)."""
         if not self._launchq.running:
@@ -606,31 +486,9 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
     def _events(self, now: float) -> list[str]:
         with self._inbox_lock:
             events, self._inbox = self._inbox, []
-        touched = []
-        for ev in events:
-            rec = self.eng.find(ev.job_id)
-            if rec is None:
-                continue
-            touched.append(ev.job_id)
-            if ev.kind == "started":
-                if rec.state is JobState.PLACED and not rec.waiting_for:
-                    self.eng.on_started(ev.job_id, now)
-            elif ev.kind == "exited":
-                self._launched.discard(ev.job_id)
-                if rec.state not in HOLDING:
-                    continue
-                if rec.state is JobState.PLACED and not rec.waiting_for and getattr(ev, "ran", True):
-                    self.eng.on_started(ev.job_id, now)     # it ran, however briefly (not a refused launch)
-                if rec.state is JobState.PREEMPTING:
-                    # we asked it to stop: whatever its exit code, it goes back to its queue
-                    self.eng.on_preempted(ev.job_id, now)
-                elif ev.exit_code is None:
-                    self.eng.on_finished(ev.job_id, now, -9, ev.log_tail or LOST_TAIL)
-                else:
-                    self.eng.on_finished(ev.job_id, now, int(ev.exit_code), ev.log_tail)
-        return touched
+        return apply_events(self.eng, events, now, self._launched)
 
-    def _execute(self, decisions, now: float) -> None:
+    def execute(self, decisions, now: float) -> None:
         """Act on committed decisions: launches and kills go to the launcher's queue (in this
         order), carried out once the lock is released; a launch that fails comes back as an exit."""
         for d in decisions:
@@ -649,13 +507,13 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
                 elif rec.state in HOLDING:
                     # nothing runs yet (placed, not launched): it is gone at once
                     self.eng.on_preempted(d.job_id, now)
-                    self._try_write([d.job_id], now)
+                    self.try_write([d.job_id], now)
                     self._wake.set()   # the cells it held may start a queued job
 
-    def _try_write(self, ids, now: float) -> None:
+    def try_write(self, ids, now: float) -> None:
         """A write with no action behind it: when it fails, the next flush writes it."""
         try:
-            self._write(ids, now)
+            self.write(ids, now)
         except ServiceDegraded:
             pass
 
@@ -699,43 +557,35 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
     def unknown_vc(self, vc, user: str, groups=()) -> NotFound:
         return NotFound("vc", f"unknown VC {vc!r}; your VCs: {self.access.vcs_text(user, groups)}")
 
-    def _is_admin(self, user: str, vc: str, groups=()) -> bool:
-        """An admin of ``vc`` (cluster admins are admins of every VC)."""
-        return self.access.is_vc_admin(user, vc, groups)
-
     def submit(self, user: str, payload: dict, groups=()) -> dict:
         """Validate, queue and durably store one job; returns its job dict.
         ``groups``: the user's JupyterHub groups (VC membership may come from them)."""
         if not isinstance(user, str) or not user.strip():
             raise RequestError("user", "must be a non-empty user name")
         req = parse_job(user, payload)
-        self._check_for_launcher(req)
-        check_reach = getattr(self.launcher, "check_reach", None)   # local: as the job's account
-        if check_reach is not None:
+        refuse_unlaunchable(self.launcher, req)
+        if capability(self.launcher, "check_reach") is not None:   # local: as the job's account
             with self._lock:   # members only: nobody else learns what a VC's account reaches
                 self._authorize_vc(user, req.vc, groups)
-            try:
-                check_reach(req, parse_needs(payload))
-            except ValueError as e:
-                raise RequestError(getattr(e, "field", "user"), getattr(e, "problem", str(e))) from None
+            refuse_unreachable(self.launcher, req, parse_needs(payload))
         with self._gate.turn(req.vc), self._lock:   # VCs in turn on to the lock (fair_queue.py)
             self._authorize_vc(user, req.vc, groups)
-            self._check_after(user, req.after, groups)
-            self._check_quota(req.vc)
+            self.job_control.check_after(user, req.after, groups)
+            self.quota.check(req.vc)
             self._admission.check(req, self.spec.vcs[req.vc].admission, self.eng)   # admission.py
             now = self.clock()
-            self._require_journal(now)
+            self.require_journal(now)
             try:
-                jid = self.job_ids.next(taken=lambda j: j in self.eng or j in self._extra)
+                jid = self.job_ids.next(taken=lambda j: j in self.eng or j in self.extra)
             except JobIdsError as exc:
-                raise ServiceDegraded(self._degrade(exc)) from None
+                raise ServiceDegraded(self.degrade(exc)) from None
             try:
                 self.eng.submit(req, now, job_id=jid)
             except Exception:
                 self.job_ids.give_back(jid)   # a refused request uses no id
                 raise
             try:
-                ticket = self._write([jid], now, sync=False)
+                ticket = self.write([jid], now, sync=False)
             except Exception:
                 # not stored = not accepted: take it back out of the engine
                 self.eng.cancel(jid, now, user)
@@ -743,7 +593,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
                 raise
             self._admission.add(jid, req)
             rec = self.eng.job(jid)
-            out = job_dict(rec, self._tail_position(rec), estimate_view(self.eng, rec, now))
+            out = job_dict(rec, tail_position(self.eng, rec), estimate_view(self.eng, rec, now))
         self._wake.set()   # the round's own commit is synced before it acts: no start before durable
         self._sync_submitted(ticket, jid, user)
         return out
@@ -757,7 +607,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         except JournalWriteError as exc:
             with self._lock:
                 self.eng.cancel(jid, self.clock(), user)
-                raise ServiceDegraded(self._degrade(exc)) from None
+                raise ServiceDegraded(self.degrade(exc)) from None
 
     def refuse_early(self, user: str) -> None:
         """Raise ``LimitReached`` now when ``user`` submits faster than allowed (no lock taken)."""
@@ -765,49 +615,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         if refusal is not None:
             raise refusal
 
-    def _check_for_launcher(self, req) -> None:
-        """Refuse at submission what the launcher would refuse at launch (a job's own Kubernetes
-        template fields), so a bad job is never queued only to fail when its turn comes."""
-        check_account = getattr(self.launcher, "check_account", None)   # local: the job's unix account
-        if check_account is not None:
-            try:
-                check_account(req)
-            except ValueError as e:
-                raise RequestError("user", str(e)) from None
-        if req.k8s_template is None:
-            return
-        validate = getattr(self.launcher, "validate", None)
-        if validate is None:
-            raise RequestError("k8s_template", f"this hived runs jobs with {type(self.launcher).__name__}; "
-                               "job template fields apply on Kubernetes only (hived serve --launcher kubernetes)")
-        try:
-            validate(req)
-        except ValueError as e:          # TemplateError: where ("template.volumes[0]...") + problem
-            where = getattr(e, "where", "template")
-            where = "k8s_template" + where[len("template"):] if where.startswith("template") else where
-            raise RequestError(where, getattr(e, "problem", str(e))) from None
-
-    def _tail_position(self, rec: JobRecord) -> int | None:
-        """Position of a job just queued, without listing the queue (O(1) for
-        order-keeping policies; submissions stay fast with long queues)."""
-        pol = self.eng.vc_policies[rec.request.vc]
-        lanes = getattr(self.eng, "_lanes", {}).get(rec.request.vc)
-        if rec.state is not JobState.QUEUED or lanes is None or not getattr(pol, "preserves_order", False):
-            return self._position(rec)
-        te, rest = lanes
-        if getattr(pol, "te_first", False) and rec.job_id in te:
-            return len(te) - 1
-        return len(te) + len(rest) - 1
-
-    def _position(self, rec: JobRecord) -> int | None:
-        if rec.state is not JobState.QUEUED:
-            return None
-        try:
-            return self.eng.queue(rec.request.vc).index(rec.job_id)
-        except ValueError:
-            return None
-
-    def _rec(self, job_id: str) -> JobRecord:
+    def record(self, job_id: str) -> JobRecord:
         rec = self.eng.find(job_id) if isinstance(job_id, str) else None
         if rec is None:
             raise unknown_job(job_id)
@@ -815,10 +623,10 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
 
     def get_job(self, job_id: str) -> dict:
         with self._lock:
-            if job_id in self._extra:
-                return job_dict(JobRecord.from_dict(self._extra[job_id]))
-            rec = self._rec(job_id)
-            return job_dict(rec, self._position(rec), estimate_view(self.eng, rec, self.clock()))
+            if job_id in self.extra:
+                return job_dict(JobRecord.from_dict(self.extra[job_id]))
+            rec = self.record(job_id)
+            return job_dict(rec, queue_position(self.eng, rec), estimate_view(self.eng, rec, self.clock()))
 
     def list_jobs(self, vc: str | None = None, state: str | None = None,
                   user: str | None = None) -> list[dict]:
@@ -840,34 +648,34 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
 
     def cancel(self, job_id: str, user: str, groups=()) -> dict:
         with self._lock:
-            rec = self._rec(job_id)
+            rec = self.record(job_id)
             if not self.access.may_change_job(user, rec.request.vc, rec.request.user, groups):
                 raise NotAuthorized(f"user {user!r} may not cancel {job_id}: it belongs to "
                                     f"{rec.request.user!r} and {user!r} is not an admin of VC {rec.request.vc!r}")
-            self._cancel(job_id, user)
-            out = job_dict(self._rec(job_id))
-        self._settle()
+            self.cancel_job(job_id, user)
+            out = job_dict(self.record(job_id))
+        self.settle()
         return out
 
-    def _cancel(self, job_id: str, user: str) -> None:
+    def cancel_job(self, job_id: str, user: str) -> None:
         now = self.clock()
-        self._require_journal(now)
-        rec = self._rec(job_id)
+        self.require_journal(now)
+        rec = self.record(job_id)
         if rec.state.terminal:
             raise RequestError("job_id", f"{job_id} already {rec.state.value}")
         # durable before it is acted on: once answered, a restart cannot forget it
         try:
             self.store.add_intent(job_id, "cancel", user, now)
         except JournalWriteError as exc:
-            raise ServiceDegraded(self._degrade(exc)) from None
+            raise ServiceDegraded(self.degrade(exc)) from None
         self._intents.add(job_id)
-        self._pending.extend(self.eng.cancel(job_id, now, user))
+        self.pending.extend(self.eng.cancel(job_id, now, user))
         self._flush(now, also=[job_id])   # on failure the kill waits for the journal; the intent holds
         self._wake.set()
 
     def logs(self, job_id: str, rank: int = 0, offset: int = 0) -> tuple[str, int]:
         with self._lock:
-            rec = self._rec(job_id)
+            rec = self.record(job_id)
             pods = len(rec.pod_gpus) or rec.request.total_pods
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < pods:
             raise RequestError("rank", f"must be an integer from 0 to {pods - 1}, got {rank!r}")
@@ -877,17 +685,17 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
 
     def job_done(self, job_id: str) -> bool:
         with self._lock:
-            return self._rec(job_id).state.terminal
+            return self.record(job_id).state.terminal
 
     def report_progress(self, job_id: str, done: float, total: float) -> dict:
         with self._lock:
             now = self.clock()
-            self._require_journal(now)
-            rec = self._rec(job_id)
+            self.require_journal(now)
+            rec = self.record(job_id)
             before = rec.progress
             self.eng.report_progress(job_id, done, total, now)
             try:
-                self._write([job_id], now)
+                self.write([job_id], now)
             except ServiceDegraded:
                 rec.progress = before   # not stored: not taken
                 hook = getattr(self.eng.vc_policies[rec.request.vc], "on_progress", None)
@@ -900,19 +708,19 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         with self._lock:
             now = _now if _now is not None else self.clock()
             if _now is None:   # an admin's request; the monitor's reports come from the tick
-                self._require_journal(now)
+                self.require_journal(now)
             decisions = self.eng.set_health(node, gpu, healthy, now)
             if healthy:
-                self._unhealthy.pop((node, gpu), None)
+                self.unhealthy.pop((node, gpu), None)
             else:
-                self._unhealthy[(node, gpu)] = reason or "marked unhealthy"
+                self.unhealthy[(node, gpu)] = reason or "marked unhealthy"
             # the hardware's state is a fact, not a request: kept even when the journal
             # refuses; the moves it causes wait for the journal like any decision
-            self._pending.extend(decisions)
+            self.pending.extend(decisions)
             self._flush(now)
             out = {"node": node, "gpu": gpu, "healthy": healthy, "preempted": [d.job_id for d in decisions]}
         if _now is None:   # a request, not the round: the round carries out its own actions
-            self._settle()
+            self.settle()
             self._wake.set()
         return out
 
@@ -931,51 +739,19 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
             return vc_dict(self, name)
 
     def reload_spec(self, path_or_text) -> dict:
-        """Reconfigure: the engine's allocator reconfigured by ``Allocator.reconfigure``
-        (the one reconfiguration, HiveD's), then a new engine over it with every job
-        restored. Every door reaches this (REST, the extension, ``hived spec reload``,
-        SIGHUP, the admin widget, the Kubernetes service); it only journals around it.
+        """Reconfigure through ``Allocator.reconfigure`` (reconfigure.py says how)."""
+        return reload(self, path_or_text)
 
-        A holding guaranteed job whose cells no longer fit its VC keeps its GPUs
-        as opportunistic (HiveD's downgrade on reconfiguration) and is named in
-        ``downgraded``. A job that fits not even so (its VC or its cells are
-        gone) refuses the spec, changing nothing. The new spec text is journaled
-        with the jobs. Answer: ``{"ok", "vcs", "chains", "downgraded"}``."""
-        from hived.core.spec import SpecError
-        try:
-            new_spec = _load_spec(path_or_text)
-        except SpecError as exc:
-            raise RequestError(exc.path, exc.problem) from None
-        with self._lock:
-            now = self.clock()
-            self._require_journal(now)
-            self._exchange_before_reload()
-            alloc = self.eng.alloc
-            try:
-                downgraded = alloc.reconfigure(new_spec)
-            except ValueError as exc:    # BindingConflict: a job that fits not even downgraded
-                raise refusal(self.eng, exc) from None
-            try:
-                eng = engine_over(self.eng, self._new_engine(alloc), set(downgraded), now)
-            except RequestError:
-                alloc.undo_reconfigure()
-                raise
-            before = (self.eng, self.spec, self._arb, self._seen, self.spec_source)
-            self.eng, self.spec = eng, new_spec
-            self._exchange_after_reload()
-            text = _spec_text(path_or_text)
-            self._seen = {j: None for j in self._seen}   # rewrite all: queue keys changed
-            try:
-                self._write_live(now, meta=None if text is None else {"spec": text, "spec_source": SOURCE_RELOAD})
-            except ServiceDegraded:
-                self.eng, self.spec, self._arb, self._seen, self.spec_source = before   # not stored: not taken
-                alloc.undo_reconfigure()
-                raise
-            self.spec_source = SOURCE_RELOAD
-            for jid in downgraded:
-                log.warning("spec reload: job %s downgraded to opportunistic", jid)
-            return {"ok": True, "vcs": sorted(new_spec.vcs), "chains": sorted(new_spec.chains),
-                    "downgraded": downgraded}
+    # ------------------------------------------------------------------ the parts' doors
+    # what the REST handlers, the CLI and the widgets call on the service: its parts' methods
+    retention = HandOn("retention_rules", "view")
+    set_retention = HandOn("retention_rules", "set")
+    gc = HandOn("retention_rules", "gc")
+    gc_totals = HandOn("retention_rules", "gc_totals")
+    disk_quotas = HandOn("quota", "view")
+    set_disk_quota = HandOn("quota", "set")
+    control = HandOn("job_control", "control")
+    kernel_activity = HandOn("kernel_idle", "activity")
 
     def status(self) -> dict:
         with self._lock:
@@ -985,8 +761,9 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
             return {"ok": True, "degraded": self.degraded,
                     "data_dir": str(self.data_dir), "jobs": counts, "ticks": self.ticks,
                     "pid": os.getpid(), "last_error": self.last_error,
-                    "shared_account": getattr(self.launcher, "shared_account", lambda vcs: None)(sorted(self.spec.vcs)),
+                    "shared_account": (capability(self.launcher, "shared_account")
+                                       or (lambda vcs: None))(sorted(self.spec.vcs)),
                     "health_checks": None if self.health is None else list(getattr(self.health, "notes", [])),
-                    "unhealthy": [{"node": n, "gpu": g, "reason": r} for (n, g), r in self._unhealthy.items()],
+                    "unhealthy": [{"node": n, "gpu": g, "reason": r} for (n, g), r in self.unhealthy.items()],
                     "recovered": {
                         k: (len(v) if isinstance(v, list) else v) for k, v in self.recovered.items()}}

@@ -70,7 +70,7 @@ def snapshot_key(svc: SchedulerService) -> str | None:
     spec = svc.store.get_meta("spec")
     if spec is None:
         return None
-    qp, pp, cfg = svc._policies
+    qp, pp, cfg = svc.policies
     what = {"format": SNAPSHOT_FORMAT, "code": code_digest(), "scheme": svc.scheme,
             "spec": hashlib.sha256(spec.encode()).hexdigest(), "queue_policy": repr(qp),
             "preemption_policy": repr(pp), "config": repr(cfg)}
@@ -81,7 +81,7 @@ def save(svc: SchedulerService, now: float) -> bool:
     """Store the snapshot of ``svc`` (under its lock, every change written). False when there
     is nothing to trust (degraded, decisions or exchange moves not written, no journaled spec)
     or it failed."""
-    if svc.degraded is not None or svc._pending or getattr(svc, "_exchange_unsaved", False):
+    if svc.degraded is not None or svc.pending or svc.exchange.unsaved:
         return False
     if getattr(svc, "_unsynced", None):   # a round's decisions not yet acted on (main's round_commit.py)
         return False
@@ -91,7 +91,7 @@ def save(svc: SchedulerService, now: float) -> bool:
     if key is None:
         return False
     try:
-        body = pickle.dumps((svc.eng, svc._arb, svc._extra), protocol=pickle.HIGHEST_PROTOCOL)
+        body = pickle.dumps((svc.eng, svc.exchange.arb, svc.extra), protocol=pickle.HIGHEST_PROTOCOL)
         return svc.store.save_snapshot(key, svc.store.exchange_digest(), body, now)
     except Exception as exc:   # optional: the next start replays the journal in full
         log.warning("restart snapshot not written (%s: %s); the next start replays the journal",
@@ -143,14 +143,14 @@ def load(svc: SchedulerService) -> Loaded | str | None:
 
 def adopt(svc: SchedulerService, loaded: Loaded) -> list[str]:
     """Make the snapshot's engine the service's; the ids of the jobs holding cells in it."""
-    svc.eng, svc._arb = loaded.eng, loaded.arb
-    svc._extra.update(loaded.extra)
-    svc._seen.update({j: ("extra",) for j in loaded.extra})
+    svc.eng, svc.exchange.arb = loaded.eng, loaded.arb
+    svc.extra.update(loaded.extra)
+    svc.journaled.update({j: ("extra",) for j in loaded.extra})
     holding = []
     for rec in loaded.eng.jobs():
-        svc._seen[rec.job_id] = svc._fingerprint(rec)
+        svc.journaled[rec.job_id] = svc.fingerprint(rec)
         if not rec.state.terminal:
-            svc._live.add(rec.job_id)
+            svc.live.add(rec.job_id)
         if rec.state in HOLDING:
             holding.append(rec.job_id)
     return holding
@@ -174,6 +174,6 @@ def start(svc: SchedulerService) -> tuple[list[str], list[tuple[dict, float | No
             gc.enable()
     if loaded is not None:
         log.warning("restart snapshot not used, replaying the whole journal: it is %s", loaded)
-    svc._arb = svc._exchange_restore()   # before the jobs: cells still lent move to their borrowers again
+    svc.exchange.restore()   # before the jobs: cells still lent move to their borrowers again
     rows = svc.store.load_jobs_with_keys()
     return [], rows, len(rows), False

@@ -3,9 +3,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hived.core.jobs import HOLDING
+from hived.core.jobs import HOLDING, JobState
+
+if TYPE_CHECKING:
+    from hived.core.engine import Engine
+    from hived.core.engine_records import JobRecord
 
 
 def jsonable(x: Any) -> Any:
@@ -45,8 +49,8 @@ def cluster_dict(svc) -> dict:
         for node in svc.eng.alloc.node_free(name):
             nodes[node] = {"gpus": [{
                 "index": g, "holder": held.get((node, g)),
-                "healthy": (node, g) not in svc._unhealthy and (node, None) not in svc._unhealthy,
-                "problem": svc._unhealthy.get((node, g)) or svc._unhealthy.get((node, None)),
+                "healthy": (node, g) not in svc.unhealthy and (node, None) not in svc.unhealthy,
+                "problem": svc.unhealthy.get((node, g)) or svc.unhealthy.get((node, None)),
             } for g in range(ngpus)]}
         chains[name] = {"levels": list(chain.levels), "node_level": chain.node_level,
                         "gpus_per_level": list(chain.gpus_per_level), "nodes": nodes,
@@ -86,3 +90,25 @@ def vc_dict(svc, vc: str) -> dict:
 def spec_gpus(spec, vc: str) -> int:
     """GPUs the spec guarantees a VC."""
     return sum(n * spec.chains[c].gpus_per_level[lvl - 1] for (c, lvl), n in spec.vcs[vc].cells.items())
+
+
+def tail_position(eng: Engine, rec: JobRecord) -> int | None:
+    """Position of a job just queued, without listing the queue (O(1) for
+    order-keeping policies; submissions stay fast with long queues)."""
+    pol = eng.vc_policies[rec.request.vc]
+    lanes = eng.lanes(rec.request.vc)
+    if rec.state is not JobState.QUEUED or lanes is None or not getattr(pol, "preserves_order", False):
+        return queue_position(eng, rec)
+    te, rest = lanes
+    if getattr(pol, "te_first", False) and rec.job_id in te:
+        return len(te) - 1
+    return len(te) + len(rest) - 1
+
+
+def queue_position(eng: Engine, rec: JobRecord) -> int | None:
+    if rec.state is not JobState.QUEUED:
+        return None
+    try:
+        return eng.queue(rec.request.vc).index(rec.job_id)
+    except ValueError:
+        return None

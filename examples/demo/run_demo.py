@@ -344,9 +344,9 @@ def exchange_loan(svc, p, spec) -> list[str]:
     _, _, lvl = _cells_of(spec, p["vc1"], p["chain"])
     cell_type, cell_gpus = f"{p['chain']}.{ch.levels[lvl - 1]}", ch.gpus_per_level[lvl - 1]
     try:
-        offer = svc.exchange_post_offer(admin, {"vc": p["vc1"], "cell_type": cell_type, "count": 1,
+        offer = svc.exchange.post_offer(admin, {"vc": p["vc1"], "cell_type": cell_type, "count": 1,
                                                 "duration": 60})
-        made = svc.exchange_post_request(admin, {"vc": p["vc2"], "cell_type": cell_type, "count": 1,
+        made = svc.exchange.post_request(admin, {"vc": p["vc2"], "cell_type": cell_type, "count": 1,
                                                  "duration": 30})
     except (LookupError, ValueError) as exc:     # e.g. the quota scheme has no cells to trade
         say(f"  (skipped: {exc})")

@@ -1,8 +1,8 @@
 """Cell exchange: the bulletin board, offers, requests and the GPU-hour ledger.
 
-The service's exchange methods are looked up by name (``exchange_<what>``)
-so that a service built without the exchange answers a clear 404 rather
-than failing.
+The methods are those of the service's exchange part (``svc.exchange``,
+service/exchange.py), looked up by name so that a service built without the
+exchange answers a clear 404 rather than failing.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ VIEWS = ("board", "ledger", "offers", "requests")
 
 class ExchangeHandler(HivedHandler):
     def _method(self, name: str):
-        method = getattr(self.svc, f"exchange_{name}", None)
+        method = getattr(getattr(self.svc, "exchange", None), name, None)
         if method is None:
             raise ApiError(404, "cell exchange is not enabled in this service", f"exchange/{name}")
         return method
@@ -49,7 +49,7 @@ class ExchangePostHandler(HivedHandler):
     async def delete(self, what: str, post_id: str):
         where = f"exchange/{what}/{post_id}"
         await self.require("read", "hived:cluster", "withdraw exchange posts (not in any VC)", where)
-        method = getattr(self.svc, "exchange_withdraw", None)
+        method = getattr(getattr(self.svc, "exchange", None), "withdraw", None)
         if method is None:
             raise ApiError(404, "cell exchange is not enabled in this service", where)
         with service_errors(where):

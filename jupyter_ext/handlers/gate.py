@@ -80,7 +80,7 @@ def _server_account_only(cls: type[web.RequestHandler]) -> type[web.RequestHandl
     return type(cls.__name__, (cls,), {"initialize": initialize, "prepare": prepare,
                                        "SUPPORTED_METHODS": web.RequestHandler.SUPPORTED_METHODS,
                                        "__module__": cls.__module__,
-                                       "__qualname__": cls.__qualname__, "_hived_gated": True})
+                                       "__qualname__": cls.__qualname__, "hived_gated": True})
 
 
 _gated_classes: dict[type[web.RequestHandler], type[web.RequestHandler]] = {}
@@ -107,11 +107,11 @@ def install(web_app: web.Application, serve_jupyter: bool) -> None:
 
     def get_handler_delegate(request: httputil.HTTPServerRequest, target_class: type[web.RequestHandler],
                              target_kwargs: dict[str, Any] | None = None, path_args: list[bytes] | None = None,
-                             path_kwargs: dict[str, bytes] | None = None) -> web._HandlerDelegate:
+                             path_kwargs: dict[str, bytes] | None = None) -> Any:   # tornado's _HandlerDelegate
         if not passes(target_class) and not (serve_jupyter and target_class in login_pages):
             if not serve_jupyter:
                 target_class, target_kwargs, path_args, path_kwargs = RefusedHandler, {}, [], {}
-            elif not getattr(target_class, "_hived_gated", False):
+            elif not getattr(target_class, "hived_gated", False):
                 target_class = _gated(target_class)
         return original(request, target_class, target_kwargs, path_args, path_kwargs)
 

@@ -40,17 +40,17 @@ def test_offer_and_request_match_and_the_borrower_runs_on_borrowed_cells(svc):
     gang = {"vc": "vcb", "command": "sleep 30", "pods": 3, "gpus": 4, "job_class": "be"}
     with pytest.raises(RequestError):     # 12 GPUs never fit vcb's own 8
         svc.submit("bob", gang)
-    req = svc.exchange_post_request("root", {"vc": "vcb", "cell_type": "T-SOCKET", "count": 1, "duration": H})
+    req = svc.exchange.post_request("root", {"vc": "vcb", "cell_type": "T-SOCKET", "count": 1, "duration": H})
     assert req["kind"] == "request" and req["matched"] == []
-    assert [r["id"] for r in svc.exchange_requests()["requests"]] == [req["id"]]
-    off = svc.exchange_post_offer("ada", {"vc": "vca", "cell_type": "T-SOCKET", "count": 1, "duration": 2 * H})
+    assert [r["id"] for r in svc.exchange.requests()["requests"]] == [req["id"]]
+    off = svc.exchange.post_offer("ada", {"vc": "vca", "cell_type": "T-SOCKET", "count": 1, "duration": 2 * H})
     (ex,) = off["matched"]
     assert ex["state"] == "active" and ex["legs"] == [
         {"lender": "vca", "borrower": "vcb", "chain": "T-NODE", "level": 2, "count": 1}]
-    board = svc.exchange_board()
+    board = svc.exchange.board()
     assert board["offers"] == board["requests"] == [] and board["exchanges"][0]["id"] == ex["id"]
     assert gpus_total(svc, "vcb") == 12 and gpus_total(svc, "vca") == 4
-    assert svc.exchange_ledger()["ledger"]["vca"] == {"contributed": 4.0, "consumed": 0.0, "surplus": 4.0}
+    assert svc.exchange.ledger()["ledger"]["vca"] == {"contributed": 4.0, "consumed": 0.0, "surplus": 4.0}
     # the gang now fits vcb and runs guaranteed on the borrowed socket
     job = svc.submit("bob", gang)
     svc.tick()
@@ -67,7 +67,7 @@ def test_offer_and_request_match_and_the_borrower_runs_on_borrowed_cells(svc):
     after = svc.get_job(job["id"])
     assert after["state"] == "running" and after["placement"]["opportunistic"] is True
     assert any("now opportunistic" in h["reason"] for h in after["history"])
-    assert svc.exchange_board()["exchanges"][0]["state"] == "returned"
+    assert svc.exchange.board()["exchanges"][0]["state"] == "returned"
     assert gpus_total(svc, "vcb") == 8 and gpus_total(svc, "vca") == 8
     assert svc.vc("vcb")["gpus_used"] == 0
     svc.eng.alloc.check_invariants()
@@ -76,36 +76,36 @@ def test_offer_and_request_match_and_the_borrower_runs_on_borrowed_cells(svc):
 def test_bad_posts_change_nothing(svc):
     body = {"vc": "vca", "cell_type": "T-SOCKET", "count": 1, "duration": H}
     with pytest.raises(NotAuthorized, match="VC admins only"):
-        svc.exchange_post_offer("alice", body)           # a member, not an admin
+        svc.exchange.post_offer("alice", body)           # a member, not an admin
     with pytest.raises(NotAuthorized):
-        svc.exchange_post_offer("bob", body)             # another VC
+        svc.exchange.post_offer("bob", body)             # another VC
     with pytest.raises(NotFound):
-        svc.exchange_post_offer("root", {**body, "vc": "nope"})
+        svc.exchange.post_offer("root", {**body, "vc": "nope"})
     with pytest.raises(RequestError) as e:
-        svc.exchange_post_offer("ada", {**body, "count": 3})   # vca has only 2 sockets
+        svc.exchange.post_offer("ada", {**body, "count": 3})   # vca has only 2 sockets
     assert e.value.field == "offer.count" and "at most 2" in e.value.problem
     with pytest.raises(RequestError) as e:
-        svc.exchange_post_request("ada", {**body, "cell_type": "T-NOPE"})
+        svc.exchange.post_request("ada", {**body, "cell_type": "T-NOPE"})
     assert e.value.field == "cell_type"
     with pytest.raises(RequestError) as e:
-        svc.exchange_post_request("ada", {"vc": "vca", "count": 1, "duration": H})
+        svc.exchange.post_request("ada", {"vc": "vca", "count": 1, "duration": H})
     assert e.value.field == "cell_type"
-    assert svc.exchange_board() == {"offers": [], "requests": [], "exchanges": []}
+    assert svc.exchange.board() == {"offers": [], "requests": [], "exchanges": []}
     assert gpus_total(svc, "vca") == 8
 
 
 def test_reload_waits_for_active_exchanges(svc):
-    svc.exchange_post_offer("ada", {"vc": "vca", "cell_type": "T-SOCKET", "count": 1, "duration": H})
-    svc.exchange_post_request("root", {"vc": "vcb", "cell_type": "T-SOCKET", "count": 1, "duration": H})
+    svc.exchange.post_offer("ada", {"vc": "vca", "cell_type": "T-SOCKET", "count": 1, "duration": H})
+    svc.exchange.post_request("root", {"vc": "vcb", "cell_type": "T-SOCKET", "count": 1, "duration": H})
     with pytest.raises(RequestError, match="pending or active"):
         svc.reload_spec(str(SPEC))
     assert gpus_total(svc, "vcb") == 12
     svc.t[0] += H
     svc.tick()
     assert gpus_total(svc, "vcb") == 8
-    ledger = svc.exchange_ledger()["ledger"]
+    ledger = svc.exchange.ledger()["ledger"]
     assert svc.reload_spec(str(SPEC))["ok"] is True
-    assert svc.exchange_ledger()["ledger"] == ledger and svc.exchange_board()["exchanges"] == []
+    assert svc.exchange.ledger()["ledger"] == ledger and svc.exchange.board()["exchanges"] == []
 
 
 def wait_state(s, job_id, state, limit=15.0):
@@ -118,8 +118,8 @@ def wait_state(s, job_id, state, limit=15.0):
 
 def test_the_lender_queues_a_full_size_gang_during_the_loan_and_it_starts_at_the_return(svc):
     """Lending takes cells for a window, never the right to queue for them."""
-    svc.exchange_post_offer("ada", {"vc": "vca", "cell_type": "T-SOCKET", "count": 1, "duration": H})
-    svc.exchange_post_request("root", {"vc": "vcb", "cell_type": "T-SOCKET", "count": 1, "duration": H})
+    svc.exchange.post_offer("ada", {"vc": "vca", "cell_type": "T-SOCKET", "count": 1, "duration": H})
+    svc.exchange.post_request("root", {"vc": "vcb", "cell_type": "T-SOCKET", "count": 1, "duration": H})
     assert gpus_total(svc, "vca") == 4
     gang = {"vc": "vca", "command": "sleep 30", "pods": 2, "gpus": 4, "job_class": "be", "affinity": "soft"}
     job = svc.submit("alice", gang)                        # the spec's 8 GPUs: accepted, waits

@@ -102,13 +102,13 @@ def test_admin_groups_trade_cells_and_set_retention_and_quota(service):
                                                                                           "keep": 5}
     assert service.set_disk_quota("lead", "vca", 1 << 30, groups=["leads-a"])["max_bytes"] == 1 << 30
     assert service.gc("lead", groups=["leads-a"])["vcs"] == ["vca"]
-    offer = service.exchange_post_offer("lead", {"vc": "vca", "cell_type": "H-NODE", "count": 1, "duration": 60},
+    offer = service.exchange.post_offer("lead", {"vc": "vca", "cell_type": "H-NODE", "count": 1, "duration": 60},
                                         groups=["leads-a"])
     assert offer["vc"] == "vca"
     for call in (lambda g: service.set_retention("carol", "vca", keep=1, groups=g),
                  lambda g: service.set_disk_quota("carol", "vca", 1, groups=g),
                  lambda g: service.gc("carol", groups=g),
-                 lambda g: service.exchange_post_request(
+                 lambda g: service.exchange.post_request(
                      "carol", {"vc": "vca", "cell_type": "H-NODE", "count": 1, "duration": 30}, groups=g)):
         with pytest.raises(NotAuthorized):
             call(["team-a"])         # a member by group, not an admin

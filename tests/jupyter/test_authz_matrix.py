@@ -110,7 +110,7 @@ def _service_allows(service, name, role, job_id):
         elif name == "gc (vca)":
             service.gc(user, "vca", True, None, groups)
         else:
-            service.exchange_post_request(user, {"vc": "vca", "cell_type": "T-SOCKET", "count": 1,
+            service.exchange.post_request(user, {"vc": "vca", "cell_type": "T-SOCKET", "count": 1,
                                                  "duration": 3600}, groups)
     except NotAuthorized:
         return False

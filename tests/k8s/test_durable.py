@@ -40,7 +40,7 @@ lau = KubernetesLauncher({hv.kube.kubeconfig!r}, template={{"image": "img"}}, na
                          instance={hv.uid!r}, watch_timeout=1, pipeline=True)
 svc = KubernetesSchedulerService({spec!r}, {str(tmp_path / "leader-data")!r}, launcher=lau, tick_seconds=0.05,
                                  leader=json.loads({json.dumps(lease(hv, "a"))!r}))
-svc._execute = lambda decisions, now: None
+svc.execute = lambda decisions, now: None
 svc.start()
 while not svc.leading:
     time.sleep(0.05)

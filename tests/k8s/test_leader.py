@@ -117,3 +117,42 @@ def test_a_leader_that_cannot_renew_stops_scheduling(hv):
     assert a.tick() == []
     with pytest.raises(ServiceDegraded, match="standby"):
         a.submit("alice", JOB)
+
+
+def _spy_cluster_reads(svc, seen: list) -> None:
+    """Record, for every API read of the pods and of the cluster's records, whether the service
+    lock was held by the thread that made it."""
+    def spy(obj, name):
+        real = getattr(obj, name)
+
+        def call(*a, **kw):
+            seen.append((name, svc.lock._is_owned()))
+            return real(*a, **kw)
+        setattr(obj, name, call)
+    for name in ("owned_pods", "cluster_job_ids"):
+        spy(svc.launcher, name)
+    for name in ("load", "peek"):
+        spy(svc.cluster_jobs, name)
+
+
+def test_a_standby_reads_the_cluster_off_the_service_lock_when_it_takes_the_lead(hv):
+    """No Kubernetes API call under the service lock: the LIST of pods, the jobs recorded in the
+    cluster and the job-id counter are read before the lock is taken, then applied under it."""
+    spec = hv.spec()
+    a = _instance(hv, "a", spec).start()
+    assert wait_for(lambda: a.leading, 15), a.status()
+    b = _instance(hv, "b", spec).start()
+    jid = a.submit("alice", JOB)["id"]
+    assert wait_for(lambda: len(hv.pods(jid)) == 3, 10)
+    seen: list = []
+    _spy_cluster_reads(b, seen)
+    a.close()
+    assert wait_for(lambda: b.leading, 10), b.status()
+    assert wait_for(lambda: jid in b.recovered.get("adopted", []), 10), b.recovered
+    assert {name for name, _ in seen} >= {"owned_pods", "cluster_job_ids", "load", "peek"}
+    assert [name for name, locked in seen if locked] == []
+    seen.clear()
+    b.reload_spec(spec)                      # a reload continues the job ids from the cluster's too
+    assert "cluster_job_ids" in {name for name, _ in seen}
+    assert [name for name, locked in seen if locked] == []
+    b.close()

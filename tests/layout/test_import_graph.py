@@ -5,7 +5,11 @@ Rules (docs/architecture.md):
 - the service, the CLI, the report writers, MLflow and Kubernetes never import
   the Jupyter extension, except ``hived serve``, which runs a Jupyter server;
 - no product package imports the test harnesses in ``hived.testing``;
-- ``hived.service`` does not import the doors (CLI, Jupyter, MLflow, Kubernetes).
+- ``hived.service`` does not import the doors (CLI, Jupyter, MLflow, Kubernetes);
+- no door imports another door: code two doors share lives in ``hived.service`` (e.g.
+  ``service/job_table.py``), which both import. The CLI's front ends of two doors are the
+  only exceptions: ``hived serve`` runs the Jupyter server, ``hived kernelspec`` writes
+  the kernels' kernelspecs.
 """
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 PRODUCT = ["core", "service", "cli", "reports", "jupyter_ext", "mlflow_plugin", "k8s", "kernels"]
 KERNELS_ALLOWED = {"cli/cmd_kernelspec.py"}   # `hived kernelspec` is the front end of hived.kernels.kernelspecs
 JUPYTER_ALLOWED = {"cli/cmd_serve.py"}    # `hived serve` starts the Jupyter server itself
+DOORS = ["jupyter_ext", "mlflow_plugin", "cli", "k8s", "kernels"]
+DOOR_FRONT_ENDS = {("cli/cmd_serve.py", "hived.jupyter_ext"), ("cli/cmd_kernelspec.py", "hived.kernels")}
 
 
 def _imports(path: Path) -> set[str]:
@@ -84,6 +90,33 @@ def test_the_kernels_import_only_core_and_service_and_only_hived_kernelspec_impo
     assert _offenders(["kernels"], others) == []
     doors = ["service", "cli", "reports", "jupyter_ext", "mlflow_plugin", "k8s", "core"]
     assert _offenders(doors, ["hived.kernels"], KERNELS_ALLOWED) == []
+
+
+@pytest.mark.parametrize("door", DOORS)
+def test_no_door_imports_another_door(door):
+    others = [f"hived.{d}" for d in DOORS if d != door]
+    allowed = {f for f, target in DOOR_FRONT_ENDS if f.startswith(door + "/")}
+    bad = _offenders([door], others, allowed)
+    for f, target in DOOR_FRONT_ENDS:     # a front end imports its own door, and no other
+        if f.startswith(door + "/"):
+            bad += _offenders_in(f, [o for o in others if o != target])
+    assert bad == []
+
+
+def _offenders_in(rel: str, banned) -> list[str]:
+    hits = sorted(n for n in _imports(REPO / rel) if any(n == b or n.startswith(b + ".") for b in banned))
+    return [f"{rel}: {', '.join(hits)}"] if hits else []
+
+
+def test_the_door_check_sees_a_door_importing_another(tmp_path):
+    """A planted import of the CLI from the Jupyter extension (as magics.py once did) is refused."""
+    fake = REPO / "jupyter_ext" / "_layout_probe.py"
+    fake.write_text("from hived.cli.cmd_cancel import register\n")
+    try:
+        assert _offenders(["jupyter_ext"], [f"hived.{d}" for d in DOORS if d != "jupyter_ext"]) == [
+            "jupyter_ext/_layout_probe.py: hived.cli.cmd_cancel, hived.cli.cmd_cancel.register"]
+    finally:
+        fake.unlink()
 
 
 def test_no_product_package_imports_the_test_harnesses():

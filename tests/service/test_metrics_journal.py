@@ -41,13 +41,13 @@ def test_counters_survive_gc_and_restart_and_counts_read_zero(make_service, tmp_
 
 def test_exchange_series(make_service):
     svc = make_service()
-    if svc._arb is None:     # the quota scheme trades no cells
+    if svc.exchange.arb is None:     # the quota scheme trades no cells
         return
-    svc.exchange_post_offer("ada", {"vc": "vca", "cell_type": "T-SOCKET", "count": 1, "duration": H})
+    svc.exchange.post_offer("ada", {"vc": "vca", "cell_type": "T-SOCKET", "count": 1, "duration": H})
     m = scrape(svc)
     assert value(m, "hived_exchange_posts", kind="offer") == 1
     assert value(m, "hived_exchange_posts", kind="request") == 0
-    svc.exchange_post_request("root", {"vc": "vcb", "cell_type": "T-SOCKET", "count": 1, "duration": H})
+    svc.exchange.post_request("root", {"vc": "vcb", "cell_type": "T-SOCKET", "count": 1, "duration": H})
     m = scrape(svc)
     assert value(m, "hived_exchanges", state="active") == 1
     assert value(m, "hived_exchange_gpus", vc="vca", direction="lent") == 4

@@ -103,11 +103,11 @@ def test_the_walk_holds_no_lock_while_another_team_reads(make_service, tmp_path,
 
     svc.set_disk_quota("ada", "vca", 1 << 30)
     monkeypatch.setattr(disk_walk.TreeWalk, "_list", listing)
-    svc._meter.start()           # the measuring thread alone, as `hived serve` runs it
-    svc._meter.poke()
+    svc.quota.meter.start()           # the measuring thread alone, as `hived serve` runs it
+    svc.quota.meter.poke()
     wait_until(lambda: seen, what="the walk of the big folder")
     assert seen[0]["free"] is True and seen[0]["job"]["id"] == theirs
-    svc._meter.stop()
+    svc.quota.meter.stop()
 
 
 def test_one_vcs_broken_walk_is_reported_for_it_and_the_others_go_on(make_service, tmp_path, monkeypatch):

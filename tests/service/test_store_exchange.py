@@ -46,20 +46,20 @@ def tick_until(s, cond, what, timeout=15.0):
 
 def test_board_exchanges_and_ledger_survive_a_restart(open_service):
     svc = open_service()
-    open_offer = svc.exchange_post_offer("ada", {"vc": "vca", **SOCKET, "duration": 4 * H, "start": H})
-    svc.exchange_post_request("root", {"vc": "vcb", **SOCKET, "duration": H})
-    (ex,) = svc.exchange_post_offer("ada", {"vc": "vca", **SOCKET, "duration": 2 * H})["matched"]
+    open_offer = svc.exchange.post_offer("ada", {"vc": "vca", **SOCKET, "duration": 4 * H, "start": H})
+    svc.exchange.post_request("root", {"vc": "vcb", **SOCKET, "duration": H})
+    (ex,) = svc.exchange.post_offer("ada", {"vc": "vca", **SOCKET, "duration": 2 * H})["matched"]
     assert ex["state"] == "active" and gpus_total(svc, "vcb") == 12
     # a gang that fits vcb only with the borrowed socket runs guaranteed
     job = svc.submit("bob", {"vc": "vcb", "command": "sleep 60", "pods": 3, "gpus": 4, "job_class": "be"})["id"]
     tick_until(svc, lambda: svc.get_job(job)["state"] == "running", "the gang runs")
-    board, ledger = svc.exchange_board(), svc.exchange_ledger()
+    board, ledger = svc.exchange.board(), svc.exchange.ledger()
     assert ledger["ledger"]["vcb"]["consumed"] == 4.0
     svc.close()   # jobs keep running; the next service adopts them
 
     again = open_service()
-    assert again.exchange_board() == board and again.exchange_ledger() == ledger
-    assert [o["id"] for o in again.exchange_offers()["offers"]] == [open_offer["id"]]
+    assert again.exchange.board() == board and again.exchange.ledger() == ledger
+    assert [o["id"] for o in again.exchange.offers()["offers"]] == [open_offer["id"]]
     assert gpus_total(again, "vcb") == 12 and gpus_total(again, "vca") == 4
     assert again.recovered["unrestorable"] == [] and job in again.recovered["adopted"]
     restored = again.get_job(job)
@@ -68,39 +68,39 @@ def test_board_exchanges_and_ledger_survive_a_restart(open_service):
     # the window ends after the restart as it would have: cells back, the gang downgraded
     open_service.t[0] += H + 1
     again.tick()
-    assert again.exchange_board()["exchanges"][0]["state"] == "returned"
+    assert again.exchange.board()["exchanges"][0]["state"] == "returned"
     assert gpus_total(again, "vcb") == 8 and again.get_job(job)["placement"]["opportunistic"] is True
     # a later post goes on numbering where the journal left off
-    nxt = again.exchange_post_request("root", {"vc": "vcb", **SOCKET, "duration": H})
+    nxt = again.exchange.post_request("root", {"vc": "vcb", **SOCKET, "duration": H})
     assert int(nxt["id"][1:]) > int(open_offer["id"][1:])
 
 
 def test_a_window_that_ended_while_down_is_returned_at_the_first_tick(open_service):
     svc = open_service()
-    svc.exchange_post_request("root", {"vc": "vcb", **SOCKET, "duration": H})
-    svc.exchange_post_offer("ada", {"vc": "vca", **SOCKET, "duration": H})
+    svc.exchange.post_request("root", {"vc": "vcb", **SOCKET, "duration": H})
+    svc.exchange.post_offer("ada", {"vc": "vca", **SOCKET, "duration": H})
     svc.close()
     open_service.t[0] += 2 * H
     again = open_service()
     again.tick()
-    (ex,) = again.exchange_board()["exchanges"]
+    (ex,) = again.exchange.board()["exchanges"]
     assert ex["state"] == "returned"
     assert gpus_total(again, "vcb") == 8 and gpus_total(again, "vca") == 8
-    assert again.exchange_ledger()["ledger"]["vca"]["contributed"] == 4.0
+    assert again.exchange.ledger()["ledger"]["vca"]["contributed"] == 4.0
     again.eng.alloc.check_invariants()
 
 
 def test_a_post_the_journal_refuses_is_forgotten(open_service):
     svc = open_service()
-    svc.exchange_post_request("root", {"vc": "vcb", **SOCKET, "duration": H})
-    before = svc.exchange_board(), svc.exchange_ledger()
+    svc.exchange.post_request("root", {"vc": "vcb", **SOCKET, "duration": H})
+    before = svc.exchange.board(), svc.exchange.ledger()
     disk = FailingCommits(svc.store).fail()
     with pytest.raises(ServiceDegraded):   # it would have matched: nothing of the match stays
-        svc.exchange_post_offer("ada", {"vc": "vca", **SOCKET, "duration": H})
-    assert (svc.exchange_board(), svc.exchange_ledger()) == before
+        svc.exchange.post_offer("ada", {"vc": "vca", **SOCKET, "duration": H})
+    assert (svc.exchange.board(), svc.exchange.ledger()) == before
     assert gpus_total(svc, "vcb") == 8
     disk.heal()
     svc.tick()
     svc.close()
     again = open_service()
-    assert (again.exchange_board(), again.exchange_ledger()) == before
+    assert (again.exchange.board(), again.exchange.ledger()) == before

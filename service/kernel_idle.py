@@ -30,7 +30,7 @@ class KernelIdle:
         self.host = host
         self._kernel_seen: dict[str, float] = {}
         self._kernel_checked: float | None = None
-        self._kernel_gpu: Any = None    # KernelGpuUse, made at the first look when GPUs are local
+        self.gpu_use: Any = None    # KernelGpuUse, made at the first look when GPUs are local
         self._kernel_since = now   # activity before this service started is unknown: counted from here
 
     def activity(self, job_id: str, user: str, groups=()) -> dict:
@@ -56,10 +56,10 @@ class KernelIdle:
         local = getattr(self.host, "local", None)
         if local is None or rec.placement is None or rec.state is not JobState.RUNNING:
             return False
-        if self._kernel_gpu is None:
+        if self.gpu_use is None:
             from .kernel_gpu_use import KernelGpuUse
-            self._kernel_gpu = KernelGpuUse(local.nodes)
-        return gpus_in_use(self._kernel_gpu.utilization(rec.placement))
+            self.gpu_use = KernelGpuUse(local.nodes)
+        return gpus_in_use(self.gpu_use.utilization(rec.placement))
 
     def tick(self, now: float) -> None:
         if self._kernel_checked is not None and now - self._kernel_checked < IDLE_INTERVAL:

@@ -101,7 +101,7 @@ def test_a_kernel_whose_gpu_works_is_not_released_until_it_has_been_idle_for_the
     assert s.at(60, job) == "cancelled"        # 30 s after the GPU's last work
     history = [h["reason"] for h in s.svc.get_job(job)["history"]]
     assert release_reason("default", TIMEOUT) in history
-    assert s.svc._kernel_gpu.notes == []       # every look was answered
+    assert s.svc.kernel_idle.gpu_use.notes == []       # every look was answered
 
 
 def test_on_the_real_h100_capture_without_utilization_the_kernel_is_judged_on_cells(service, tmp_path):
@@ -109,5 +109,5 @@ def test_on_the_real_h100_capture_without_utilization_the_kernel_is_judged_on_ce
     job = s.kernel()
     assert s.at(29, job) == "running"
     assert s.at(30, job) == "cancelled"
-    notes = s.svc._kernel_gpu.notes
+    notes = s.svc.kernel_idle.gpu_use.notes
     assert len(notes) == 1 and notes[0].startswith("GPU 0: utilization not readable (ReplayMiss")

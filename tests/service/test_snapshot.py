@@ -4,12 +4,14 @@ rebuilds; a snapshot that cannot be trusted is passed over with one log line."""
 import logging
 import shutil
 import sqlite3
+from pathlib import Path
 
 import pytest
-from conftest import SPEC
 
 from hived.service.scheduler import SchedulerService
 from hived.testing.launcher_noop import NoopLauncher
+
+SPEC = Path(__file__).with_name("spec_small.yaml")
 
 NOT_USED = "restart snapshot not used"
 

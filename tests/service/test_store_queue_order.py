@@ -1,12 +1,14 @@
 """A restart rebuilds each VC's queue in the same order from the journal (the queue key is a
 field of every job's record) and starts the same jobs next."""
 import time
+from pathlib import Path
 
 from hived.service.scheduler import SchedulerService
 
+SPEC = Path(__file__).with_name("spec_small.yaml")   # vca: 8 GPUs
+
 
 def test_restart_keeps_the_queue_order_and_the_next_starts(tmp_path):
-    from conftest import SPEC  # vca: 8 GPUs
     data = tmp_path / "data"
 
     def service():

@@ -53,15 +53,15 @@ def shape(eng: Engine, rec: JobRecord) -> str:
 def holders_text(eng: Engine, vc: str) -> str:
     """The VC's biggest guaranteed holders, named; cached until the VC's holders change
     (a blocked head is explained every round that tries it: keep that cheap)."""
-    ver = eng._held_ver[vc]
-    hit = eng._holders_text.get(vc)
+    ver = eng.books.held_ver[vc]
+    hit = eng.books.holders_text.get(vc)
     if hit is not None and hit[0] == ver:
         return hit[1]
-    jobs = eng._jobs
-    held = [jobs[j] for j in eng._held[vc]]
+    jobs = eng.books.jobs
+    held = [jobs[j] for j in eng.books.held[vc]]
     held = [r for r in held if not r.opportunistic]
     text = _holders(held)
-    eng._holders_text[vc] = (ver, text)
+    eng.books.holders_text[vc] = (ver, text)
     return text
 
 
@@ -88,12 +88,12 @@ def _failure(rec: JobRecord) -> str:
 def _vc_text(eng: Engine, rec: JobRecord) -> tuple[str, int]:
     vc = rec.request.vc
     chains = [rec.chain] if rec.chain is not None else list(eng.spec.chains)
-    cap = sum(eng._vc_cap[vc][c] for c in chains)
-    used = sum(eng._vc_used[vc][c] for c in chains)
-    free = max(eng._vc_cap[vc][c] - eng._vc_used[vc][c] for c in chains)
+    cap = sum(eng.books.vc_cap[vc][c] for c in chains)
+    used = sum(eng.books.vc_used[vc][c] for c in chains)
+    free = max(eng.books.vc_cap[vc][c] - eng.books.vc_used[vc][c] for c in chains)
     text = (f"VC {vc}'s quota is {cap} GPUs{'' if rec.chain is None else ' in ' + rec.chain}: "
             f"{used} held by {holders_text(eng, vc)}, {max(0, cap - used)} free")
-    spec_cap = eng._capacity(vc)
+    spec_cap = eng.books.spec_capacity(vc)
     lent = sum(spec_cap[c] for c in chains) - cap
     if lent > 0:
         text += f"; {lent} more GPUs are lent by cell exchange and come back when the window ends"
@@ -102,7 +102,7 @@ def _vc_text(eng: Engine, rec: JobRecord) -> tuple[str, int]:
 
 def _grace_ends(eng: Engine, job_ids: list[str]) -> list[float]:
     """When the grace periods of ``job_ids`` end, for those asked to stop."""
-    deadlines = (eng._jobs[v].grace_deadline for v in job_ids)
+    deadlines = (eng.books.jobs[v].grace_deadline for v in job_ids)
     return [d for d in deadlines if d is not None]
 
 
@@ -115,7 +115,7 @@ def _preemption_text(eng: Engine, rec: JobRecord, now: float) -> str:
         return f"BE jobs {', '.join(rec.policy_victims)} are being preempted for it{until}"
     from .policies.preemption_order import preemption_cap, under_cap
     cap = preemption_cap(eng.config, eng.spec, rec.request.vc)
-    capped = [r for r in eng._running_of(rec.request.vc)
+    capped = [r for r in eng.books.running_of(rec.request.vc)
               if r.request.job_class is JobClass.BE and not r.opportunistic and not under_cap(r.preemptions, cap)]
     if capped:
         ids = ", ".join(r.job_id for r in capped[:MAX_NAMED]) + (" ..." if len(capped) > MAX_NAMED else "")
@@ -152,7 +152,7 @@ def explain(eng: Engine, rec: JobRecord, now: float) -> str:
         parts.append(f"opportunistic: waits for {need} idle GPUs ({shape(eng, rec)}) anywhere in the cluster")
     if not rec.request.job_class.guaranteed or rec.request.allow_opportunistic:
         chain = rec.chain
-        idle = eng._free[chain] if chain is not None else max(eng._free.values())
+        idle = eng.books.free[chain] if chain is not None else max(eng.books.free.values())
         parts.append(f"{idle} GPUs are idle{' in ' + chain if chain else ''}, not enough in cells that fit it "
                      "to run at low priority")
     if rec.relax_at is not None:

@@ -54,7 +54,7 @@ def _same_gpus(held: Any, b: Binding) -> bool:
 def restore_record(eng: Engine, rec: JobRecord) -> None:
     if not isinstance(rec, JobRecord):
         raise RequestError("record", f"must be a JobRecord, got {type(rec).__name__}")
-    if rec.job_id in eng._jobs:
+    if rec.job_id in eng.books.jobs:
         raise RequestError("job_id", f"{rec.job_id!r} already exists")
     res = check(rec.request, eng.spec)
     if not rec.pod_gpus:
@@ -75,22 +75,22 @@ def restore_record(eng: Engine, rec: JobRecord) -> None:
             raise RequestError("placement", f"{rec.job_id}: the allocator holds {_gpus(held)} "
                                             f"({'opportunistic' if held.opportunistic else 'guaranteed'}), "
                                             f"the record says {_gpus(b)}")
-        eng._jobs[rec.job_id] = rec
+        eng.books.jobs[rec.job_id] = rec
         rec.placement = None
-        eng._bind_restored(rec, b)   # books the placement again; the state stays as journaled
+        eng.books.charge(rec, b)   # books the placement again; the state stays as journaled
         if rec.state is JobState.PREEMPTING and rec.grace_deadline is not None and not rec.killed:
-            eng._timer(rec.grace_deadline, "grace", rec)
+            eng.books.timer(rec.grace_deadline, "grace", rec)
         if rec.limit_at is not None and not rec.timed_out:
-            eng._timer(rec.limit_at, "limit", rec)
+            eng.books.timer(rec.limit_at, "limit", rec)
         if rec.state is JobState.PLACED and not rec.waiting_for:
-            eng._ready.append(rec.job_id)
+            eng.books.ready.append(rec.job_id)
         for v in rec.waiting_for:
-            eng._waiters.setdefault(v, set()).add(rec.job_id)
+            eng.books.waiters.setdefault(v, set()).add(rec.job_id)
         return
-    eng._jobs[rec.job_id] = rec
+    eng.books.jobs[rec.job_id] = rec
     if rec.state is JobState.QUEUED:
-        eng._arm_relax(rec, rec.queued_since if rec.queued_since is not None else rec.submitted)
-        eng._enqueue_restored(rec)
-        eng._note_deps(rec)
+        eng.books.arm_relax(rec, rec.queued_since if rec.queued_since is not None else rec.submitted)
+        eng.books.enqueue_restored(rec)
+        eng.control.note_deps(rec)
         if rec.not_before:
-            eng._timer(rec.not_before, "backoff", rec)
+            eng.books.timer(rec.not_before, "backoff", rec)

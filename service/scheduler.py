@@ -777,7 +777,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         """Position of a job just queued, without listing the queue (O(1) for
         order-keeping policies; submissions stay fast with long queues)."""
         pol = self.eng.vc_policies[rec.request.vc]
-        lanes = getattr(self.eng, "_lanes", {}).get(rec.request.vc)
+        lanes = self.eng.lanes(rec.request.vc)
         if rec.state is not JobState.QUEUED or lanes is None or not getattr(pol, "preserves_order", False):
             return self._position(rec)
         te, rest = lanes

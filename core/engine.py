@@ -324,7 +324,7 @@ class Engine:
                 self.books.waiters.setdefault(v, set()).add(rec.job_id)
                 vrec = self.books.jobs[v]
                 if vrec.state is not JobState.PREEMPTING:
-                    self._preempt(vrec, now, why, out, bound)
+                    self.books.preempt(vrec, now, why, out, bound)
                 elif vrec.shorten_grace(now, now + bound, f"{why}: grace shortened to VC "
                                         f"{rec.request.vc}'s opportunisticGrace {bound:g} s"):
                     self.books.timer(now + bound, "grace", vrec)
@@ -373,7 +373,7 @@ class Engine:
         bound = max_grace(self.spec, vc)   # stage 2: the VC bounds how long its TE jobs wait
         for v in victims:
             self.books.pwaiters.setdefault(v, set()).add(rec.job_id)
-            self._preempt(self.books.jobs[v], now, f"for TE job {rec.job_id}: {reason}", out, bound)
+            self.books.preempt(self.books.jobs[v], now, f"for TE job {rec.job_id}: {reason}", out, bound)
         return True
 
     def _room_with(self, rec: JobRecord, victims: Iterable[JobRecord]) -> dict[str, int]:
@@ -386,18 +386,6 @@ class Engine:
             if not v.opportunistic and bound in room:
                 room[bound] += v.gpus
         return room
-
-    def _preempt(self, rec: JobRecord, now: float, reason: str, out: list[Decision],
-                 bound: float | None = None) -> None:
-        """Ask ``rec`` to stop: its own grace period, at most ``bound`` s (preemption_order.grace_bound)."""
-        asked = float(rec.request.grace_period)
-        grace = asked if bound is None else min(asked, bound)
-        if grace < asked:
-            reason = f"{reason} (grace {grace:g} s: the VC's bound; the job asked {asked:g} s)"
-        rec.mark_preempting(now, reason, now + grace)
-        self.stats["preempt_decisions"] += 1
-        out.append(Decision(DecisionKind.PREEMPT, rec.job_id, grace_period=grace, reason=reason))
-        self.books.timer(now + grace, "grace", rec)
 
     # ------------------------------------------------------------------ what the outside world reports
 

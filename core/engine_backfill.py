@@ -286,7 +286,7 @@ class Backfill:
                 head.policy_victims = [r.job_id for r in pick]
                 for r in pick:
                     eng.books.pwaiters.setdefault(r.job_id, set()).add(head.job_id)
-                    eng._preempt(r, now, f"backfilled ahead of {head.job_id}, which takes its cells back", out)
+                    eng.books.preempt(r, now, f"backfilled ahead of {head.job_id}, which takes its cells back", out)
                 return
 
     def forget(self, job_id: str) -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from .engine_validate import alloc_total, node_gpus
 from .engine_view import ClusterView
-from .jobs import Affinity, JobClass, JobState
+from .jobs import Affinity, Decision, DecisionKind, JobClass, JobState
 
 if TYPE_CHECKING:
     from .engine import EngineConfig
@@ -160,6 +160,19 @@ class EngineBooks:
                 rec.relax_at += self.config.soft_wait * self.config.relax_backoff ** rec.relaxations
                 self.timer(rec.relax_at, "relax", rec)
             rec.note(now, f"soft affinity relaxed to level {rec.level}")
+
+    def preempt(self, rec: JobRecord, now: float, reason: str, out: list[Decision],
+               bound: float | None = None) -> None:
+        """Ask ``rec`` to stop: its own grace period, at most ``bound`` s (preemption_order.grace_bound)."""
+        asked = float(rec.request.grace_period)
+        grace = asked if bound is None else min(asked, bound)
+        if grace < asked:
+            reason = f"{reason} (grace {grace:g} s: the VC's bound; the job asked {asked:g} s)"
+        rec.mark_preempting(now, reason, now + grace)
+        self.stats["preempt_decisions"] += 1
+        out.append(Decision(DecisionKind.PREEMPT, rec.job_id, grace_period=grace, reason=reason))
+        self.timer(now + grace, "grace", rec)
+
 
     # ------------------------------------------------------------------ GPUs
 

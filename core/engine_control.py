@@ -64,7 +64,7 @@ class JobControl:
             return   # a timer of an earlier run, or already stopping for it
         if rec.state is JobState.RUNNING:
             rec.timed_out = True
-            self.eng._preempt(rec, now, f"time limit {duration_text(rec.request.time_limit or 0)} reached", out)
+            self.eng.books.preempt(rec, now, f"time limit {duration_text(rec.request.time_limit or 0)} reached", out)
         elif rec.state is JobState.PREEMPTING:
             rec.timed_out = True    # stopping anyway: it ends as timed out, not requeued
 
@@ -143,7 +143,7 @@ class JobControl:
             self.eng.events.release(rec, now)
             self.eng.events.queue_again(rec, now, head=True, reason=f"requeued by {by_user}")
             return out
-        self.eng._preempt(rec, now, f"requeued by {by_user}", out)
+        self.eng.books.preempt(rec, now, f"requeued by {by_user}", out)
         return out
 
     def skip_in_scan(self, rec: JobRecord, doomed: list[tuple[JobRecord, str]]) -> bool:

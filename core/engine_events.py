@@ -201,7 +201,7 @@ class EngineEvents:
             return out
         else:
             rec.cancel_requested = True
-            self.eng._preempt(rec, now, f"cancelled by {by_user}", out)
+            self.eng.books.preempt(rec, now, f"cancelled by {by_user}", out)
             return out
         self.end(rec, now, JobState.CANCELLED, f"cancelled by {by_user}", FailureClass.CANCELLED.value)
         return out
@@ -215,7 +215,7 @@ class EngineEvents:
             rec = self.books.jobs.get(o)
             if rec is not None and rec.state in HOLDING and rec.state is not JobState.PREEMPTING:  # not leaving
                 where = f"{node}" + (f" GPU {gpu}" if gpu is not None else "")
-                self.eng._preempt(rec, now, f"hardware unhealthy on {where}", out)
+                self.eng.books.preempt(rec, now, f"hardware unhealthy on {where}", out)
         self.books.gver += 1
         for v in self.books.vver:
             self.books.vver[v] += 1

@@ -35,16 +35,17 @@ import heapq
 import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from .engine_backfill import Backfill
 from .engine_books import EngineBooks
+from .engine_config import EngineConfig
 from .engine_control import JobControl
 from .engine_events import EngineEvents
 from .engine_reasons import behind, explain
 from .engine_records import JobRecord
+from .engine_restore import restore_record
 from .engine_validate import RequestError, check
 from .engine_view import ClusterView, NodeState  # noqa: F401  (re-exported)
 from .jobs import HOLDING, TERMINAL, Decision, DecisionKind, JobClass, JobRequest, JobState
@@ -60,19 +61,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Engine", "EngineConfig", "JobRecord", "RequestError", "ClusterView", "NodeState"]
 
-
-@dataclass
-class EngineConfig:
-    soft_wait: float = 150.0      # the Philly study (ATC '19) §2: wait 2-3 min for the wanted locality ...
-    relax_backoff: float = 2.0    # ... then relax one level; each next wait is this factor longer
-    preemption_cap: int = 1       # P: a BE job is preempted by the policy at most this often (a VC's
-                                  # maxPreemptions overrides it; preemption_order.preemption_cap)
-    retry_cap: int = 3            # engine-wide bound on counted retries (failures.py decides per class)
-    keep_progress: bool = True    # simulator: a preempted job resumes where it stopped (checkpoints)
-    isolated_vcs: bool | None = None  # None: ask the allocator (HiveD: True, quota: False)
-    wait_reasons: bool = True     # write JobRecord.wait_reason (the simulator, which shows none, turns it off)
-    backfill: bool = True         # later jobs may pass a blocked VC head holding a reservation (engine_backfill.py)
-    backfill_estimates: str = "hint"  # reservations from: hint (estimator), oracle (sim durations), none
 
 
 class Engine:
@@ -96,19 +84,24 @@ class Engine:
         self.queue_policy = make_queue_policy(queue_policy)   # VCs without a queuePolicy of their own
         self.vc_policies = vc_queue_policies(self.spec, self.queue_policy)
         # P is applied by the engine to the candidates (one definition), never by the policy
-        self.preemption_policy = make_preemption_policy(preemption_policy)
-        if getattr(self.preemption_policy, "cap", None) is not None:
+        policy = make_preemption_policy(preemption_policy)
+        if getattr(policy, "cap", None) is not None:
             raise ValueError("preemption_policy: the policy object sets its own cap; the engine's P is "
                              "EngineConfig.preemption_cap (or a VC's maxPreemptions): leave the policy's cap unset")
         # the bookkeeping the engine and its parts share (core/engine_books.py)
-        self.books = EngineBooks(self.spec, self.alloc, self.config, self.vc_policies)
+        self.books = EngineBooks(self.spec, self.alloc, self.config, self.vc_policies, policy)
         self.view = self.books.view          # the cluster as the policies see it (same object)
         self.stats = self.books.stats        # counters the benchmarks and the simulator read
         self._ids = itertools.count(1)
-        self.events = EngineEvents(self)     # what the outside world reports back (core/engine_events.py)
-        self.control = JobControl(self)      # time limits, dependencies, hold, requeue (core/engine_control.py)
+        self.control = JobControl(self.books)   # time limits, dependencies, hold, requeue (engine_control.py)
+        self.events = EngineEvents(self.books, self.control)   # what the outside world reports (engine_events.py)
         self._backfill = Backfill(self, self.config.backfill_estimates) if self.config.backfill else None
         self.scanned: set[str] = set()     # VCs whose queue the last step() walked
+
+    @property
+    def preemption_policy(self) -> PreemptionPolicy | None:
+        """Stage 2's policy (FitGpp by default; None: TE jobs wait)."""
+        return self.books.preemption_policy
 
     # ------------------------------------------------------------------ requests
 
@@ -214,7 +207,7 @@ class Engine:
             rec = self.books.jobs[jid]
             if rec.not_before > now:
                 if self.books.wait_reasons:
-                    rec.explain_wait(explain(self, rec, now))
+                    rec.explain_wait(explain(self.books, rec, now))
                 continue  # in retry back-off: does not block the queue
             if (rec.held_by or rec.request.after) and self.control.skip_in_scan(rec, doomed):
                 continue  # held, or waiting for its dependencies: does not block the queue
@@ -222,7 +215,7 @@ class Engine:
             tried = not self._memo_valid(rec)
             placed = tried and self._attempt(rec, now, out)
             if tried and not placed and self.books.wait_reasons:
-                rec.explain_wait(explain(self, rec, now))
+                rec.explain_wait(explain(self.books, rec, now))
             if placed:
                 done.append(jid)
             elif not backfill:
@@ -329,7 +322,7 @@ class Engine:
                                         f"{rec.request.vc}'s opportunisticGrace {bound:g} s"):
                     self.books.timer(now + bound, "grace", vrec)
             if self.books.wait_reasons:
-                rec.explain_wait(explain(self, rec, now))
+                rec.explain_wait(explain(self.books, rec, now))
         else:
             rec.mark_placed(now, how)
             self._emit_start(rec, now, out)
@@ -430,15 +423,9 @@ class Engine:
     # The engine's boundary: what the service, the simulator and the doors read.
     # The job table is the engine's own; code outside core/engine*.py goes through these.
 
-    def _get(self, job_id: str) -> JobRecord:
-        rec = self.books.jobs.get(job_id)
-        if rec is None:
-            raise RequestError("job_id", f"unknown job {job_id!r}")
-        return rec
-
     def job(self, job_id: str) -> JobRecord:
         """The job's record; ``RequestError`` when the engine does not know it."""
-        return self._get(job_id)
+        return self.books.job(job_id)
 
     def find(self, job_id: str) -> JobRecord | None:
         """The job's record, or None when the engine does not know it."""
@@ -515,7 +502,7 @@ class Engine:
     def forget(self, job_id: str) -> None:
         """Drop an ended job's record (retention, or a submission the journal refused,
         cancelled first)."""
-        rec = self._get(job_id)
+        rec = self.books.job(job_id)
         if rec.state not in TERMINAL:
             raise RequestError("job_id", f"{job_id} is {rec.state.value}; only ended jobs are forgotten")
         del self.books.jobs[job_id]
@@ -535,5 +522,4 @@ class Engine:
     def restore(self, record: JobRecord) -> None:
         """Rebuild one job after a restart or a spec reload (records in ``restore_order``:
         holding and ended jobs first, queued ones by queue key)."""
-        from .engine_restore import restore_record
-        restore_record(self, record)
+        restore_record(self.books, self.control, record)

@@ -32,16 +32,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from .engine_reasons import at
 from .engine_reasons import explain as explain_job
 from .estimator import Estimator
 from .jobs import HOLDING, Decision, JobState
+from .timefmt import at
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .engine_books import EngineBooks
     from .engine_records import JobRecord
+    from .grant import Grant
 
 ESTIMATES = ("hint", "oracle", "none")
 MAX_TRIED = 1000      # jobs behind a head examined per round (Slurm's bf_max_job_test)
@@ -61,11 +62,21 @@ class Reservation:
     key: tuple[int, int] = (0, 0)
 
 
+class Placer(Protocol):
+    """What backfill needs of the engine (``Engine``): its books, and placing a job as a round does."""
+
+    books: EngineBooks
+
+    def try_place(self, rec: JobRecord, opportunistic: bool) -> Grant | None: ...
+
+    def bind(self, rec: JobRecord, grant: Grant, now: float, out: list[Decision]) -> None: ...
+
+
 class Backfill:
     """The engine's backfill: one reservation per blocked VC head, recomputed when the
     VC's holders or cells change."""
 
-    def __init__(self, eng: Engine, estimates: str = "hint"):
+    def __init__(self, eng: Placer, estimates: str = "hint"):
         if estimates not in ESTIMATES:
             raise ValueError(f"backfill_estimates: must be one of {', '.join(ESTIMATES)}, got {estimates!r}")
         self.eng = eng
@@ -99,12 +110,12 @@ class Backfill:
                 and (res.start is None or res.start >= now)):
             return res
         res = Reservation(head.job_id, vc, key=key, counts=head.level is None and max(head.pod_gpus) <= 1)
-        chains = [head.chain] if head.chain is not None else list(eng.spec.chains)
+        chains = [head.chain] if head.chain is not None else list(eng.books.spec.chains)
         cap = max(eng.books.vc_cap[vc][c] for c in chains)
         if cap < head.gpus:
             res.never = f"VC {vc} now holds {cap} GPUs, it asks {head.gpus}"
         else:
-            why = eng.alloc.why_never(vc, head.pod_gpus, chain=head.chain, within_level=head.level)
+            why = eng.books.alloc.why_never(vc, head.pod_gpus, chain=head.chain, within_level=head.level)
             if why:
                 res.never = why
         if not res.never:
@@ -176,7 +187,7 @@ class Backfill:
         vc = rec.request.vc
         if not rec.request.job_class.guaranteed:
             return "opportunistic jobs are not backfilled"
-        if eng.vc_free(vc, rec.chain) < rec.gpus:
+        if eng.books.vc_free(vc, rec.chain) < rec.gpus:
             return ""
         how, why = self.admit(res, rec, now)
         if not how:
@@ -185,7 +196,7 @@ class Backfill:
         ver = eng.books.gver if glob else eng.books.vver[vc]
         if self._failed.get(rec.job_id) == (glob, ver):
             return ""
-        eng.stats["attempts"] += 1
+        eng.books.stats["attempts"] += 1
         grant = eng.try_place(rec, opportunistic=False)
         if grant is None:
             self._failed[rec.job_id] = (glob, ver)
@@ -198,7 +209,7 @@ class Backfill:
             left = self.remaining(rec, now)
             if left is None or now + left > res.start:
                 res.extra -= rec.gpus
-        eng.stats["backfilled"] = eng.stats.get("backfilled", 0) + 1
+        eng.books.stats["backfilled"] = eng.books.stats.get("backfilled", 0) + 1
         return "backfilled"
 
     # ------------------------------------------------------------------ the round
@@ -229,7 +240,7 @@ class Backfill:
         # chose): what they free is the head's, so nothing passes it meanwhile
         leaving = bool(head.policy_victims)
         examined = 0
-        free = eng.vc_free(vc)
+        free = eng.books.vc_free(vc)
         for jid in order:
             rec = eng.books.jobs[jid]
             if rec.not_before > now:
@@ -244,14 +255,14 @@ class Backfill:
             why = self.try_start(rec, res, now, out) if rec.gpus <= free else ""
             if why == "backfilled":
                 done.append(jid)
-                free = eng.vc_free(vc)
+                free = eng.books.vc_free(vc)
             elif explain:
                 rec.explain_wait(_join(text, why))
         books = eng.books
         self._walked[vc] = (head.job_id, books.gver if glob else books.vver[vc], books.held_ver[vc], books.next_key)
         if explain and done and head.state is JobState.QUEUED:
             # backfilled jobs now hold the VC's cells: the head's line names its holders
-            head.explain_wait(_join(explain_job(eng, head, now), holds(res, now)))
+            head.explain_wait(_join(explain_job(eng.books, head, now), holds(res, now)))
 
     # ------------------------------------------------------------------ the head takes its cells back
 
@@ -272,7 +283,7 @@ class Backfill:
                 mine.append(r)
         if not mine:
             return
-        chains = [head.chain] if head.chain is not None else list(eng.spec.chains)
+        chains = [head.chain] if head.chain is not None else list(eng.books.spec.chains)
         for c in chains:
             free = eng.books.vc_cap[vc][c] - eng.books.vc_used[vc][c]
             pick: list[JobRecord] = []

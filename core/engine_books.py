@@ -18,26 +18,29 @@ import math
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from .engine_validate import alloc_total, node_gpus
+from .engine_validate import RequestError, alloc_total, node_gpus
 from .engine_view import ClusterView
 from .jobs import Affinity, Decision, DecisionKind, JobClass, JobState
+from .timefmt import at
 
 if TYPE_CHECKING:
-    from .engine import EngineConfig
+    from .engine_config import EngineConfig
     from .engine_records import JobRecord
     from .engine_validate import EngineAllocator
     from .grant import Grant
+    from .policies.preemption_order import PreemptionPolicy
     from .policies.registry import QueuePolicy
     from .spec import ClusterSpec
 
 
 class EngineBooks:
     def __init__(self, spec: ClusterSpec, alloc: EngineAllocator, config: EngineConfig,
-                 vc_policies: dict[str, QueuePolicy]):
+                 vc_policies: dict[str, QueuePolicy], preemption_policy: PreemptionPolicy | None = None):
         self.spec = spec
         self.alloc = alloc
         self.config = config
         self.vc_policies = vc_policies
+        self.preemption_policy = preemption_policy
         iso = config.isolated_vcs
         self.isolated = bool(getattr(alloc, "isolated_vcs", True) if iso is None else iso)
         self.jobs: dict[str, JobRecord] = {}
@@ -73,6 +76,13 @@ class EngineBooks:
         self.wait_reasons = config.wait_reasons
         self.after_jobs: set[str] = set()   # queued jobs waiting for others (engine_control.py)
         self.stats = {"attempts": 0, "starts": 0, "preempt_decisions": 0, "preempted_gpus": 0}
+
+    def job(self, job_id: str) -> JobRecord:
+        """The job's record; ``RequestError`` when the engine does not know it."""
+        rec = self.jobs.get(job_id)
+        if rec is None:
+            raise RequestError("job_id", f"unknown job {job_id!r}")
+        return rec
 
     def spec_capacity(self, vc: str) -> dict[str, int]:
         """chain -> the GPUs of ``vc``'s cells in the spec (before any exchange)."""
@@ -172,6 +182,60 @@ class EngineBooks:
         self.stats["preempt_decisions"] += 1
         out.append(Decision(DecisionKind.PREEMPT, rec.job_id, grace_period=grace, reason=reason))
         self.timer(now + grace, "grace", rec)
+
+
+    # ------------------------------------------------------------------ a job leaves its cells or its run
+    def release(self, rec: JobRecord, now: float) -> None:
+        if rec.placement is None:
+            return
+        self.alloc.release(rec.job_id)
+        self.held[rec.request.vc].pop(rec.job_id, None)
+        self.held_ver[rec.request.vc] += 1
+        chain = rec.placement.chain
+        self.view.unbind(rec.job_id, guaranteed=not rec.opportunistic)
+        self.free[chain] += rec.gpus
+        if not rec.opportunistic:
+            self.vc_used[rec.request.vc][chain] -= rec.gpus
+            self.vver[rec.request.vc] += 1
+        if not rec.default_share:
+            self.nondefault -= 1
+        self.gver += 1
+        self.dirty.update(self.lanes)
+        if rec.started_pending is False and rec.started is not None:  # the current run had started
+            rec.run_time += now - rec.started
+        rec.started_pending = None
+        rec.placement = None
+        for w in self.waiters.pop(rec.job_id, ()):
+            wrec = self.jobs[w]
+            if rec.job_id in wrec.waiting_for:
+                wrec.waiting_for.remove(rec.job_id)
+                if not wrec.waiting_for and wrec.state is JobState.PLACED:
+                    self.ready.append(w)
+        for w in self.pwaiters.pop(rec.job_id, ()):
+            wrec = self.jobs[w]
+            if rec.job_id in wrec.policy_victims:
+                wrec.policy_victims.remove(rec.job_id)
+
+    def queue_again(self, rec: JobRecord, now: float, head: bool, reason: str, delay: float = 0.0) -> None:
+        rec.queued_since = now
+        rec.opportunistic = False
+        rec.grace_deadline = None
+        rec.killed = False
+        rec.not_before = now + delay
+        rec.level = rec.want_level
+        rec.relaxations = 0
+        if not self.config.keep_progress:
+            rec.run_time = 0.0
+        waits = f"retry at {at(rec.not_before, now)} after {reason}" if delay > 0 else f"requeued: {reason}"
+        rec.mark_queued(now, reason, waits)   # a new epoch: the timers of its last run are void
+        self.arm_relax(rec, now)
+        self.enqueue(rec, head=head)
+        if delay > 0:
+            self.timer(rec.not_before, "backoff", rec)
+
+    def end(self, rec: JobRecord, now: float, state: JobState, reason: str,
+             failure_class: str | None = None) -> None:
+        rec.mark_ended(now, state, reason, failure_class)
 
 
     # ------------------------------------------------------------------ GPUs

@@ -26,7 +26,7 @@ from .failures import FailureClass, retry_decision
 from .jobs import HOLDING, TERMINAL, Decision, JobState
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .engine_books import EngineBooks
     from .engine_records import JobRecord
 
 
@@ -40,12 +40,10 @@ def duration_text(seconds: float) -> str:
 
 
 class JobControl:
-    """The engine's part for job control: built by ``Engine`` with itself; it books through
-    the engine's books (core/engine_books.py) and its lifecycle events (core/engine_events.py)."""
+    """The engine's part for job control: built by ``Engine`` over its books (core/engine_books.py)."""
 
-    def __init__(self, eng: Engine):
-        self.eng = eng
-        self.books = eng.books
+    def __init__(self, books: EngineBooks):
+        self.books = books
 
     # ------------------------------------------------------------------ time limit
 
@@ -64,7 +62,7 @@ class JobControl:
             return   # a timer of an earlier run, or already stopping for it
         if rec.state is JobState.RUNNING:
             rec.timed_out = True
-            self.eng.books.preempt(rec, now, f"time limit {duration_text(rec.request.time_limit or 0)} reached", out)
+            self.books.preempt(rec, now, f"time limit {duration_text(rec.request.time_limit or 0)} reached", out)
         elif rec.state is JobState.PREEMPTING:
             rec.timed_out = True    # stopping anyway: it ends as timed out, not requeued
 
@@ -80,9 +78,9 @@ class JobControl:
         rec.last_error = what
         d = retry_decision(FailureClass.TIMEOUT, rec.failures, rec.request.max_retries, self.books.config.retry_cap)
         if d.retry:
-            self.eng.events.queue_again(rec, now, head=False, reason=f"{what}: {d.reason}", delay=d.delay)
+            self.books.queue_again(rec, now, head=False, reason=f"{what}: {d.reason}", delay=d.delay)
         else:
-            self.eng.events.end(rec, now, JobState.FAILED, f"{what}: {d.reason}", FailureClass.TIMEOUT.value)
+            self.books.end(rec, now, JobState.FAILED, f"{what}: {d.reason}", FailureClass.TIMEOUT.value)
 
     # ------------------------------------------------------------------ dependencies
 
@@ -105,13 +103,13 @@ class JobControl:
         for rec, why in doomed:
             if rec.state is JobState.QUEUED:
                 self.books.dequeue(rec)
-                self.eng.events.end(rec, now, JobState.FAILED, why, FailureClass.DEPENDENCY.value)
+                self.books.end(rec, now, JobState.FAILED, why, FailureClass.DEPENDENCY.value)
 
     # ------------------------------------------------------------------ hold, requeue
 
     def hold(self, job_id: str, now: float, by_user: str) -> None:
         """A queued job is passed over until ``unhold``; it keeps its place in the queue."""
-        rec = self.eng.job(job_id)
+        rec = self.books.job(job_id)
         if rec.state is not JobState.QUEUED:
             raise RequestError("job_id", f"{job_id} is {rec.state.value}; only queued jobs can be held")
         if rec.held_by:
@@ -124,7 +122,7 @@ class JobControl:
         self.books.dirty.add(rec.request.vc)
 
     def unhold(self, job_id: str, now: float, by_user: str) -> None:
-        rec = self.eng.job(job_id)
+        rec = self.books.job(job_id)
         if not rec.held_by:
             raise RequestError("job_id", f"{job_id} is not held")
         rec.held_by = ""
@@ -134,16 +132,16 @@ class JobControl:
 
     def requeue(self, job_id: str, now: float, by_user: str) -> list[Decision]:
         """Stop a running (or placed) job and queue it again at the head of its VC's queue."""
-        rec = self.eng.job(job_id)
+        rec = self.books.job(job_id)
         out: list[Decision] = []
         if rec.state not in HOLDING or rec.state is JobState.PREEMPTING:
             raise RequestError("job_id", f"{job_id} is {rec.state.value}; only running or placed jobs "
                                "can be requeued")
         if rec.state is JobState.PLACED and rec.started_pending is not True:
-            self.eng.events.release(rec, now)
-            self.eng.events.queue_again(rec, now, head=True, reason=f"requeued by {by_user}")
+            self.books.release(rec, now)
+            self.books.queue_again(rec, now, head=True, reason=f"requeued by {by_user}")
             return out
-        self.eng.books.preempt(rec, now, f"requeued by {by_user}", out)
+        self.books.preempt(rec, now, f"requeued by {by_user}", out)
         return out
 
     def skip_in_scan(self, rec: JobRecord, doomed: list[tuple[JobRecord, str]]) -> bool:

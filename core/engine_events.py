@@ -13,28 +13,28 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from .engine_reasons import at
 from .engine_records import JobRecord
 from .engine_validate import RequestError
 from .failures import FailureClass, classify, retry_decision
 from .jobs import HOLDING, Decision, DecisionKind, JobState
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .engine_books import EngineBooks
+    from .engine_control import JobControl
 
 
 class EngineEvents:
-    """The engine's part that books events: built by ``Engine`` with itself, it reads and
-    writes the engine's books (core/engine_books.py) and asks job control for time limits."""
+    """The engine's part that books events: built by ``Engine`` over its books
+    (core/engine_books.py); it asks job control for time limits."""
 
-    def __init__(self, eng: Engine):
-        self.eng = eng
-        self.books = eng.books
+    def __init__(self, books: EngineBooks, control: JobControl):
+        self.books = books
+        self.control = control
 
     # ------------------------------------------------------------------ lifecycle events
 
     def on_started(self, job_id: str, now: float) -> None:
-        rec = self.eng.job(job_id)
+        rec = self.books.job(job_id)
         # PREEMPTING: started and preempted in the same round (a guaranteed job of
         # another VC wanted the GPUs); it runs until its grace period ends.
         ok = ((rec.state is JobState.PLACED and not rec.waiting_for)
@@ -51,76 +51,28 @@ class EngineEvents:
             rec.mark_running(now)
         else:   # its grace period (and the timer that ends it) stays as it was
             rec.note(now, "started (already asked to stop)")
-        self.eng.control.arm_limit(rec, now)   # after the state change: the run's epoch owns the timer
-
-    def release(self, rec: JobRecord, now: float) -> None:
-        if rec.placement is None:
-            return
-        self.books.alloc.release(rec.job_id)
-        self.books.held[rec.request.vc].pop(rec.job_id, None)
-        self.books.held_ver[rec.request.vc] += 1
-        chain = rec.placement.chain
-        self.books.view.unbind(rec.job_id, guaranteed=not rec.opportunistic)
-        self.books.free[chain] += rec.gpus
-        if not rec.opportunistic:
-            self.books.vc_used[rec.request.vc][chain] -= rec.gpus
-            self.books.vver[rec.request.vc] += 1
-        if not rec.default_share:
-            self.books.nondefault -= 1
-        self.books.gver += 1
-        self.books.dirty.update(self.books.lanes)
-        if rec.started_pending is False and rec.started is not None:  # the current run had started
-            rec.run_time += now - rec.started
-        rec.started_pending = None
-        rec.placement = None
-        for w in self.books.waiters.pop(rec.job_id, ()):
-            wrec = self.books.jobs[w]
-            if rec.job_id in wrec.waiting_for:
-                wrec.waiting_for.remove(rec.job_id)
-                if not wrec.waiting_for and wrec.state is JobState.PLACED:
-                    self.books.ready.append(w)
-        for w in self.books.pwaiters.pop(rec.job_id, ()):
-            wrec = self.books.jobs[w]
-            if rec.job_id in wrec.policy_victims:
-                wrec.policy_victims.remove(rec.job_id)
-
-    def queue_again(self, rec: JobRecord, now: float, head: bool, reason: str, delay: float = 0.0) -> None:
-        rec.queued_since = now
-        rec.opportunistic = False
-        rec.grace_deadline = None
-        rec.killed = False
-        rec.not_before = now + delay
-        rec.level = rec.want_level
-        rec.relaxations = 0
-        if not self.books.config.keep_progress:
-            rec.run_time = 0.0
-        waits = f"retry at {at(rec.not_before, now)} after {reason}" if delay > 0 else f"requeued: {reason}"
-        rec.mark_queued(now, reason, waits)   # a new epoch: the timers of its last run are void
-        self.books.arm_relax(rec, now)
-        self.books.enqueue(rec, head=head)
-        if delay > 0:
-            self.books.timer(rec.not_before, "backoff", rec)
+        self.control.arm_limit(rec, now)   # after the state change: the run's epoch owns the timer
 
     def on_preempted(self, job_id: str, now: float) -> None:
         """The victim's processes are gone: free its cells, put it back at the head."""
-        rec = self.eng.job(job_id)
+        rec = self.books.job(job_id)
         if rec.state not in HOLDING:
             raise RequestError("job_id", f"{job_id} is {rec.state.value}, not running")
         was_started = rec.state is not JobState.PLACED
         # TE jobs it was preempted for and that still wait: it must not take the room back first
         preemptors = [w for w in self.books.pwaiters.get(job_id, ())
                       if self.books.jobs[w].state is JobState.QUEUED]
-        self.release(rec, now)
+        self.books.release(rec, now)
         if rec.cancel_requested:
-            self.end(rec, now, JobState.CANCELLED, "cancelled", FailureClass.CANCELLED.value)
+            self.books.end(rec, now, JobState.CANCELLED, "cancelled", FailureClass.CANCELLED.value)
             return
         if rec.timed_out:
-            self.eng.control.end_timed_out(rec, now, None)
+            self.control.end_timed_out(rec, now, None)
             return
         rec.preemptions += 1
         rec.gpus_preempted += rec.gpus
         self.books.stats["preempted_gpus"] += rec.gpus
-        self.queue_again(rec, now, head=True, reason="preempted" if was_started else "preempted before start")
+        self.books.queue_again(rec, now, head=True, reason="preempted" if was_started else "preempted before start")
         if preemptors:
             self.move_behind(rec, preemptors)
 
@@ -146,40 +98,37 @@ class EngineEvents:
         after = self.books.queue_key(keys[last + 1]) if last + 1 < len(keys) else None
         rec.queue_key = before + 0.5 if after is None else (before + after) / 2
 
-    def end(self, rec: JobRecord, now: float, state: JobState, reason: str,
-             failure_class: str | None = None) -> None:
-        rec.mark_ended(now, state, reason, failure_class)
-
     def on_finished(self, job_id: str, now: float, exit_code: int, log_tail: str = "") -> None:
-        rec = self.eng.job(job_id)
+        rec = self.books.job(job_id)
         if rec.state not in HOLDING:
             raise RequestError("job_id", f"{job_id} is {rec.state.value}, not running")
         if rec.state is JobState.PREEMPTING and exit_code != 0:
             self.on_preempted(job_id, now)  # it died because we asked it to
             return
         if rec.timed_out and not rec.cancel_requested:   # ended cleanly at its time limit's SIGTERM
-            self.release(rec, now)
-            self.eng.control.end_timed_out(rec, now, exit_code)
+            self.books.release(rec, now)
+            self.control.end_timed_out(rec, now, exit_code)
             return
         c = classify(exit_code, log_tail)
-        self.release(rec, now)
+        self.books.release(rec, now)
         rec.exit_code = exit_code
         if exit_code != 0:
             rec.last_error = (log_tail or "").strip()[-1000:] or f"exit code {exit_code}"
         rec.failure_class = c.cls.value
         if c.cls is FailureClass.SUCCESS:
-            self.end(rec, now, JobState.SUCCEEDED, "exit 0")
+            self.books.end(rec, now, JobState.SUCCEEDED, "exit 0")
             return
         if c.cls is not FailureClass.PREEMPTED:
             rec.failures += 1
         d = retry_decision(c.cls, rec.failures, rec.request.max_retries, self.books.config.retry_cap)
         if d.retry:
-            self.queue_again(rec, now, head=c.cls is FailureClass.PREEMPTED, reason=f"{c}: {d.reason}", delay=d.delay)
+            self.books.queue_again(rec, now, head=c.cls is FailureClass.PREEMPTED, reason=f"{c}: {d.reason}",
+                                   delay=d.delay)
         else:
-            self.end(rec, now, JobState.FAILED, f"exit {exit_code}, {c}: {d.reason}")
+            self.books.end(rec, now, JobState.FAILED, f"exit {exit_code}, {c}: {d.reason}")
 
     def cancel(self, job_id: str, now: float, by_user: str) -> list[Decision]:
-        rec = self.eng.job(job_id)
+        rec = self.books.job(job_id)
         # who may cancel is the service's to decide (service/access.py); by_user is recorded
         if rec.state.terminal:
             raise RequestError("job_id", f"{job_id} already {rec.state.value}")
@@ -190,7 +139,7 @@ class EngineEvents:
             if self.books.blocked.get(rec.request.vc) == job_id:
                 self.books.blocked[rec.request.vc] = None
         elif rec.state is JobState.PLACED and rec.waiting_for:
-            self.release(rec, now)  # never started: nothing to stop
+            self.books.release(rec, now)  # never started: nothing to stop
         elif rec.state is JobState.PREEMPTING:
             # already told to stop: the cancel ends the wait, the KILL goes out now
             rec.cancel_requested = True
@@ -201,9 +150,9 @@ class EngineEvents:
             return out
         else:
             rec.cancel_requested = True
-            self.eng.books.preempt(rec, now, f"cancelled by {by_user}", out)
+            self.books.preempt(rec, now, f"cancelled by {by_user}", out)
             return out
-        self.end(rec, now, JobState.CANCELLED, f"cancelled by {by_user}", FailureClass.CANCELLED.value)
+        self.books.end(rec, now, JobState.CANCELLED, f"cancelled by {by_user}", FailureClass.CANCELLED.value)
         return out
 
     def set_health(self, node: str, gpu: int | None, healthy: bool, now: float,
@@ -215,7 +164,7 @@ class EngineEvents:
             rec = self.books.jobs.get(o)
             if rec is not None and rec.state in HOLDING and rec.state is not JobState.PREEMPTING:  # not leaving
                 where = f"{node}" + (f" GPU {gpu}" if gpu is not None else "")
-                self.eng.books.preempt(rec, now, f"hardware unhealthy on {where}", out)
+                self.books.preempt(rec, now, f"hardware unhealthy on {where}", out)
         self.books.gver += 1
         for v in self.books.vver:
             self.books.vver[v] += 1
@@ -223,7 +172,7 @@ class EngineEvents:
         return out
 
     def report_progress(self, job_id: str, done: float, total: float, now: float) -> None:
-        rec = self.eng.job(job_id)
+        rec = self.books.job(job_id)
         if not (isinstance(total, (int, float)) and total > 0):
             raise RequestError("total", f"must be > 0, got {total!r}")
         if not (isinstance(done, (int, float)) and 0 <= done <= total):

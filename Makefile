@@ -9,6 +9,7 @@ NODE   := $(VENV)/node
 PROXY  := $(NODE)/node_modules/.bin/configurable-http-proxy
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
+SEED        ?=   # pytest-randomly's seed for `make test` (empty: a new one, printed at the top)
 
 .PHONY: install system-deps demo lint test bench clean help gpu-wheels
 
@@ -16,6 +17,7 @@ help:
 	@echo "make demo    - install, then run the main job end to end (SQLite, local launcher, demo spec)"
 	@echo "make lint    - ruff over the tree, mypy over the hived packages (strict on hived.core)"
 	@echo "make test    - install (venv, packages, chromium, JupyterHub's proxy), lint, then run the whole test suite"
+	@echo "               in a random order (pytest-randomly, seed printed; SEED=N repeats an order)"
 	@echo "make soak    - the engine's randomized checker with a long budget (HIVED_SOAK_EXAMPLES)"
 	@echo "make bench   - run the benchmarks in quick mode"
 	@echo "make mutants - mutation testing of the allocator (core/alloc) with mutmut; not part of make test"
@@ -52,7 +54,8 @@ lint: install
 	$(PY) .ci/lint.py
 
 test: system-deps install $(PROXY) lint
-	PATH="$(CURDIR)/$(VENV)/bin:$(CURDIR)/$(NODE)/node_modules/.bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(VENV)/bin:$(CURDIR)/$(NODE)/node_modules/.bin:$$PATH" $(PY) -m pytest -p randomly \
+	  $(if $(strip $(SEED)),--randomly-seed=$(strip $(SEED))) $(PYTEST_ARGS)
 
 bench: install $(PROXY)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done

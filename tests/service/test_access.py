@@ -4,6 +4,8 @@ The REST matrix (tests/jupyter/test_authz_matrix.py) asks the same object throug
 this file is the fast one `make mutants` runs against service/access.py."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from hived.core.spec import load_spec
@@ -99,3 +101,10 @@ def test_an_empty_access_lets_nobody_but_the_server(access):
     assert not empty.is_admin("root") and not empty.known("root")
     assert empty.is_admin("srv", [SERVER_ACCOUNT])
     assert empty.vcs_of("root") == []
+
+
+def test_access_cannot_be_changed_after_it_is_built(access):
+    """Built once per spec: a door holding it cannot make itself an admin."""
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        access.admins = frozenset({"eve"})
+    assert not access.is_admin("eve")

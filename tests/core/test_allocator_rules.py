@@ -420,3 +420,19 @@ def test_a_released_cell_queues_behind_the_cells_free_since_the_start():
         a.release(f"t{i}")
     assert taken == ["t0", "t1", "t0"]
     a.check_invariants()
+
+
+def test_a_bad_node_is_passed_over_for_a_cell_split_safely_and_never_for_a_reserved_one():
+    """The only free node holds a bad GPU: the job takes a healthy node split from the other
+    rack when that keeps invariant (2); when another VC reserves that whole rack it must not."""
+    vcs = {"A": {"pinnedCells": [{"pinnedCellId": "pa"}]}, "B": {"NODE": 1}}
+    a = Allocator(load_spec(rack_doc(2, vcs, pinned={"n0": "pa"})))
+    a.set_health("n1", 0, False)
+    g = a.place("b", "B", [8])
+    assert g.cells == ["n2"] and not a.tree.cell("n2").doomed
+    a.check_invariants()
+    a = Allocator(load_spec(rack_doc(2, {**vcs, "C": {"RACK": 1}}, pinned={"n0": "pa"})))
+    a.set_health("n1", 0, False)
+    g = a.place("b", "B", [8])
+    assert g is None or g.cells == ["n1"]      # never a node of the rack C reserves
+    a.check_invariants()

@@ -27,5 +27,6 @@ setup(
     package_dir=FOLDERS,
     package_data={name: ["*.yaml", "*.json", "**/*.yaml", "**/*.json", "**/*.js", "**/*.css",
                                  "**/data/**/*.csv", "**/data/**/*.gz", "**/data/**/README.md"] for name in FOLDERS},
-    data_files=[("etc/jupyter/jupyter_server_config.d", ["jupyter_ext/etc/hived.json"])],
+    data_files=[("etc/jupyter/jupyter_server_config.d",
+                 ["jupyter_ext/etc/hived.json", "kernels/etc/hived_kernels.json"])],
 )

@@ -18,10 +18,12 @@ Per server, the same 100 clients (asyncio + aiohttp, one connection each):
 - then every submission is looked for in GET /jobs: none may be lost.
 
 The saturated phase runs on the noop server only (with real processes it
-would time the machine's process table). Target: paced submit p99 <= 20 ms
-on both servers, no request lost.
+would time the machine's process table). Target: paced submit p99 <= 20 ms at 100/s,
+10 ms at 20/s (issue 29), on both servers, no request lost. Each phase also probes the disk's
+own fsync latency (the floor of a durable answer).
 
 Run: .venv/bin/python benchmarks/bench_rest.py [--quick] [--clients N] [--requests N] [--launcher local|noop|both]
+     [--rate R] [--paced-only]
 """
 from __future__ import annotations
 
@@ -39,7 +41,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "tests" / "jupyter" / "spec_jupyter.yaml"
 TOKENS = {"tok-alice": "alice", "tok-bob": "bob", "tok-root": "root"}
-TARGET_P99_MS = 20.0
+TARGET_P99_MS = 20.0          # paced submit p99 at 100/s (issue 29)
+TARGET_P99_MS_SLOW = 10.0     # ... and at 20/s or less
 
 
 LAUNCHERS = {"local": "local", "noop": "hived.testing.launcher_noop.InstantLauncher"}
@@ -113,6 +116,35 @@ async def load(api: str, clients: int, total: int, make_request, rate: float = 0
     return latencies, statuses, bodies
 
 
+class FsyncProbe:
+    """The disk's own floor, in the same run: a 4 KB append and fsync in the server's data
+    folder every 50 ms while a phase runs (a durable submission waits for at least one)."""
+
+    def __init__(self, folder: Path):
+        import threading
+        self.path, self.ms, self._stop = folder / "fsync-probe.bin", [], threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            while not self._stop.wait(0.05):
+                os.write(fd, b"x" * 4096)
+                t0 = time.perf_counter()
+                os.fsync(fd)
+                self.ms.append((time.perf_counter() - t0) * 1000)
+        finally:
+            os.close(fd)
+
+
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, round(q / 100 * (len(s) - 1)))]
@@ -127,10 +159,10 @@ def summary(name: str, lat: list[float], wall: float) -> dict:
     return row
 
 
-def run_server(launcher: str, data: Path, clients: int, total: int, rate: float) -> dict:
+def run_server(launcher: str, data: Path, clients: int, total: int, rate: float, paced_only: bool = False) -> dict:
     """One server with ``launcher``: its phases, then the check that no submission was lost."""
     proc, api = start_server(data, launcher)
-    phases = (("paced", rate),) if launcher == "local" else (("paced", rate), ("saturated", 0.0))
+    phases = (("paced", rate),) if paced_only or launcher == "local" else (("paced", rate), ("saturated", 0.0))
     try:
         print(f"[{launcher} launcher] hived serve at {api}; {clients} concurrent clients, {total} requests per "
               f"phase; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (other work on this "
@@ -153,8 +185,13 @@ def run_server(launcher: str, data: Path, clients: int, total: int, rate: float)
             for name, make in (("GET status", status), ("POST jobs", submit)):
                 offset = len(docs) if name == "POST jobs" else 0
                 t0 = time.perf_counter()
-                lat, st, body = asyncio.run(load(api, clients, total, (lambda i, m=make, o=offset: m(i + o)), r))
+                with FsyncProbe(data) as probe:
+                    lat, st, body = asyncio.run(load(api, clients, total, (lambda i, m=make, o=offset: m(i + o)),
+                                                     r))
                 rows[(mode, name)] = summary(name, lat, time.perf_counter() - t0)
+                if probe.ms:
+                    print(f"    the disk meanwhile: fsync of 4 KB p50 {pct(probe.ms, 50):.2f} ms, "
+                          f"p99 {pct(probe.ms, 99):.2f} ms ({len(probe.ms)} probes)")
                 st_all += st
                 if name == "POST jobs":
                     docs += [d for d, c in zip(body, st) if c == 201]
@@ -175,8 +212,9 @@ def run_server(launcher: str, data: Path, clients: int, total: int, rate: float)
     print(f"accepted {len(accepted)}/{submitted} submissions (distinct ids), stored {len(names)}, lost {lost}, "
           f"non-2xx answers {bad}; {started} jobs started by the time the load ended")
     paced = rows[("paced", "POST jobs")]
-    ok = paced["p99_ms"] <= TARGET_P99_MS and lost == 0 and bad == 0 and len(accepted) == submitted
-    print(f"target [{launcher}] (paced): submit p99 <= {TARGET_P99_MS:g} ms, none lost: "
+    target = TARGET_P99_MS_SLOW if rate <= 20 else TARGET_P99_MS
+    ok = paced["p99_ms"] <= target and lost == 0 and bad == 0 and len(accepted) == submitted
+    print(f"target [{launcher}] (paced): submit p99 <= {target:g} ms at {rate:g}/s, none lost: "
           f"{'MET' if ok else 'NOT MET'} (p99 {paced['p99_ms']:.1f} ms)\n")
     return paced
 
@@ -189,12 +227,14 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=100.0,
                     help="offered load of the paced phases, requests/s over all clients")
     ap.add_argument("--launcher", choices=("local", "noop", "both"), default="both")
+    ap.add_argument("--paced-only", action="store_true", help="leave out the saturated phase")
     args = ap.parse_args()
     total = args.requests or (1_000 if args.quick else 10_000)
     paced = {}
     with tempfile.TemporaryDirectory(prefix="bench-rest-") as tmp:
         for launcher in (("local", "noop") if args.launcher == "both" else (args.launcher,)):
-            paced[launcher] = run_server(launcher, Path(tmp) / launcher, args.clients, total, args.rate)
+            paced[launcher] = run_server(launcher, Path(tmp) / launcher, args.clients, total, args.rate,
+                                         args.paced_only)
     if len(paced) == 2:
         loc, noop = paced["local"], paced["noop"]
         print(f"paced submit, local vs noop launcher: median x{loc['median_ms'] / noop['median_ms']:.2f}, "

@@ -4,11 +4,22 @@ Target: <= 60 s wall and >= 2,000 jobs/s on a 2-core machine, with
 the GPU-quota scheme timed in the same run as the baseline (ratio printed).
 The cluster is sized for 90% offered load (docs/simulator.md). ``--quick``
 replays the first 20,000 jobs once.
-Usage: ``.venv/bin/python benchmarks/bench_sim.py [--quick] [--repeat N]``.
+
+``--growth N1,N2,...`` replays the first N1, N2 ... jobs under HiveD and prints
+jobs per CPU-second for each prefix: a simulator whose rounds cost more as
+finished jobs pile up shows it as a falling rate. Each run also prints the
+sha256 of its per-job rows (the CSV ``hived simulate`` writes) and of its
+summary without the timings: two trees (say main and a branch, each with its
+own interpreter running this same script) replay identically when these match.
+Usage: ``.venv/bin/python benchmarks/bench_sim.py [--quick] [--repeat N] [--growth 20000,40000]``.
 """
 from __future__ import annotations
 
 import argparse
+import csv
+import hashlib
+import io
+import json
 import statistics
 import sys
 import time
@@ -19,13 +30,45 @@ from hived.core.sim.traces import PHILLY_DIR as PHILLY
 from hived.core.sim.traces import read_philly
 
 
+def digests(r) -> tuple[str, str]:
+    """sha256 (12 hex digits) of the per-job rows as CSV and of the summary without its timings."""
+    from hived.core.sim.simulate import ROW_FIELDS
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=list(ROW_FIELDS), lineterminator="\n")
+    w.writeheader()
+    w.writerows(r.rows)
+    summary = {k: v for k, v in r.summary().items() if k not in ("wall_s", "jobs_per_s")}
+    return (hashlib.sha256(out.getvalue().encode()).hexdigest()[:12],
+            hashlib.sha256(json.dumps(summary, sort_keys=True, default=str).encode()).hexdigest()[:12])
+
+
+def growth(trace_path: str, sizes: list[int], load: float, rep: int) -> int:
+    """Jobs per CPU-second of HiveD replays of growing prefixes of the trace (median of ``rep``)."""
+    for n in sizes:
+        trace = read_philly(trace_path, limit=n)
+        sizing = size_cluster(trace, load)
+        cpus = []
+        for _ in range(rep):
+            c = time.process_time()
+            r = simulate(trace, "hived", cells="node", sizing=sizing)
+            cpus.append(time.process_time() - c)
+        cpu = statistics.median(cpus)
+        rows, summary = digests(r)
+        print(f"first {len(trace.jobs):,} jobs ({sizing.nodes} nodes): {cpu:.1f} s CPU, "
+              f"{len(trace.jobs) / cpu:,.0f} jobs/CPU-s; rows sha256 {rows}, summary sha256 {summary}", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="first 20,000 jobs, one run each (< 60 s)")
     ap.add_argument("--repeat", type=int, default=None, help="runs per scheme (default 3, quick 1)")
     ap.add_argument("--trace", default=PHILLY)
     ap.add_argument("--load", type=float, default=0.9)
+    ap.add_argument("--growth", default=None, help="comma list of prefix sizes: jobs/CPU-s of each (HiveD)")
     a = ap.parse_args(argv)
+    if a.growth:
+        return growth(a.trace, [int(x) for x in a.growth.split(",")], a.load, a.repeat or 1)
     t0 = time.perf_counter()
     trace = read_philly(a.trace, limit=20000 if a.quick else None)
     read_s = time.perf_counter() - t0
@@ -51,7 +94,8 @@ def main(argv=None) -> int:
         cpu = statistics.median(cpus)
         print(f"{s:6s}: {walls[s]:.1f} s wall ({len(trace.jobs) / walls[s]:,.0f} jobs/s), {cpu:.1f} s CPU "
               f"({len(trace.jobs) / cpu:,.0f} jobs/CPU-s) "
-              f"(avg queueing delay {r.summary()['avg_queue_delay_s'] / 60:.1f} min)")
+              f"(avg queueing delay {r.summary()['avg_queue_delay_s'] / 60:.1f} min); "
+              f"rows/summary sha256 {'/'.join(digests(r))}")
     if "hived" in walls:
         w = walls["hived"]
         ok = w <= 60 and len(trace.jobs) / w >= 2000

@@ -14,7 +14,7 @@ time ``date`` writes is the moment the job's own process runs.
 The arms alternate sample by sample, so load on the machine falls on all of
 them alike. Latency is from just before the submit (or the Popen) to the time
 ``date`` wrote. Reported: p50/p99 per arm and the p50 overhead over direct.
-Target: service p50 <= direct p50 + 20 ms.
+Target: service and rest p50 <= direct p50 + 8 ms (issue 29).
 
 Run: .venv/bin/python benchmarks/bench_submit_start.py [--n 100] [--no-rest]
 """
@@ -35,7 +35,7 @@ from bench_rest import unlimited_spec  # noqa: E402  (the tests' spec, admission
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "tests" / "jupyter" / "spec_jupyter.yaml"
-TARGET_OVER_MS = 20.0
+TARGET_OVER_MS = 8.0   # issue 29: submit-to-start p50 at most +8 ms over a direct spawn
 
 
 def command(path: Path) -> str:
@@ -139,9 +139,10 @@ def main() -> int:
         p50 = statistics.median(ms)
         print(f"  {arm:<8} p50 {p50:7.2f} ms  p99 {pct(ms, 99):7.2f} ms  max {max(ms):7.2f} ms"
               + ("" if arm == "direct" else f"   p50 over direct +{p50 - base:6.2f} ms (x{p50 / base:.2f})"))
-    over = statistics.median(lat["service"]) - base
-    ok = over <= TARGET_OVER_MS
-    print(f"target: service p50 <= direct p50 + {TARGET_OVER_MS:g} ms: {'MET' if ok else 'NOT MET'} (+{over:.1f} ms)")
+    for arm in [a for a in lat if a != "direct"]:
+        over = statistics.median(lat[arm]) - base
+        print(f"target: {arm} p50 <= direct p50 + {TARGET_OVER_MS:g} ms: "
+              f"{'MET' if over <= TARGET_OVER_MS else 'NOT MET'} (+{over:.1f} ms)")
     return 0
 
 

@@ -1,9 +1,10 @@
 """FitGpp against no preemption across cluster sizes, on a synthetic trace of the shape of
 issue 28: one VC; TE jobs, most of 1 GPU and some of a whole 8-GPU node, beside BE jobs of
-1-4 GPUs. Prints, per cluster size and backfill setting, TE p95 queueing delay and BE median
-JCT under ``none`` and ``fitgpp`` (docs/reproduction-fitgpp.md).
+1-4 GPUs. Prints, per cluster size, backfill setting and FitGpp preemption cap P, TE p95
+queueing delay and BE median JCT under ``none`` and ``fitgpp``, from the same trace in the same
+run (docs/reproduction-fitgpp.md).
 
-Usage: ``.venv/bin/python benchmarks/fitgpp_sizes.py [--jobs N] [--nodes 4,5,6,7] [--seed S]``.
+Usage: ``.venv/bin/python benchmarks/fitgpp_sizes.py [--jobs N] [--nodes 4,5,6,7] [--seed S] [--cap 1,3]``.
 """
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, int(round(q / 100 * len(s))) - 1))] if s else 0.0
 
 
-def run(tr: Trace, nodes: int, policy: str, backfill: bool) -> tuple[float, float]:
-    cfg = EngineConfig(backfill=backfill, backfill_estimates="oracle")
+def run(tr: Trace, nodes: int, policy: str, backfill: bool, cap: int = 1) -> tuple[float, float]:
+    cfg = EngineConfig(backfill=backfill, backfill_estimates="oracle", preemption_cap=cap)
     res = simulate(tr, "hived", sizing=size_cluster(tr, nodes=nodes), preemption_policy=policy, config=cfg,
                    sample_every=0)
     te = [r["queue_delay"] for r in res.rows if r["job_id"].startswith("te") and r["queue_delay"] is not None]
@@ -55,20 +56,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", default="4,5,6,7")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--backfill", default="off,on")
+    ap.add_argument("--cap", default="1,3", help="FitGpp's P (EngineConfig.preemption_cap, a VC's maxPreemptions)")
     a = ap.parse_args(argv)
     tr = trace(a.jobs, a.seed, a.days)
     print(f"{a.jobs} jobs over {a.days:g} days, seed {a.seed}; one VC of all nodes; hived cells, grace 0")
-    print("| nodes | backfill | TE p95 wait none (h) | TE p95 wait fitgpp (h) | change | "
+    print("| nodes | backfill | P | TE p95 wait none (h) | TE p95 wait fitgpp (h) | change | "
           "BE median JCT none (h) | BE median JCT fitgpp (h) | change |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for n in (int(x) for x in a.nodes.split(",")):
         for bf in a.backfill.split(","):
-            te0, be0 = run(tr, n, "none", bf == "on")
-            te1, be1 = run(tr, n, "fitgpp", bf == "on")
-            ch_te = f"{(te1 - te0) / te0:+.0%}" if te0 > 0 else "n/a"
-            ch_be = f"{(be1 - be0) / be0:+.0%}" if be0 > 0 else "n/a"
-            print(f"| {n} | {bf} | {te0 / 3600:.2f} | {te1 / 3600:.2f} | {ch_te} | {be0 / 3600:.2f} | "
-                  f"{be1 / 3600:.2f} | {ch_be} |", flush=True)
+            te0, be0 = run(tr, n, "none", bf == "on")     # no preemption: P plays no part
+            for cap in (int(x) for x in a.cap.split(",")):
+                te1, be1 = run(tr, n, "fitgpp", bf == "on", cap)
+                ch_te = f"{(te1 - te0) / te0:+.0%}" if te0 > 0 else "n/a"
+                ch_be = f"{(be1 - be0) / be0:+.0%}" if be0 > 0 else "n/a"
+                print(f"| {n} | {bf} | {cap} | {te0 / 3600:.2f} | {te1 / 3600:.2f} | {ch_te} | {be0 / 3600:.2f} | "
+                      f"{be1 / 3600:.2f} | {ch_be} |", flush=True)
     return 0
 
 

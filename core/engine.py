@@ -88,6 +88,9 @@ class Engine:
         if getattr(policy, "cap", None) is not None:
             raise ValueError("preemption_policy: the policy object sets its own cap; the engine's P is "
                              "EngineConfig.preemption_cap (or a VC's maxPreemptions): leave the policy's cap unset")
+        attach = getattr(policy, "attach", None)
+        if attach is not None:   # e.g. FitGpp reads the cell tree to pick victims that free cells
+            attach(self.alloc)
         # the bookkeeping the engine and its parts share (core/engine_books.py)
         self.books = EngineBooks(self.spec, self.alloc, self.config, self.vc_policies, policy)
         self.view = self.books.view          # the cluster as the policies see it (same object)

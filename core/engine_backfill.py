@@ -92,12 +92,18 @@ class Backfill:
     # ------------------------------------------------------------------ estimates
 
     def remaining(self, rec: JobRecord, now: float) -> float | None:
-        """Seconds ``rec`` still runs (from now if it has not started), or None when unknown."""
-        if self.estimates == "none":
-            return None
+        """Seconds ``rec`` still runs (from now if it has not started), or None when unknown.
+
+        A run's time limit (``JobRequest.time_limit``) bounds it from above, estimates or not:
+        the run is stopped at its limit and ends within its grace period."""
         if rec.state is JobState.PREEMPTING and rec.grace_deadline is not None:
             return max(0.0, rec.grace_deadline - now)
-        return self.estimator.remaining_for(rec, now, oracle=self.estimates == "oracle")
+        est = None if self.estimates == "none" else \
+            self.estimator.remaining_for(rec, now, oracle=self.estimates == "oracle")
+        bound = limit_left(rec, now)
+        if bound is None:
+            return est
+        return bound if est is None else min(est, bound)
 
     # ------------------------------------------------------------------ the reservation
 
@@ -306,6 +312,18 @@ class Backfill:
             marks.pop(job_id, None)
         self._failed.pop(job_id, None)
         self.estimator.forget(job_id)
+
+
+def limit_left(rec: JobRecord, now: float) -> float | None:
+    """Seconds until ``rec`` has surely ended by its time limit (limit, then its grace period):
+    from its run's limit while it runs, from a whole limit before; None without one."""
+    limit = rec.request.time_limit
+    if limit is None:
+        return None
+    grace = float(rec.request.grace_period)
+    if rec.state is JobState.RUNNING and rec.limit_at is not None:   # this run's limit (engine_control)
+        return max(0.0, rec.limit_at - now) + grace
+    return float(limit) + grace     # not started yet (queued, or placed waiting for its victims)
 
 
 def _join(a: str, b: str) -> str:

@@ -9,6 +9,7 @@ changes nothing, so ``Engine.validate`` and ``Engine.submit`` share it.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -46,18 +47,39 @@ class Resolved:
 # C0 controls and DEL; tab, newline and carriage return are ordinary in a shell script
 _CONTROL = {chr(c) for c in range(32)} | {"\x7f"}
 _SCRIPT_OK = {"\t", "\n", "\r"}
+# one regular-expression search per value (C speed: a 190 KB env value is checked in well under
+# a millisecond, under the service's lock), per set of allowed control characters
+_BAD: dict[frozenset[str], re.Pattern[str]] = {}
+
+
+def _bad_pattern(allow: set[str]) -> re.Pattern[str]:
+    key = frozenset(allow)
+    pattern = _BAD.get(key)
+    if pattern is None:
+        chars = "".join(re.escape(ch) for ch in sorted(_CONTROL - allow))
+        pattern = _BAD[key] = re.compile(f"[{chars}\ud800-\udfff]")
+    return pattern
+
+
+def _bad_bytes(allow: set[str]) -> bytes:
+    return "".join(sorted(_CONTROL - allow)).encode("ascii")
 
 
 def _text_problem(value: str, allow: set[str]) -> str | None:
-    """What makes ``value`` unusable as a command, name or env entry, else None."""
-    for k, ch in enumerate(value):
-        if ch == "\x00":
-            return f"contains a NUL character at position {k}"
-        if ch in _CONTROL and ch not in allow:
-            return f"contains the control character {ch!r} at position {k}"
-        if "\ud800" <= ch <= "\udfff":
-            return f"contains a lone surrogate {ch!r} at position {k} (not valid UTF-8)"
-    return None
+    """What makes ``value`` unusable as a command, name or env entry (its first bad character), else None."""
+    if value.isascii():   # the common case: no surrogate; control bytes found by one C pass
+        data = value.encode("ascii")
+        if len(data.translate(None, _bad_bytes(allow))) == len(data):
+            return None
+    found = _bad_pattern(allow).search(value)
+    if found is None:
+        return None
+    k, ch = found.start(), found.group()
+    if ch == "\x00":
+        return f"contains a NUL character at position {k}"
+    if ch in _CONTROL:
+        return f"contains the control character {ch!r} at position {k}"
+    return f"contains a lone surrogate {ch!r} at position {k} (not valid UTF-8)"
 
 
 def _check_texts(req: JobRequest) -> None:

@@ -35,3 +35,10 @@ def idle_kernels(jobs: Iterable[JobRecord], timeouts: Mapping[str, float | None]
             out.append((rec.job_id, release_reason(rec.request.vc, timeout)))
     return out
 
+
+
+def gpus_in_use(utilization: Iterable[int | None]) -> bool:
+    """Whether a kernel's GPUs show work: NVML's ``utilization.gpu`` above 0 on any of them. Such a
+    kernel is not idle even when no cell ran (a training loop started in a thread, a cell whose
+    messages did not reach the provisioner). None (NVML could not tell) is no sign of work."""
+    return any(u is not None and u > 0 for u in utilization)

@@ -3,7 +3,7 @@
 A kernelspec names it in ``metadata.kernel_provisioner`` (``hived kernelspec install``
 writes one). Starting the kernel submits a TE job to the kernelspec's VC through the
 REST client (``hived.service.client.HivedClient``: the same service and identity rules
-as the magics), waits while the job queues (logging its queue position and wait reason),
+as the magics), waits while the job queues (telling the user its queue position and wait reason: queue_notice.py),
 and returns the connection info of the kernel the job runs (``hived.kernels.host``).
 
 What the kernel manager asks maps onto the job:
@@ -31,6 +31,7 @@ from typing import Any
 import zmq
 from jupyter_client.connect import KernelConnectionInfo, LocalPortCache
 from jupyter_client.provisioning import LocalProvisioner
+from tornado.web import HTTPError
 from traitlets import Float, Integer, Unicode
 
 from hived.core.jobs import KERNEL_LABEL
@@ -38,6 +39,7 @@ from hived.service.client import TERMINAL_STATES, HivedClient, HivedError
 
 from .activity import ActivityReporter
 from .host import CONNECTION_ENV, PLACEHOLDER, session_for
+from .queue_notice import QueueNotice
 from .released import ReleasedKernel
 
 DEFAULT_START_TIMEOUT = 300.0
@@ -46,8 +48,20 @@ END_WAIT = 15.0               # shutdown waits this long for the job to end
 FAST_POLL_FOR = 5.0           # a start reads its job every 50 ms this long (an idle VC starts it at once), then less
 
 
-class KernelStartError(RuntimeError):
-    """The kernel's job did not start; the message is the one line the user sees."""
+class KernelStartError(HTTPError):
+    """The kernel's job did not start; the message is the one line the user sees.
+
+    An HTTP error to the Jupyter server, whose REST API answers any other exception of a
+    kernel start with a bare "Unhandled error": this way the line reaches the frontend
+    (JupyterLab's "Error Starting Kernel" dialog). ``status``: hived's refusal (403, 400,
+    ...), else 503 (not started in time, or ended before it started)."""
+
+    def __init__(self, line: str, status: int = 503):
+        super().__init__(status, line)    # the Jupyter server answers log_message as the error's message
+        self.line = line
+
+    def __str__(self) -> str:
+        return self.line
 
 
 class HivedProvisioner(LocalProvisioner):
@@ -122,7 +136,11 @@ class HivedProvisioner(LocalProvisioner):
         self.end_reason, self._ending = "", False
         self._stop_watch()
         body = self._job_body(cmd, kwargs)
-        job = await self._rest(self.client.submit, body)
+        try:
+            job = await self._rest(self.client.submit, body)
+        except HivedError as exc:
+            raise KernelStartError(f"hived: kernel not started: {exc.line()}",
+                                   exc.status if 400 <= exc.status < 600 else 503) from exc
         self.job_id = job["id"]
         self.log.info("hived: kernel %s is job %s in VC %s (%d GPU%s)", self.kernel_id, self.job_id,
                       self.vc, self.gpus, "" if self.gpus == 1 else "s")
@@ -155,27 +173,28 @@ class HivedProvisioner(LocalProvisioner):
 
     async def _wait_running(self, job: dict) -> None:
         began = time.monotonic()
-        seen: tuple = ()
+        notice = QueueNotice(str(self.kernel_id), str(self.job_id), self.vc, self.log, self.parent)
         pause = 0.05
         while True:
             state = job.get("state")
             if state == "running":
+                if notice.shown:
+                    self.log.warning("hived: kernel job %s started after %.0f s in VC %s's queue", self.job_id,
+                                     time.monotonic() - began, self.vc)
                 return
             if state in TERMINAL_STATES:
                 self.end_reason = job.get("reason") or state
                 raise KernelStartError(f"hived: kernel job {self.job_id} {state} before it started: "
                                        f"{self.end_reason}")
-            now = (job.get("queue_position"), job.get("wait_reason"))
-            if now != seen and state in ("queued", "placed"):
-                seen = now
-                where = "" if now[0] is None else f" at position {now[0] + 1}"
-                self.log.info("hived: kernel job %s %s%s in VC %s: %s", self.job_id, state, where,
-                              self.vc, now[1] or "waiting for a scheduling round")
+            if state in ("queued", "placed"):
+                notice.update(job)
             if time.monotonic() - began >= self.start_timeout:
                 await self._cancel_quietly()
+                where = "" if job.get("queue_position") is None else f" at position {job['queue_position'] + 1}"
                 raise KernelStartError(
                     f"hived: kernel job {self.job_id} did not start within {self.start_timeout:g} s "
-                    f"(start_timeout) and was cancelled: {job.get('wait_reason') or state}")
+                    f"(start_timeout) and was cancelled{where} in VC {self.vc}'s queue: "
+                    f"{job.get('wait_reason') or state}")
             await asyncio.sleep(pause)
             if time.monotonic() - began > FAST_POLL_FOR:
                 pause = min(pause * 1.5, 1.0)

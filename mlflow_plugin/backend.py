@@ -35,7 +35,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PROJECT_BACKEND, MLFLOW_RUN_NAME
 from hived.mlflow_plugin.config import BackendConfig, HivedBackendError, parse_config
 from hived.mlflow_plugin.history import KIND_TAG, SIGNATURE_TAG, MlflowHistory, project_signature
 from hived.mlflow_plugin.resume import attempts_in, checkpoint_dir_for, wrap_command
-from hived.mlflow_plugin.submitted_run import TAG, HivedSubmittedRun, print_sink
+from hived.mlflow_plugin.submitted_run import EARLIER_TAG, TAG, HivedSubmittedRun, count_tag, print_sink
 from hived.service.client import HivedClient, HivedError, HivedUnreachable
 from hived.service.submit_flags import program_of
 
@@ -222,18 +222,20 @@ class HivedProjectBackend(AbstractBackend):
                                            RunTag(TAG + "state", "refused")])
             mlflow.set_terminated(run_id, "FAILED")
             raise HivedBackendError(f"{exc}; MLflow run {run_id} is FAILED") from None
+        # a continued run keeps counting its preemptions from where its earlier jobs left it
+        earlier = 0 if created else count_tag(mlflow.get_run(run_id).data.tags.get(TAG + "preemptions"))
         tags = {MLFLOW_PROJECT_BACKEND: "hived", TAG + "job_id": job["id"],
                 TAG + "vc": cfg.vc, TAG + "job_class": cfg.priority,
                 TAG + "service_url": client.url, TAG + "checkpoint_dir": ckpt,
                 TAG + "gpus_requested": str(cfg.pods * cfg.gpus) if cfg.gpus is not None else cfg.cell,
-                SIGNATURE_TAG: sig, KIND_TAG: "gpu"}
+                SIGNATURE_TAG: sig, KIND_TAG: "gpu", EARLIER_TAG: str(earlier)}
         if estimate is not None:
             tags[TAG + "estimate_seconds"] = f"{estimate:.3f}"
         mlflow.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         _logger.info("=== Submitted MLflow run %s as hived job %s in VC %s ===",
                      run_id, job["id"], cfg.vc)
         submitted = HivedSubmittedRun(run_id, job["id"], client, tracking_uri=tracking_uri,
-                                      poll=cfg.poll)
+                                      poll=cfg.poll, earlier_preemptions=earlier)
         submitted.job = job
         submitted.sync_status(job)   # a queued job's run is SCHEDULED, not RUNNING
         return submitted

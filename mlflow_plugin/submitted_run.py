@@ -7,6 +7,10 @@ the ``hived.preemptions`` metric (the event, timestamped), and, once the
 job is over, the run's terminal status. A preempted job is not over: the run
 stays RUNNING (even if the user's code ended it when SIGTERM arrived) and the
 same run continues when the scheduler restarts the job.
+
+A run continued with ``mlflow run --run-id`` runs a new job; the preemption
+count, note lines and metric points stay the run's, counted across its jobs
+(``hived.earlier_preemptions`` holds the earlier jobs' share).
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ _STATUS = {
 TERMINAL = TERMINAL_STATES
 TAG = "hived."
 PREEMPTION_METRIC = "hived.preemptions"
+EARLIER_TAG = "hived.earlier_preemptions"   # preemptions of the run's jobs before this one
 FIRST_POLL = 0.05  # seconds; see wait()
 
 
@@ -53,6 +58,14 @@ def mlflow_status(job: dict) -> str:
     if state in state_values(WAITING) and (job.get("preemptions") or job.get("attempts") or 0) > 0:
         return "RUNNING"  # it ran before; the MLflow run continues when it is rescheduled
     return _STATUS[state]
+
+
+def count_tag(text: str | None) -> int:
+    """A count tag's value; 0 when absent or not a count (tags are free text to MLflow)."""
+    try:
+        return max(0, int(text or 0))
+    except ValueError:
+        return 0
 
 
 def placement_tags(job: dict) -> dict:
@@ -78,7 +91,7 @@ class HivedSubmittedRun(SubmittedRun):
     def __init__(self, run_id: str, job_id: str, client: HivedClient, *,
                  tracking_uri: str | None = None, poll: float = 2.0,
                  unreachable_grace: float = 60.0,
-                 log_sink: Callable[[str], None] | None = None):
+                 log_sink: Callable[[str], None] | None = None, earlier_preemptions: int = 0):
         super().__init__()
         self._run_id = run_id
         self.job_id = job_id
@@ -89,7 +102,8 @@ class HivedSubmittedRun(SubmittedRun):
         self._log_offset = 0
         self._mlflow = MlflowClient(tracking_uri)
         self._tags: dict = {}
-        self._preemptions = 0
+        self._earlier = earlier_preemptions   # the run's preemptions under its earlier jobs
+        self._preemptions = earlier_preemptions  # the run's preemptions noted so far
         self._finalized = False
         self._tags_seen_running = False     # saw the job running (so its node tags are its own)
         self._status: str | None = None   # the run status this follower last wrote
@@ -105,12 +119,10 @@ class HivedSubmittedRun(SubmittedRun):
             raise ValueError(f"MLflow run {run_id} was not started by the hived backend "
                              f"(no {TAG}job_id tag)")
         client = HivedClient(url=tags.get(TAG + "service_url"), token=token)
-        run = cls(run_id, tags[TAG + "job_id"], client, tracking_uri=tracking_uri, **kw)
+        run = cls(run_id, tags[TAG + "job_id"], client, tracking_uri=tracking_uri,
+                  earlier_preemptions=count_tag(tags.get(EARLIER_TAG)), **kw)
         # preemptions an earlier follower already noted are not noted twice
-        try:
-            run._preemptions = int(tags.get(TAG + "preemptions", 0))
-        except ValueError:
-            pass
+        run._preemptions = max(run._preemptions, count_tag(tags.get(TAG + "preemptions")))
         return run
 
     @property
@@ -129,7 +141,7 @@ class HivedSubmittedRun(SubmittedRun):
 
     def _sync(self, job: dict) -> None:
         tags = {TAG + "state": str(job.get("state")),
-                TAG + "preemptions": str(job.get("preemptions") or 0),
+                TAG + "preemptions": str(self._earlier + int(job.get("preemptions") or 0)),
                 TAG + "attempts": str(job.get("attempts") or 0)}
         tags.update(placement_tags(job))
         if job.get("state") in state_values(STARTED):
@@ -139,8 +151,8 @@ class HivedSubmittedRun(SubmittedRun):
             self._mlflow.log_batch(self._run_id, tags=[RunTag(k, v) for k, v in changed.items()])
         self._tags.update(changed)
         count = int(job.get("preemptions") or 0)
-        if count > self._preemptions:
-            self._note_preemption(job, count)
+        if self._earlier + count > self._preemptions:
+            self._note_preemption(job, self._earlier + count)
         state = job.get("state")
         if state in TERMINAL:
             self._finalize(job)
@@ -172,7 +184,8 @@ class HivedSubmittedRun(SubmittedRun):
         note = self._mlflow.get_run(self._run_id).data.tags.get(MLFLOW_RUN_NOTE, "")
         lines = []
         for k in range(self._preemptions + 1, count + 1):
-            t = stamps[k - 1] if k - 1 < len(stamps) and isinstance(stamps[k - 1], (int, float)) else None
+            i = k - 1 - self._earlier   # this job's own history holds only its own preemptions
+            t = stamps[i] if 0 <= i < len(stamps) and isinstance(stamps[i], (int, float)) else None
             when = _dt.datetime.fromtimestamp(t if t is not None else time.time(), _dt.timezone.utc)
             # the node is known when this follower saw the preempted attempt's placement
             where = f" on {nodes}" if nodes and self._tags_seen_running and k == count else ""

@@ -4,16 +4,18 @@ A kernel job's provisioner reports cell activity (``POST jobs/{id}/activity``,
 ``kernel_activity``); every ``IDLE_INTERVAL`` seconds the service asks
 ``hived.core.kernel_idle`` which running kernel jobs of VCs with a
 ``kernelIdleTimeout`` ran no cell for that long, and cancels them, their
-history saying why. The activity times live in memory: after a restart of the
+history saying why. Where the GPUs are this machine's (``self.local``), GPUs at work
+count as activity too (kernel_gpu_use.py). The activity times live in memory: after a restart of the
 service, a kernel's idle time counts from the restart (never earlier).
 """
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from hived.core.engine import RequestError
 from hived.core.jobs import KERNEL_LABEL, JobState
-from hived.core.kernel_idle import idle_kernels
+from hived.core.kernel_idle import gpus_in_use, idle_kernels
 
 from .mixin_host import MixinHost
 
@@ -25,9 +27,11 @@ IDLE_INTERVAL = 1.0   # seconds between two looks for idle kernels
 class KernelIdleMixin(MixinHost):
     _kernel_seen: dict[str, float]
     _kernel_checked: float | None
+    _kernel_gpu: Any    # KernelGpuUse | None
 
     def _kernel_idle_init(self, now: float) -> None:
         self._kernel_seen, self._kernel_checked = {}, None
+        self._kernel_gpu = None    # KernelGpuUse, made at the first look when GPUs are local
         self._kernel_since = now   # activity before this service started is unknown: counted from here
 
     def kernel_activity(self, job_id: str, user: str, groups=()) -> dict:
@@ -50,6 +54,15 @@ class KernelIdleMixin(MixinHost):
             return {"id": job_id, "activity": now,
                     "release_at": None if timeout is None else now + timeout}
 
+    def _kernel_gpus_busy(self, rec) -> bool:
+        local = getattr(self, "local", None)
+        if local is None or rec.placement is None or rec.state is not JobState.RUNNING:
+            return False
+        if self._kernel_gpu is None:
+            from .kernel_gpu_use import KernelGpuUse
+            self._kernel_gpu = KernelGpuUse(local.nodes)
+        return gpus_in_use(self._kernel_gpu.utilization(rec.placement))
+
     def _kernel_idle_tick(self, now: float) -> None:
         if self._kernel_checked is not None and now - self._kernel_checked < IDLE_INTERVAL:
             return
@@ -59,6 +72,9 @@ class KernelIdleMixin(MixinHost):
             return
         from .degraded import ServiceDegraded
         jobs = [r for v in timeouts for r in self.eng.holding(v)]
+        for held in jobs:   # GPUs at work count as activity (kernel_gpu_use.py)
+            if KERNEL_LABEL in held.request.labels and self._kernel_gpus_busy(held):
+                self._kernel_seen[held.job_id] = now
         seen = {j: max(t, self._kernel_since) for j, t in self._kernel_seen.items()}
         for jid in (r.job_id for r in jobs):
             seen.setdefault(jid, self._kernel_since)

@@ -50,12 +50,14 @@ from hived.core.engine import Engine, EngineConfig, RequestError
 from hived.core.engine_records import JobRecord
 from hived.core.jobs import HOLDING, Decision, DecisionKind, JobState, state_values
 
+from . import snapshot
 from .access import Access
 from .admission import AdmissionControl
 from .control import ControlMixin
 from .degraded import ServiceDegraded
 from .estimates import estimate_view
 from .exchange import ExchangeMixin, make_arbiter
+from .fair_queue import FairGate
 from .job_ids import JobIds, JobIdsError
 from .kernel_idle import KernelIdleMixin
 from .launch_queue import LaunchQueue
@@ -65,6 +67,7 @@ from .payload import job_dict, parse_job, parse_needs
 from .quota import QuotaMixin
 from .reconfigure import engine_over, refusal
 from .retention import RetentionMixin
+from .round_commit import Unsynced, act_once_durable
 from .spec_journal import SOURCE_RELOAD, SOURCE_START, spec_at_start
 from .store import DB_NAME, JournalWriteError, SqliteStore, Store, StoreDamaged
 from .views import cluster_dict, vc_dict
@@ -205,6 +208,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         except JobIdsError as exc:   # the ids file is part of the journal: damaged means refused
             raise StoreDamaged(str(exc)) from None
         self._pending: list[Decision] = []                 # decisions decided but not yet committed: not acted on
+        self._gate = FairGate()                  # submissions: VCs in turn on to the lock
+        self._unsynced: list[Unsynced] = []                # a round's commits awaiting their fsync (round_commit.py)
         self._intents: set[str] = set()          # jobs with a committed cancel intent not yet in their record
         self.degraded: str | None = None      # why the journal cannot be written, while it cannot
         # the journaled spec in force (service/spec_journal.py): a reloaded one outlives a restart
@@ -322,8 +327,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
             self.degraded = None
         return self.store.commit_ticket
 
-    def _write_live(self, now: float, also=(), meta=None) -> None:
-        self._write(list(self._live) + [j for j in also if j not in self._live], now, meta)
+    def _write_live(self, now: float, also=(), meta=None, *, sync: bool = True) -> int:
+        return self._write(list(self._live) + [j for j in also if j not in self._live], now, meta, sync=sync)
 
     def _degrade(self, exc: Exception) -> str:
         """Turn degraded. The reason is shown to every user (503) and to unauthenticated
@@ -335,16 +340,21 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
                          f"(the operator must free space or fix the data directory's disk; hived retries by itself)")
         return self.degraded
 
-    def _flush(self, now: float, also=()) -> bool:
+    def _flush(self, now: float, also=(), *, defer: bool = False) -> bool:
         """Commit every job that moved and the pending decisions, then act on those decisions.
-        False (nothing acted on) while the journal refuses."""
+        False (nothing acted on) while the journal refuses. ``defer`` (a round): the commit's
+        fsync and the acting wait until the lock is let go (round_commit.py)."""
         pending = self._pending
+        ids = list(also) + [d.job_id for d in pending]
         try:
-            self._write_live(now, also=list(also) + [d.job_id for d in pending])
+            ticket = self._write_live(now, also=ids, sync=not defer)
         except ServiceDegraded:
             return False
         self._pending = []
-        self._execute(pending, now)
+        if defer:
+            self._unsynced.append(Unsynced(ticket, list(self._live) + ids, pending))
+        else:
+            self._execute(pending, now)
         return True
 
     def _require_journal(self, now: float) -> None:
@@ -364,8 +374,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         """Rebuild the engine from the store; adopt or relaunch the holding jobs."""
         t0 = time.perf_counter()
         now = self.clock()
-        self._arb = self._exchange_restore()   # before the jobs: cells still lent move to their borrowers again
-        rows = self.store.load_jobs_with_keys()
+        # the snapshot of the last clean stop and the rows of the journal's tail, or every row
+        held, rows, total, fast = snapshot.start(self)
         holding: list[tuple[dict, float | None]] = []
         queued: list[tuple[dict, float | None]] = []
         other: list[tuple[dict, float | None]] = []
@@ -393,8 +403,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
             if not restored.state.terminal:
                 self._live.add(restored.job_id)
         cancelled = self._replay_intents(now)
-        for d, _ in holding:
-            jid = d["job_id"]
+        for jid in held + [d["job_id"] for d, _ in holding]:
             rec = self.eng.find(jid)
             if rec is None or rec.state not in HOLDING:
                 continue
@@ -421,11 +430,11 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         except ServiceDegraded:
             pass   # starts degraded; the timer writes it once the disk takes writes
         seconds = round(time.perf_counter() - t0, 3)
-        if rows:
+        if total:
             log.info("recovered %d jobs in %.2fs: %d adopted, %d lost, %d to relaunch",
-                     len(rows), seconds, len(adopted), len(lost), len(relaunch))
-        return {"jobs": len(rows), "adopted": adopted, "lost": lost, "relaunch": relaunch,
-                "unrestorable": unrestorable, "cancelled": cancelled, "seconds": seconds}
+                     total, seconds, len(adopted), len(lost), len(relaunch))
+        return {"jobs": total, "adopted": adopted, "lost": lost, "relaunch": relaunch, "unrestorable": unrestorable,
+                "cancelled": cancelled, "seconds": seconds, "snapshot": fast}
 
     def _replay_intents(self, now: float) -> list[str]:
         """Cancels answered before the job's record said so: done now (before adoption, which
@@ -502,6 +511,9 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         ids = getattr(self, "job_ids", None)
         if ids is not None:
             ids.settle()    # ids go on without a jump after a clean restart
+        if self._lockfile is not None:   # open (a second close finds the store closed)
+            with self._lock:
+                snapshot.save(self, self.clock())   # the next start loads it instead of replaying every job
         self.store.close()
         if self._lockfile is not None:
             self._lockfile.close()
@@ -551,6 +563,8 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
             self._poll_health()
         with self._lock, self.metrics.round_seconds.time():
             out = self._round()
+            unsynced, self._unsynced = self._unsynced, []
+        act_once_durable(self, unsynced)   # the round's fsync, outside the lock, then its decisions
         if inline:
             self._launchq.run_pending()
             if not self._meter.running:   # disk quotas: measured outside the lock (quota.py)
@@ -568,7 +582,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
         touched += self._exchange_tick(now)
         decisions = self.eng.step(now)
         self._pending.extend(decisions)
-        if self._flush(now, also=touched):
+        if self._flush(now, also=touched, defer=True):
             self._gc_tick(now)
             self._kernel_idle_tick(now)
         self._next_wakeup = self.eng.next_wakeup()
@@ -704,7 +718,7 @@ class SchedulerService(ExchangeMixin, RetentionMixin, QuotaMixin, ControlMixin, 
                 check_reach(req, parse_needs(payload))
             except ValueError as e:
                 raise RequestError(getattr(e, "field", "user"), getattr(e, "problem", str(e))) from None
-        with self._lock:
+        with self._gate.turn(req.vc), self._lock:   # VCs in turn on to the lock (fair_queue.py)
             self._authorize_vc(user, req.vc, groups)
             self._check_after(user, req.after, groups)
             self._check_quota(req.vc)

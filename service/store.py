@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
+import hashlib
 import json
 import os
 import sqlite3
@@ -128,8 +130,33 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
                id INTEGER PRIMARY KEY CHECK (id = 1),   -- one document
                state TEXT NOT NULL, updated REAL NOT NULL)""",
     ]),
+    # a restart loads the snapshot and replays only the jobs written after it (service/snapshot.py)
+    ("job revisions and the restart snapshot", [
+        # rev: the journal revision of the job's last write
+        "ALTER TABLE jobs ADD COLUMN rev INTEGER NOT NULL DEFAULT 0",
+        # the tail's look-up reads this index, not the records (rev sits after them in each row)
+        "CREATE INDEX jobs_rev ON jobs(rev)",
+        """CREATE TABLE snapshot (
+               id INTEGER PRIMARY KEY CHECK (id = 1),   -- one snapshot
+               key TEXT NOT NULL,        -- format, code and spec it was taken with
+               rev INTEGER NOT NULL,     -- the journal revision it holds every write up to
+               exchange TEXT NOT NULL,   -- sha256 of the exchange document it holds
+               sha256 TEXT NOT NULL,     -- of body
+               body BLOB NOT NULL, taken REAL NOT NULL)""",
+    ]),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+REV_SCHEMA = 6   # the migration that added jobs.rev and the snapshot table
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """The stored restart snapshot, as read (its body not yet checked)."""
+    key: str
+    rev: int
+    exchange: str
+    sha256: str
+    body: bytes
 
 
 class Store(abc.ABC):
@@ -197,6 +224,31 @@ class Store(abc.ABC):
 
     def delete_jobs(self, job_ids: Iterable[str]) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot remove jobs")
+
+    # The restart snapshot (service/snapshot.py): a store without one always replays in full.
+    def save_snapshot(self, key: str, exchange: str, body: bytes, now: float) -> bool:
+        """Keep ``body`` as the snapshot of every write so far; False: this store keeps none."""
+        return False
+
+    def load_snapshot(self) -> Snapshot | None:
+        return None
+
+    def job_ids(self) -> set[str]:
+        """Every stored job's id."""
+        return {d["job_id"] for d in self.load_jobs()}
+
+    def written_after(self, rev: int) -> list[str]:
+        """The ids of the jobs last written at a journal revision above ``rev``."""
+        return []
+
+    def load_jobs_by_id(self, job_ids: Iterable[str]) -> list[tuple[dict, float | None]]:
+        """(record, queue key) of the named jobs, in submission order."""
+        wanted = set(job_ids)
+        return [(d, k) for d, k in self.load_jobs_with_keys() if d["job_id"] in wanted]
+
+    def exchange_digest(self) -> str:
+        """sha256 of the stored exchange document ("" when none)."""
+        return ""
 
 
 def _inode(path: Path) -> int | None:
@@ -290,6 +342,8 @@ class SqliteStore(Store):
         self._synced = 0               # commits known to be on disk
         self._syncing = False          # an fsync is running (its leader took every commit before it)
         self._sync_cond = threading.Condition()
+        self._rev = 0                  # the journal revision of the last job write (after _migrate)
+        self._has_rev = True
         existed = path.exists() and path.stat().st_size > 0
         if existed:
             _check_header(path)
@@ -312,6 +366,9 @@ class SqliteStore(Store):
             self._db.execute(f"PRAGMA synchronous={'NORMAL' if self._group else synchronous.upper()}")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
+            self._rev = self._last_rev()
+            # False only where a test pins an older schema: job writes then leave the revision out
+            self._has_rev = self.schema_version() >= REV_SCHEMA
         except sqlite3.Error as exc:
             self._db.close()
             if type(exc) is sqlite3.DatabaseError:   # damage found past the checks ("malformed")
@@ -354,6 +411,15 @@ class SqliteStore(Store):
         try:
             row = self._db.execute("SELECT MAX(version) FROM schema_version").fetchone()
         except sqlite3.OperationalError:
+            return 0
+        return int(row[0] or 0)
+
+    def _last_rev(self) -> int:
+        """The highest journal revision written: of a job or the snapshot (0 before either)."""
+        try:
+            row = self._db.execute("SELECT MAX(m) FROM (SELECT MAX(rev) AS m FROM jobs "
+                                   "UNION ALL SELECT rev FROM snapshot)").fetchone()
+        except sqlite3.OperationalError:   # an older schema (only where a test pins one)
             return 0
         return int(row[0] or 0)
 
@@ -478,19 +544,30 @@ class SqliteStore(Store):
 
     # -- writes ----------------------------------------------------------
 
+    def _next_rev(self) -> tuple[int, ...]:
+        """The next revision, as the extra SQL argument (none on a pinned older schema). Under
+        _lock, inside a transaction; a rolled-back revision is skipped, never reused."""
+        self._rev += 1
+        return (self._rev,) if self._has_rev else ()
+
     def add_job(self, record: dict, now: float) -> None:
         req = record["request"]
-        self._exec(
-            "INSERT INTO jobs (job_id, user, vc, state, submitted, updated, qkey, record) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (record["job_id"], req["user"], req["vc"], record["state"],
-             record.get("submitted") or now, now, record.get("queue_key"), _dumps(record)))
+        with self.transaction():
+            self._db.execute(
+                "INSERT INTO jobs (job_id, user, vc, state, submitted, updated, qkey, record, rev) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)" if self._has_rev else
+                "INSERT INTO jobs (job_id, user, vc, state, submitted, updated, qkey, record) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (record["job_id"], req["user"], req["vc"], record["state"],
+                 record.get("submitted") or now, now, record.get("queue_key"), _dumps(record),
+                 *self._next_rev()))
 
     def update_job(self, record: dict, now: float) -> None:
         with self.transaction():
-            cur = self._db.execute("UPDATE jobs SET state=?, updated=?, qkey=?, record=? WHERE job_id=?",
+            cur = self._db.execute(f"UPDATE jobs SET state=?, updated=?, qkey=?, record=?"
+                                   f"{', rev=?' if self._has_rev else ''} WHERE job_id=?",
                                    (record["state"], now, record.get("queue_key"), _dumps(record),
-                                    record["job_id"]))
+                                    *self._next_rev(), record["job_id"]))
             if cur.rowcount != 1:
                 raise StoreError(f"update_job: job {record['job_id']!r} is not stored")
 
@@ -548,16 +625,55 @@ class SqliteStore(Store):
     def load_jobs_with_keys(self) -> list[tuple[dict, float | None]]:
         with self._lock:
             rows = self._db.execute("SELECT job_id, record, qkey FROM jobs ORDER BY seq").fetchall()
-        out = []
-        for job_id, r, k in rows:
-            try:
-                record = json.loads(r)
-            except ValueError as exc:   # sound pages, unreadable content: refused like damage
-                raise StoreDamaged(_damaged(self.path, f"the record of job {job_id} is not JSON: {exc}")) from None
-            if "queue_key" not in record:   # written before records carried their queue key
-                record["queue_key"] = k
-            out.append((record, k))
-        return out
+        return [(self._record(job_id, r, k), k) for job_id, r, k in rows]
+
+    def _record(self, job_id: str, text: str, qkey: float | None) -> dict:
+        try:
+            record = json.loads(text)
+        except ValueError as exc:   # sound pages, unreadable content: refused like damage
+            raise StoreDamaged(_damaged(self.path, f"the record of job {job_id} is not JSON: {exc}")) from None
+        if "queue_key" not in record:   # written before records carried their queue key
+            record["queue_key"] = qkey
+        return record
+
+    def load_jobs_by_id(self, job_ids: Iterable[str]) -> list[tuple[dict, float | None]]:
+        ids = list(job_ids)
+        rows: list[tuple[str, str, float | None, int]] = []
+        with self._lock:
+            for i in range(0, len(ids), 500):
+                chunk = ids[i:i + 500]
+                rows += self._db.execute(f"SELECT job_id, record, qkey, seq FROM jobs WHERE job_id IN "
+                                         f"({','.join('?' * len(chunk))})", chunk).fetchall()
+        rows.sort(key=lambda r: r[3])
+        return [(self._record(job_id, r, k), k) for job_id, r, k, _ in rows]
+
+    def job_ids(self) -> set[str]:
+        with self._lock:
+            return {j for (j,) in self._db.execute("SELECT job_id FROM jobs").fetchall()}
+
+    def written_after(self, rev: int) -> list[str]:
+        with self._lock:
+            return [j for (j,) in self._db.execute("SELECT job_id FROM jobs WHERE rev > ?", (rev,)).fetchall()]
+
+    # -- the restart snapshot (service/snapshot.py) -------------------------
+
+    def save_snapshot(self, key: str, exchange: str, body: bytes, now: float) -> bool:
+        """Replace the snapshot in one transaction; it holds every job write up to now."""
+        with self.transaction():
+            self._db.execute("INSERT OR REPLACE INTO snapshot (id, key, rev, exchange, sha256, body, taken) "
+                             "VALUES (1, ?, ?, ?, ?, ?, ?)",
+                             (key, self._rev, exchange, hashlib.sha256(body).hexdigest(), body, now))
+        return True
+
+    def load_snapshot(self) -> Snapshot | None:
+        with self._lock:
+            row = self._db.execute("SELECT key, rev, exchange, sha256, body FROM snapshot WHERE id=1").fetchone()
+        return None if row is None else Snapshot(row[0], int(row[1]), row[2], row[3], bytes(row[4]))
+
+    def exchange_digest(self) -> str:
+        with self._lock:
+            row = self._db.execute("SELECT state FROM exchange WHERE id=1").fetchone()
+        return "" if row is None else hashlib.sha256(row[0].encode()).hexdigest()
 
     def count_jobs(self) -> int:
         with self._lock:

@@ -39,6 +39,7 @@ from .preemption_order import under_cap
 if TYPE_CHECKING:   # the engine imports the policies; they only read its records and view
     from ..engine_records import JobRecord
     from ..engine_view import ClusterView
+    from .fitgpp_cells import CellRoom
     from .fitgpp_vector import VectorScorer
 
 T = TypeVar("T")
@@ -255,9 +256,9 @@ def _shuffled(items: Sequence[T], rng: random.Random) -> Iterator[T]:
         yield pool[i]
 
 
-def _fit_reason(jid: str, score: float, sz: float, grace: float, s: float) -> str:
+def _fit_reason(jid: str, score: float, sz: float, grace: float, s: float, fit: str = "fits alone") -> str:
     return (f"fitgpp: preempt {jid} (score {score:.3f} = size {sz:.3f} scaled + s={s:g} x grace "
-            f"{grace:g}s scaled; fits alone)")
+            f"{grace:g}s scaled; {fit})")
 
 
 def choose(
@@ -291,13 +292,7 @@ def choose(
         raise ValueError(f"fitgpp: preemption cap P must be >= 0, got {cap}")
     if not candidates:
         return Choice([], "fitgpp: no running BE job to preempt")
-    # eq. 3 inline (same arithmetic as scores(), without the intermediate lists)
-    max_size = max(c.size for c in candidates)
-    max_gp = max(c.grace_period for c in candidates)
-    ka = 1.0 / max_size if max_size > 0 else 0.0
-    kb = s / max_gp if max_gp > 0 else 0.0
-    heap = [(c.size * ka + c.grace_period * kb, c.job_id, i)
-            for i, c in enumerate(candidates) if under_cap(c.preemptions, cap)]
+    heap = _eligible_scores(candidates, s, cap)
     if not heap:
         return Choice([], f"fitgpp: every running BE job reached the preemption cap P={cap}")
     if known_unfit:  # the caller already found eq. 4 empty: straight to the fallback
@@ -311,41 +306,60 @@ def choose(
         c = candidates[i]
         if single_fit(pods, c, free):
             return Choice([c.job_id], _fit_reason(c.job_id, score, c.size, c.grace_period, s))
-    # fallback
+    eligible = [candidates[i] for _, _, i in order]   # ascending score
     if len(pods) != 1:
-        # a gang: random eligible jobs until it fits (the paper's random choice, repeated)
-        shuffled = _shuffled([candidates[i] for _, _, i in order], rng or random.Random(0))
-        victims = preempt_until_fits(pods, shuffled, free)
-        if victims is None:
-            return Choice([], f"fitgpp: preempting all {len(order)} eligible BE jobs would still not make room")
-        return Choice(victims, "fitgpp fallback: no single BE job fits the TE gang (eq. 2), so random BE jobs "
-                      f"are preempted until it fits, as the paper does: {', '.join(victims)}", fallback=True)
-    pod = pods[0]
-    on_node: dict[str, list[int]] = {}
-    for _, _, i in order:  # ascending score
-        for node in candidates[i].usage:
-            on_node.setdefault(node, []).append(i)
+        return _gang_fallback(pods, eligible, free, rng or random.Random(0))
+    return _node_fallback(pods[0], eligible, free, rng or random.Random(0))
+
+
+def _eligible_scores(candidates: Sequence[Candidate], s: float, cap: float) -> list[tuple[float, str, int]]:
+    """eq. 3 (same arithmetic as scores(), without the intermediate lists) for the candidates
+    under the cap, as (score, job id, index)."""
+    max_size = max(c.size for c in candidates)
+    max_gp = max(c.grace_period for c in candidates)
+    ka = 1.0 / max_size if max_size > 0 else 0.0
+    kb = s / max_gp if max_gp > 0 else 0.0
+    return [(c.size * ka + c.grace_period * kb, c.job_id, i)
+            for i, c in enumerate(candidates) if under_cap(c.preemptions, cap)]
+
+
+def _gang_fallback(pods: Sequence[Vec], eligible: Sequence[Candidate], free: Mapping[str, Vec],
+                   rng: random.Random) -> Choice:
+    """A gang: random eligible jobs until it fits (the paper's random choice, repeated)."""
+    victims = preempt_until_fits(pods, _shuffled(eligible, rng), free)
+    if victims is None:
+        return Choice([], f"fitgpp: preempting all {len(eligible)} eligible BE jobs would still not make room")
+    return Choice(victims, "fitgpp fallback: no single BE job fits the TE gang (eq. 2), so random BE jobs "
+                  f"are preempted until it fits, as the paper does: {', '.join(victims)}", fallback=True)
+
+
+def _node_fallback(pod: Vec, eligible: Sequence[Candidate], free: Mapping[str, Vec], rng: random.Random) -> Choice:
+    """One pod: a random eligible job on a node that can host it once its eligible jobs leave,
+    then that node's lowest-scored jobs until the pod fits there (``choose``)."""
+    on_node: dict[str, list[Candidate]] = {}
+    for c in eligible:  # ascending score
+        for node in c.usage:
+            on_node.setdefault(node, []).append(c)
     hosts = []  # nodes that can host the TE job once their eligible BE jobs leave
-    for node, idx in on_node.items():
+    for node, cs in on_node.items():
         f = free.get(node, (0.0, 0.0, 0.0))
         tot = [f[0], f[1], f[2]]
-        for i in idx:
-            u = candidates[i].usage[node]
+        for c in cs:
+            u = c.usage[node]
             tot[0] += u[0]
             tot[1] += u[1]
             tot[2] += u[2]
         if fits(pod, (0.0, 0.0, 0.0), (tot[0], tot[1], tot[2])):
             hosts.append(node)
     if not hosts:
-        return Choice([], f"fitgpp: preempting all {len(order)} eligible BE jobs would still not make room")
-    rng = rng or random.Random(0)
+        return Choice([], f"fitgpp: preempting all {len(eligible)} eligible BE jobs would still not make room")
     node = hosts[rng.randrange(len(hosts))] if len(hosts) > 1 else hosts[0]
     first = on_node[node][rng.randrange(len(on_node[node]))]
     room = Room([pod], free)
     victims = []
-    for i in [first] + [k for k in on_node[node] if k != first]:
-        victims.append(candidates[i].job_id)
-        room.add({node: candidates[i].usage[node]})
+    for c in [first] + [k for k in on_node[node] if k is not first]:
+        victims.append(c.job_id)
+        room.add({node: c.usage[node]})
         if fits(pod, (0.0, 0.0, 0.0), room.avail(node)):
             break
     return Choice(
@@ -484,6 +498,7 @@ class FitGppPolicy:
     _rng: random.Random = field(init=False, repr=False)
     _cache: dict[str, tuple[Any, float, Candidate]] = field(init=False, repr=False, default_factory=dict)
     _vec: VectorScorer = field(init=False, repr=False)
+    _cells: CellRoom | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         if self.s < 0:
@@ -495,10 +510,21 @@ class FitGppPolicy:
 
         self._vec = VectorScorer()
 
+    def attach(self, alloc: object) -> None:
+        """The engine hands its allocator. Under HiveD's cells (an allocator with a cell tree)
+        victims are chosen by the cells they free (fitgpp_cells.py); otherwise by eq. 2's counts."""
+        from .fitgpp_cells import CellRoom
+
+        tree = getattr(alloc, "tree", None)
+        spec = getattr(alloc, "spec", None)
+        self._cells = CellRoom(tree, spec) if tree is not None and spec is not None else None
+
     def choose(self, job: JobRecord, candidates: Sequence[JobRecord], view: ClusterView,
                now: float) -> tuple[list[str], str]:
         if not candidates:
             return [], "fitgpp: no running BE job to preempt"
+        if self._cells is not None and job.pod_gpus:
+            return self._choose_on_cells(self._cells, job, candidates, view, now)
         from .fitgpp_vector import NO_FIT
 
         unfit = False
@@ -524,3 +550,37 @@ class FitGppPolicy:
         ch = choose(pods, cands, free, s=self.s, cap=math.inf if self.cap is None else self.cap, rng=self._rng,
                     known_unfit=unfit)
         return ch.victims, ch.reason
+
+    def _choose_on_cells(self, cells: CellRoom, job: JobRecord, candidates: Sequence[JobRecord],
+                         view: ClusterView, now: float) -> tuple[list[str], str]:
+        """eq. 3's order, eq. 2 and 4 asked of the cells (fitgpp_cells.py), per chain the job may use."""
+        free, capacity = node_vectors(view)
+        if len(self._cache) > 4 * len(candidates) + 1024:
+            self._cache.clear()
+        cands = candidates_from(candidates, view, capacity, now, cache=self._cache)
+        heap = _eligible_scores(cands, self.s, math.inf if self.cap is None else self.cap)
+        if not heap:
+            return [], f"fitgpp: every running BE job reached the preemption cap P={self.cap}"
+        ordered = [(score, jid) for score, jid, _ in sorted(heap)]
+        by_id = {c.job_id: c for c in cands}
+        nodes_of = {c.job_id: list(c.usage) for c in cands}
+        demands = pod_demands(job, capacity)
+        pod = demands[0] if len(demands) == 1 else None
+
+        def alone_ok(jid: str, node: str) -> bool:   # eq. 2 by counts on that node: necessary
+            used = by_id[jid].usage.get(node)
+            return pod is None or (used is not None and fits(pod, used, free.get(node, (0.0, 0.0, 0.0))))
+
+        free_nodes = [n for n, st in view.nodes.items() if st.gpus_free > 0]
+        chains = [job.chain] if job.chain is not None else list(cells.spec.chains)
+        why = "fitgpp: no chain to place the TE job in"
+        for chain in chains:
+            victims, why = cells.choose(chain, job.pod_gpus, job.level, ordered, nodes_of, free_nodes, alone_ok)
+            if len(victims) == 1 and not why.startswith("fitgpp fallback"):
+                c = by_id[victims[0]]
+                score = next(sc for sc, j in ordered if j == c.job_id)
+                return victims, _fit_reason(c.job_id, score, c.size, c.grace_period, self.s,
+                                            "fits alone: its cells, once free, hold the TE job's pods")
+            if victims:
+                return victims, why
+        return [], why

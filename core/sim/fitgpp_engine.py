@@ -64,19 +64,7 @@ def simulate_engine(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES
     """
     from .fitgpp_experiment import PolicyResult, histogram  # what both backends share
 
-    pol = _policy(policy, s, seed)
-    alloc: QuotaAllocator | Allocator
-    if allocator == "quota":
-        alloc = QuotaAllocator(load_spec(cluster_spec(nodes)))
-    elif allocator == "hived":
-        alloc = Allocator(load_spec(cluster_spec(nodes)))
-    else:
-        raise ValueError(f"fitgpp engine replay: unknown allocator {allocator!r}; choose quota or hived")
-    eng = Engine(alloc,
-                 queue_policy=FifoPolicy(te_first=policy != "fifo"), preemption_policy=pol,
-                 # inf: no cap (the engine only compares preemption counts with it)
-                 config=EngineConfig(preemption_cap=cap if math.isinf(cap) else int(cap),  # type: ignore[arg-type]
-                                     backfill=False))   # the paper's strict FIFO
+    eng = _engine(policy, nodes=nodes, s=s, cap=cap, seed=seed, allocator=allocator)
     sim = SimLauncher()
     n = len(jobs)
     ids = [f"j{j.idx}" for j in jobs]
@@ -87,13 +75,6 @@ def simulate_engine(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES
     preempted = [0] * n
     preemptions = fallbacks = done = 0
     nxt = 0
-
-    def submit(k: int, now: float) -> None:
-        j = jobs[k]
-        req = JobRequest(user="sim", vc="vc0", job_class=JobClass.TE if j.te else JobClass.BE,
-                         groups=[PodGroup(1, j.gpus, cpus=float(j.cpus), memory_gb=float(j.memory_gb))],
-                         grace_period=j.grace_min * MIN, duration=j.exec_min * MIN)
-        eng.submit(req, now, job_id=ids[k])
 
     def decide(now: float) -> None:
         nonlocal preemptions, fallbacks
@@ -121,7 +102,7 @@ def simulate_engine(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES
     while done < n:
         now = t * MIN
         while nxt < n and jobs[nxt].arrival_min <= t:
-            submit(nxt, now)
+            eng.submit(_request(jobs[nxt]), now, job_id=ids[nxt])
             nxt += 1
         decide(now)                       # arrivals meet the cluster as the last round left it
         for kind, jid in sim.due(now):
@@ -144,11 +125,41 @@ def simulate_engine(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES
         t = max(t + 1, math.ceil(min(cand) / MIN))
     if tick is not None and n & 1023:
         tick(n & 1023)
+    te_sd, be_sd = _slowdowns(jobs, finish)
+    return PolicyResult(policy, s if policy == "fitgpp" else None, cap, n, te_sd, be_sd, intervals,
+                        sum(1 for p in preempted if p), preemptions, fallbacks, round(max(finish) / MIN) if n else 0,
+                        histogram(preempted))
+
+
+def _request(j: SynthJob) -> JobRequest:
+    return JobRequest(user="sim", vc="vc0", job_class=JobClass.TE if j.te else JobClass.BE,
+                      groups=[PodGroup(1, j.gpus, cpus=float(j.cpus), memory_gb=float(j.memory_gb))],
+                      grace_period=j.grace_min * MIN, duration=j.exec_min * MIN)
+
+
+def _engine(policy: str, *, nodes: int, s: float, cap: float, seed: int, allocator: str) -> Engine:
+    """The engine ``simulate_engine`` replays through: ``allocator`` over the FitGpp cluster of
+    ``nodes`` nodes, TE first (but for fifo), ``policy`` choosing victims, no backfill."""
+    pol = _policy(policy, s, seed)
+    alloc: QuotaAllocator | Allocator
+    if allocator == "quota":
+        alloc = QuotaAllocator(load_spec(cluster_spec(nodes)))
+    elif allocator == "hived":
+        alloc = Allocator(load_spec(cluster_spec(nodes)))
+    else:
+        raise ValueError(f"fitgpp engine replay: unknown allocator {allocator!r}; choose quota or hived")
+    return Engine(alloc,
+                  queue_policy=FifoPolicy(te_first=policy != "fifo"), preemption_policy=pol,
+                  # inf: no cap (the engine only compares preemption counts with it)
+                  config=EngineConfig(preemption_cap=cap if math.isinf(cap) else int(cap),  # type: ignore[arg-type]
+                                      backfill=False))   # the paper's strict FIFO
+
+
+def _slowdowns(jobs: Sequence[SynthJob], finish: list[float]) -> tuple[list[float], list[float]]:
+    """(TE, BE) slowdowns: 1 + the time a job waited over its execution time."""
     te_sd: list[float] = []
     be_sd: list[float] = []
     for k, j in enumerate(jobs):
         wait = finish[k] / MIN - j.arrival_min - j.exec_min
         (te_sd if j.te else be_sd).append(1.0 + wait / j.exec_min)
-    return PolicyResult(policy, s if policy == "fitgpp" else None, cap, n, te_sd, be_sd, intervals,
-                        sum(1 for p in preempted if p), preemptions, fallbacks, round(max(finish) / MIN) if n else 0,
-                        histogram(preempted))
+    return te_sd, be_sd

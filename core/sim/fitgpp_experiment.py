@@ -166,69 +166,108 @@ def simulate(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: fl
     That is the paper's "when a TE job arrives ... BE jobs are suspended";
     with False, completions go first and TE jobs rarely need to preempt.
     ``tick(k)`` is told every ~1,000 finished jobs (progress bars)."""
-    choose = _chooser(policy, s, cap, seed)
-    n = len(jobs)
-    cl = _Cluster(nodes)
-    sizes = [size(j.demand, CAPACITY) for j in jobs]
-    arrival = [j.arrival_min for j in jobs]
-    remaining = [j.exec_min for j in jobs]       # minutes of work left
-    node_of = [-1] * n
-    end_at = [0] * n                             # completion minute while running
-    finish = [0] * n
-    preempted = [0] * n
-    running_be: dict[int, None] = {}             # running BE jobs (insertion-ordered set)
-    run_started = [0] * n
-    intervals: list[int] = []
-    signal_at: dict[int, int] = {}
-    events: list[tuple[int, int, int]] = []      # (minute, kind 0=end 1=kill, job)
-    te_q: deque[int] = deque()
-    be_q: deque[int] = deque()                   # FIFO uses this one for everything
-    bound: list[tuple[int, int]] = []            # (TE job, node) waiting for victims
-    fallbacks = 0
-    preemptions = 0
-    done = 0
-    next_arrival = 0
-    cap_load = keep_load * nodes if keep_load else None
-    load = [0.0, 0.0, 0.0]                       # demand in the system (calibration)
-    arrivals_out = [0] * n
+    m = _Model(jobs, policy, nodes=nodes, cap=cap, choose=_chooser(policy, s, cap, seed), keep_load=keep_load,
+               tick=tick)
+    m.run(te_on_arrival)
+    if tick is not None and m.n & 1023:
+        tick(m.n & 1023)
+    if m.cap_load is not None:
+        return m.arrivals_out
+    te_sd: list[float] = []
+    be_sd: list[float] = []
+    for j, job in enumerate(jobs):
+        wait = m.finish[j] - job.arrival_min - job.exec_min
+        (te_sd if job.te else be_sd).append(1.0 + wait / job.exec_min)
+    return PolicyResult(policy, s if policy == "fitgpp" else None, cap, m.n, te_sd, be_sd, m.intervals,
+                        sum(1 for p in m.preempted if p), m.preemptions, m.fallbacks, max(m.finish) if m.n else 0,
+                        histogram(m.preempted))
 
-    def start(j: int, node: int, t: int, *, taken: bool = False) -> None:
+
+class _Model:
+    """The state of one ``simulate`` run: the cluster, the queues, and each job's progress."""
+
+    def __init__(self, jobs: Sequence[SynthJob], policy: str, *, nodes: int, cap: float, choose: Chooser | None,
+                 keep_load: float | None, tick: Callable[[int], object] | None) -> None:
+        self.jobs, self.policy, self.choose, self.tick = jobs, policy, choose, tick
+        n = self.n = len(jobs)
+        self.cl = _Cluster(nodes)
+        self.sizes = [size(j.demand, CAPACITY) for j in jobs]
+        self.arrival = [j.arrival_min for j in jobs]
+        self.remaining = [j.exec_min for j in jobs]       # minutes of work left
+        self.node_of = [-1] * n
+        self.end_at = [0] * n                             # completion minute while running
+        self.finish = [0] * n
+        self.preempted = [0] * n
+        self.running_be: dict[int, None] = {}             # running BE jobs (insertion-ordered set)
+        self.run_started = [0] * n
+        self.intervals: list[int] = []
+        self.signal_at: dict[int, int] = {}
+        self.events: list[tuple[int, int, int]] = []      # (minute, kind 0=end 1=kill, job)
+        self.te_q: deque[int] = deque()
+        self.be_q: deque[int] = deque()                   # FIFO uses this one for everything
+        self.bound: list[tuple[int, int]] = []            # (TE job, node) waiting for victims
+        self.fallbacks = 0
+        self.preemptions = 0
+        self.done = 0
+        self.next_arrival = 0
+        self.cap_load = keep_load * nodes if keep_load else None
+        self.load = [0.0, 0.0, 0.0]                       # demand in the system (calibration)
+        self.arrivals_out = [0] * n
+        self.killed: list[int] = []
+
+    def start(self, j: int, node: int, t: int, *, taken: bool = False) -> None:
         if not taken:
-            cl.take(node, jobs[j].demand)
-        node_of[j] = node
-        run_started[j] = t
-        end_at[j] = t + remaining[j]
-        heapq.heappush(events, (end_at[j], 0, j))
-        if j in signal_at:
-            intervals.append(t - signal_at.pop(j))
-        if not jobs[j].te:
-            running_be[j] = None
+            self.cl.take(node, self.jobs[j].demand)
+        self.node_of[j] = node
+        self.run_started[j] = t
+        self.end_at[j] = t + self.remaining[j]
+        heapq.heappush(self.events, (self.end_at[j], 0, j))
+        if j in self.signal_at:
+            self.intervals.append(t - self.signal_at.pop(j))
+        if not self.jobs[j].te:
+            self.running_be[j] = None
 
-    def try_queue(q: deque[int], t: int) -> None:
+    def try_queue(self, q: deque[int], t: int) -> None:
         while q:
             j = q[0]
-            node = cl.best_fit(jobs[j].demand)
+            node = self.cl.best_fit(self.jobs[j].demand)
             if node < 0:
                 return  # head-of-line blocking, as FIFO does
             q.popleft()
-            start(j, node, t)
+            self.start(j, node, t)
 
-    def try_preempt(j: int, t: int) -> bool:
-        nonlocal fallbacks, preemptions
-        assert choose is not None   # FIFO never preempts
+    def try_preempt(self, j: int, t: int) -> bool:
+        assert self.choose is not None   # FIFO never preempts
+        jobs, cl = self.jobs, self.cl
         cands = []
-        for b in running_be:
-            cands.append(Candidate(str(b), {str(node_of[b]): jobs[b].demand}, sizes[b],
-                                   float(jobs[b].grace_min), preempted[b], float(end_at[b] - t)))
+        for b in self.running_be:
+            cands.append(Candidate(str(b), {str(self.node_of[b]): jobs[b].demand}, self.sizes[b],
+                                   float(jobs[b].grace_min), self.preempted[b], float(self.end_at[b] - t)))
         free: dict[str, Vec] = {str(i): (f[0], f[1], f[2]) for i, f in enumerate(cl.free)}
-        ch = choose(jobs[j].demand, cands, free, t)
+        ch = self.choose(jobs[j].demand, cands, free, t)
         if not ch.victims:
             return False
-        fallbacks += ch.fallback
+        self.fallbacks += ch.fallback
         victims = [int(v) for v in ch.victims]
+        target = self._victims_node(j, victims)
+        for v in victims:
+            del self.running_be[v]
+            self.remaining[v] = self.end_at[v] - t        # progress up to the signal is kept
+            self.end_at[v] = -1                           # its pending end event is now stale
+            self.preempted[v] += 1
+            self.preemptions += 1
+            self.signal_at[v] = t
+            heapq.heappush(self.events, (t + jobs[v].grace_min, 1, v))
+        cl.take(target, jobs[j].demand)                   # bind the TE job now (may over-commit)
+        self.bound.append((j, target))
+        return True
+
+    def _victims_node(self, j: int, victims: list[int]) -> int:
+        """The node where ``victims`` leaving makes room for TE job ``j``, the tightest fit."""
+        jobs, cl = self.jobs, self.cl
         freed: dict[int, list[float]] = {}
         for v in victims:
-            nd = node_of[v]
+            nd = self.node_of[v]
             f = freed.setdefault(nd, [0.0, 0.0, 0.0])
             for k in range(3):
                 f[k] += jobs[v].demand[k]
@@ -242,125 +281,114 @@ def simulate(jobs: Sequence[SynthJob], policy: str, *, nodes: int = NODES, s: fl
                 if key is None or kk < key:
                     target, key = nd, kk
         if target < 0:  # the policy promised room; guard against a broken promise
-            raise AssertionError(f"{policy}: victims {victims} leave no node for TE job {j}")
-        for v in victims:
-            del running_be[v]
-            remaining[v] = end_at[v] - t           # progress up to the signal is kept
-            end_at[v] = -1                         # its pending end event is now stale
-            preempted[v] += 1
-            preemptions += 1
-            signal_at[v] = t
-            heapq.heappush(events, (t + jobs[v].grace_min, 1, v))
-        cl.take(target, d)                         # bind the TE job now (may over-commit)
-        bound.append((j, target))
-        return True
+            raise AssertionError(f"{self.policy}: victims {victims} leave no node for TE job {j}")
+        return target
 
-    def schedule_te(t: int) -> None:
+    def schedule_te(self, t: int) -> None:
+        te_q = self.te_q
         while te_q:
             j = te_q[0]
-            node = cl.best_fit(jobs[j].demand)
+            node = self.cl.best_fit(self.jobs[j].demand)
             if node >= 0:
                 te_q.popleft()
-                start(j, node, t)
-            elif try_preempt(j, t):
+                self.start(j, node, t)
+            elif self.try_preempt(j, t):
                 te_q.popleft()
             else:
                 return  # TE blocks the queue; BE jobs wait behind it
 
-    def schedule(t: int) -> None:
-        if choose is not None:
-            schedule_te(t)
-            if te_q:
+    def schedule(self, t: int) -> None:
+        if self.choose is not None:
+            self.schedule_te(t)
+            if self.te_q:
                 return
-        try_queue(be_q, t)
+        self.try_queue(self.be_q, t)
 
-    def arrive(j: int, t: int) -> None:
-        (te_q if (jobs[j].te and choose is not None) else be_q).append(j)
+    def arrive(self, j: int, t: int) -> None:
+        (self.te_q if (self.jobs[j].te and self.choose is not None) else self.be_q).append(j)
 
-    killed: list[int] = []
-    t = 0
-    while done < n:
-        # 0. arrivals of the last minute meet the cluster as the last round left it
-        if te_on_arrival and cap_load is None:
-            while next_arrival < n and arrival[next_arrival] <= t:
-                arrive(next_arrival, t)
-                next_arrival += 1
-            if choose is not None:
-                schedule_te(t)
-        # 1. what ended by now: completions and victims at the end of their grace period
+    def run(self, te_on_arrival: bool) -> None:
+        t = 0
+        while self.done < self.n:
+            # 0. arrivals of the last minute meet the cluster as the last round left it
+            if te_on_arrival and self.cap_load is None:
+                self._arrivals(t)
+                if self.choose is not None:
+                    self.schedule_te(t)
+            self._ended(t)   # 1. completions and victims at the end of their grace period
+            # 2. TE jobs whose victims have left start now
+            if self.bound:
+                still = []
+                for j, nd in self.bound:
+                    if self.cl.ok(nd):
+                        self.start(j, nd, t, taken=True)
+                    else:
+                        still.append((j, nd))
+                self.bound = still
+            # 3. arrivals, 4. scheduling
+            if self.cap_load is None:
+                self._arrivals(t)
+                self.schedule(t)
+            else:
+                self._keep_load(t, self.cap_load)
+            # 5. jump to the next minute where anything can change
+            nxt = []
+            if self.events:
+                nxt.append(self.events[0][0])
+            if self.cap_load is None and self.next_arrival < self.n:
+                nxt.append(self.arrival[self.next_arrival])
+            if not nxt:
+                if self.done < self.n:
+                    raise AssertionError(f"{self.policy}: stuck at minute {t} with {self.n - self.done} "
+                                         f"jobs unfinished")
+                break
+            t = max(t, min(nxt))  # == t when a victim with grace 0 must leave this very minute
+
+    def _arrivals(self, t: int) -> None:
+        while self.next_arrival < self.n and self.arrival[self.next_arrival] <= t:
+            self.arrive(self.next_arrival, t)
+            self.next_arrival += 1
+
+    def _keep_load(self, t: int, cap_load: float) -> None:
+        """Calibration: admit the next jobs while the load stays under ``cap_load``."""
+        self.schedule(t)
+        load, jobs = self.load, self.jobs
+        while self.next_arrival < self.n and max(load[0] / CAPACITY[0], load[1] / CAPACITY[1],
+                                                 load[2] / CAPACITY[2]) < cap_load:
+            j = self.next_arrival
+            self.arrivals_out[j] = t
+            for k in range(3):
+                load[k] += jobs[j].demand[k]
+            self.arrive(j, t)
+            self.next_arrival += 1
+            self.schedule(t)
+
+    def _ended(self, t: int) -> None:
+        """Completions and victims whose grace period is over, by ``t``; victims go back to the
+        head of the BE queue (several at once keep submission order)."""
+        events, jobs, cl, node_of, killed = self.events, self.jobs, self.cl, self.node_of, self.killed
         while events and events[0][0] <= t:
-            _, kind, j = heapq.heappop(events)
+            when, kind, j = heapq.heappop(events)
             if kind == 0:
-                if end_at[j] != _ or node_of[j] < 0:
+                if self.end_at[j] != when or node_of[j] < 0:
                     continue  # stale end event of a job preempted meanwhile
                 cl.give(node_of[j], jobs[j].demand)
-                running_be.pop(j, None)
+                self.running_be.pop(j, None)
                 node_of[j] = -1
-                finish[j] = t
-                done += 1
-                if tick is not None and done & 1023 == 0:
-                    tick(1024)
-                if cap_load:
+                self.finish[j] = t
+                self.done += 1
+                if self.tick is not None and self.done & 1023 == 0:
+                    self.tick(1024)
+                if self.cap_load:
                     for k in range(3):
-                        load[k] -= jobs[j].demand[k]
+                        self.load[k] -= jobs[j].demand[k]
             else:
                 cl.give(node_of[j], jobs[j].demand)
                 node_of[j] = -1
                 killed.append(j)
-        # victims go back to the head of the BE queue; several at once keep submission order
         for j in sorted(killed, reverse=True):
-            be_q.appendleft(j)
+            self.be_q.appendleft(j)
         killed.clear()
-        # 2. TE jobs whose victims have left start now
-        if bound:
-            still = []
-            for j, nd in bound:
-                if cl.ok(nd):
-                    start(j, nd, t, taken=True)
-                else:
-                    still.append((j, nd))
-            bound = still
-        # 3. arrivals, 4. scheduling
-        if cap_load is None:
-            while next_arrival < n and arrival[next_arrival] <= t:
-                arrive(next_arrival, t)
-                next_arrival += 1
-            schedule(t)
-        else:
-            schedule(t)
-            while next_arrival < n and max(load[0] / CAPACITY[0], load[1] / CAPACITY[1],
-                                           load[2] / CAPACITY[2]) < cap_load:
-                j = next_arrival
-                arrivals_out[j] = t
-                for k in range(3):
-                    load[k] += jobs[j].demand[k]
-                arrive(j, t)
-                next_arrival += 1
-                schedule(t)
-        # 5. jump to the next minute where anything can change
-        nxt = []
-        if events:
-            nxt.append(events[0][0])
-        if cap_load is None and next_arrival < n:
-            nxt.append(arrival[next_arrival])
-        if not nxt:
-            if done < n:
-                raise AssertionError(f"{policy}: stuck at minute {t} with {n - done} jobs unfinished")
-            break
-        t = max(t, min(nxt))  # == t when a victim with grace 0 must leave this very minute
-
-    if tick is not None and n & 1023:
-        tick(n & 1023)
-    if cap_load is not None:
-        return arrivals_out
-    te_sd: list[float] = []
-    be_sd: list[float] = []
-    for j, job in enumerate(jobs):
-        wait = finish[j] - job.arrival_min - job.exec_min
-        (te_sd if job.te else be_sd).append(1.0 + wait / job.exec_min)
-    return PolicyResult(policy, s if policy == "fitgpp" else None, cap, n, te_sd, be_sd, intervals,
-                        sum(1 for p in preempted if p), preemptions, fallbacks, max(finish) if n else 0,
-                        histogram(preempted))
 
 
 def histogram(preempted: Sequence[int]) -> tuple[int, int, int]:

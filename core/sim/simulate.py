@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine import Engine, EngineConfig
-from ..jobs import HOLDING, Affinity, DecisionKind, JobClass, JobRequest, PodGroup
+from ..jobs import HOLDING, Affinity, Decision, DecisionKind, JobClass, JobRequest, PodGroup
 from .idle import idle_fit_gpus
 from .launcher import SimLauncher
 from .safety import blocked_heads
@@ -108,7 +108,8 @@ def to_request(j: TraceJob, allow_opportunistic: bool = True) -> JobRequest:
     groups = [PodGroup(sizes.count(g), g, cpus=j.cpus, memory_gb=j.memory_gb) for g in sorted(set(sizes), reverse=True)]
     return JobRequest(user=j.tenant, vc=j.tenant, job_class=cls, groups=groups,
                       affinity=Affinity(j.affinity), grace_period=j.grace_period, duration=j.duration,
-                      allow_opportunistic=allow_opportunistic and cls.guaranteed, name=j.job_id)
+                      allow_opportunistic=allow_opportunistic and cls.guaranteed, name=j.job_id,
+                      time_limit=j.time_limit)
 
 
 def replay(eng: Engine, jobs: list[TraceJob], *, sample_every: float = 3600.0,
@@ -128,94 +129,123 @@ def replay(eng: Engine, jobs: list[TraceJob], *, sample_every: float = 3600.0,
     ``frag``, ``util`` and ``guaranteed`` are sampled every ``sample_every``
     seconds; ``guaranteed`` is the share of GPUs held by guaranteed jobs, the
     paper's load ("around 90% of the GPUs are used by high-priority jobs", HiveD (OSDI '20) §5.2)."""
-    launcher = SimLauncher()
-    frag: list[Sample] = []
-    util: list[Sample] = []
-    preempted: list[Preempted] = []
-    guaranteed: list[Sample] = []
-    first_nodes: dict[str, str] = {}
-    first_opp: dict[str, bool] = {}
-    total_gpus = max(1, sum(st.gpus_total for st in eng.view.nodes.values()))
-    view = eng.view
-    i, n = 0, len(jobs)
-    next_sample = 0.0
-    next_idle = 0.0
-    idle_gpu_s = 0.0
-    refused: list[tuple[TraceJob, str]] = []
-    breached: set[str] = set()   # heads of VC queues that fit their VC's free cells after a round and waited
-    breach_rounds = 0
-    check = guarantee
-    waiting: set[str] = set()    # VCs whose head breached at the last check
-    while True:
-        cands = [t for t in (jobs[i].submit if i < n else None, launcher.next_time(), eng.next_wakeup())
-                 if t is not None]
-        if not cands:
-            break
-        now = min(cands)
-        while next_sample <= now and sample_every > 0:
-            frag.append((next_sample, view.fragmentation()))
-            util.append((next_sample, 1.0 - sum(max(0, st.gpus_free) for st in view.nodes.values()) / total_gpus))
-            guaranteed.append((next_sample, sum(st.guaranteed_gpus for st in view.nodes.values()) / total_gpus))
-            next_sample += sample_every
-        if idle_every > 0 and next_idle <= now:
-            k = math.floor((now - next_idle) / idle_every) + 1   # samples up to now see the same state
-            idle_gpu_s += k * idle_every * idle_fit_gpus(eng, now)
-            next_idle += k * idle_every
-        fresh = []
-        while i < n and jobs[i].submit <= now:
-            j = jobs[i]
-            try:
-                eng.submit(to_request(j, allow_opportunistic), now, job_id=j.job_id)
-                fresh.append(j.job_id)
-            except ValueError as e:
-                refused.append((j, str(e)))
-            i += 1
-            if progress is not None:
-                progress(1)
-        for kind, jid in launcher.due(now):
-            if kind == SimLauncher.FINISHED:
-                eng.on_finished(jid, now, 0)
-            else:
-                rec = eng.job(jid)
-                if rec.state in HOLDING:
+    r = _Replay(eng, jobs, sample_every=sample_every, progress=progress, allow_opportunistic=allow_opportunistic,
+                guarantee=guarantee, idle_every=idle_every)
+    r.run()
+    return (r.rows(), r.frag, r.util, r.preempted, r.guaranteed, (r.breach_rounds if guarantee else None),
+            r.idle_gpu_s / 3600.0)
+
+
+class _Replay:
+    """One ``replay``: the loop's state between events, and what it records."""
+
+    def __init__(self, eng: Engine, jobs: list[TraceJob], *, sample_every: float,
+                 progress: Callable[[int], object] | None, allow_opportunistic: bool, guarantee: bool,
+                 idle_every: float) -> None:
+        self.eng, self.jobs, self.progress = eng, jobs, progress
+        self.sample_every, self.idle_every = sample_every, idle_every
+        self.allow_opportunistic, self.check = allow_opportunistic, guarantee
+        self.launcher = SimLauncher()
+        self.frag: list[Sample] = []
+        self.util: list[Sample] = []
+        self.preempted: list[Preempted] = []
+        self.guaranteed: list[Sample] = []
+        self.first_nodes: dict[str, str] = {}
+        self.first_opp: dict[str, bool] = {}
+        self.total_gpus = max(1, sum(st.gpus_total for st in eng.view.nodes.values()))
+        self.next_sample = 0.0
+        self.next_idle = 0.0
+        self.idle_gpu_s = 0.0
+        self.refused: list[tuple[TraceJob, str]] = []
+        self.breached: set[str] = set()   # heads of VC queues that fit their VC's free cells after a round and waited
+        self.breach_rounds = 0
+        self.waiting: set[str] = set()    # VCs whose head breached at the last check
+
+    def run(self) -> None:
+        eng, jobs, launcher = self.eng, self.jobs, self.launcher
+        i, n = 0, len(jobs)
+        while True:
+            cands = [t for t in (jobs[i].submit if i < n else None, launcher.next_time(), eng.next_wakeup())
+                     if t is not None]
+            if not cands:
+                break
+            now = min(cands)
+            self._sample(now)
+            while i < n and jobs[i].submit <= now:
+                self._submit(jobs[i], now)
+                i += 1
+            for kind, jid in launcher.due(now):
+                if kind == SimLauncher.FINISHED:
+                    eng.on_finished(jid, now, 0)
+                elif eng.job(jid).state in HOLDING:
                     eng.on_preempted(jid, now)
-        for d in eng.step(now):
+            self._act(eng.step(now), now)
+            if self.check:
+                # a VC the round did not walk changed in nothing since the last check: only
+                # re-check those it walked, and those that breached before
+                heads = blocked_heads(eng, now, eng.scanned | self.waiting)
+                self.waiting = {eng.job(h).request.vc for h in heads}
+                if heads:
+                    self.breach_rounds += 1
+                    self.breached.update(heads)
+
+    def _sample(self, now: float) -> None:
+        """The time series up to ``now`` (each sample sees the state the last round left)."""
+        view = self.eng.view
+        while self.next_sample <= now and self.sample_every > 0:
+            t = self.next_sample
+            self.frag.append((t, view.fragmentation()))
+            self.util.append((t, 1.0 - sum(max(0, st.gpus_free) for st in view.nodes.values()) / self.total_gpus))
+            self.guaranteed.append((t, sum(st.guaranteed_gpus for st in view.nodes.values()) / self.total_gpus))
+            self.next_sample += self.sample_every
+        if self.idle_every > 0 and self.next_idle <= now:
+            k = math.floor((now - self.next_idle) / self.idle_every) + 1   # samples up to now see the same state
+            self.idle_gpu_s += k * self.idle_every * idle_fit_gpus(self.eng, now)
+            self.next_idle += k * self.idle_every
+
+    def _submit(self, j: TraceJob, now: float) -> None:
+        try:
+            self.eng.submit(to_request(j, self.allow_opportunistic), now, job_id=j.job_id)
+        except ValueError as e:
+            self.refused.append((j, str(e)))
+        if self.progress is not None:
+            self.progress(1)
+
+    def _act(self, decisions: list[Decision], now: float) -> None:
+        """Carry out a round's decisions with the simulated launcher."""
+        eng, launcher = self.eng, self.launcher
+        for d in decisions:
             if d.kind is DecisionKind.START:
                 rec = eng.job(d.job_id)
                 eng.on_started(d.job_id, now)
-                if d.job_id not in first_nodes and d.placement is not None:   # a START carries its placement
-                    first_nodes[d.job_id] = " ".join(sorted({p.node for p in d.placement.pods}))
-                    first_opp[d.job_id] = d.placement.opportunistic
+                if d.job_id not in self.first_nodes and d.placement is not None:   # a START carries its placement
+                    self.first_nodes[d.job_id] = " ".join(sorted({p.node for p in d.placement.pods}))
+                    self.first_opp[d.job_id] = d.placement.opportunistic
                 launcher.launch(d.job_id, now, rec.remaining or 0.0, rec.attempts)
             elif d.kind is DecisionKind.PREEMPT:
                 rec = eng.job(d.job_id)
-                preempted.append((now, rec.gpus, rec.request.vc))
+                self.preempted.append((now, rec.gpus, rec.request.vc))
                 launcher.terminate(d.job_id, now, d.grace_period)
-        if check:
-            # a VC the round did not walk changed in nothing since the last check: only
-            # re-check those it walked, and those that breached before
-            heads = blocked_heads(eng, now, eng.scanned | waiting)
-            waiting = {eng.job(h).request.vc for h in heads}
-            if heads:
-                breach_rounds += 1
-                breached.update(heads)
-    rows = []
-    for rec in eng.jobs():
-        st = rec.first_started
-        rows.append({
-            "job_id": rec.job_id, "tenant": rec.request.vc, "gpus": rec.gpus, "pods": len(rec.pod_gpus),
-            "submit": rec.submitted, "start": st, "end": rec.ended,
-            "queue_delay": (st - rec.submitted) if st is not None else None,
-            "queued_total": rec.queued_time, "preemptions": rec.preemptions, "gpus_preempted": rec.gpus_preempted,
-            "opportunistic": first_opp.get(rec.job_id), "state": rec.state.value,
-            "nodes": first_nodes.get(rec.job_id, ""), "head_waited_with_vc_room": rec.job_id in breached,
-        })
-    for j, why in refused:
-        rows.append({"job_id": j.job_id, "tenant": j.tenant, "gpus": j.gpus, "pods": j.pods, "submit": j.submit,
-                     "start": None, "end": None, "queue_delay": None, "queued_total": 0.0, "preemptions": 0,
-                     "gpus_preempted": 0, "opportunistic": None, "state": f"refused: {why}", "nodes": "",
-                     "head_waited_with_vc_room": False})
-    return rows, frag, util, preempted, guaranteed, (breach_rounds if check else None), idle_gpu_s / 3600.0
+
+    def rows(self) -> list[Row]:
+        """One row per job (ROW_FIELDS): the engine's jobs, then the refused ones."""
+        rows = []
+        for rec in self.eng.jobs():
+            st = rec.first_started
+            rows.append({
+                "job_id": rec.job_id, "tenant": rec.request.vc, "gpus": rec.gpus, "pods": len(rec.pod_gpus),
+                "submit": rec.submitted, "start": st, "end": rec.ended,
+                "queue_delay": (st - rec.submitted) if st is not None else None,
+                "queued_total": rec.queued_time, "preemptions": rec.preemptions, "gpus_preempted": rec.gpus_preempted,
+                "opportunistic": self.first_opp.get(rec.job_id), "state": rec.state.value,
+                "nodes": self.first_nodes.get(rec.job_id, ""), "head_waited_with_vc_room": rec.job_id in self.breached,
+            })
+        for j, why in self.refused:
+            rows.append({"job_id": j.job_id, "tenant": j.tenant, "gpus": j.gpus, "pods": j.pods, "submit": j.submit,
+                         "start": None, "end": None, "queue_delay": None, "queued_total": 0.0, "preemptions": 0,
+                         "gpus_preempted": 0, "opportunistic": None, "state": f"refused: {why}", "nodes": "",
+                         "head_waited_with_vc_room": False})
+        return rows
 
 
 def simulate(trace: Trace, scheme: str, *, cells: str = "node", load: float = 0.9, nodes: int | None = None,

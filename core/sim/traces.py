@@ -13,7 +13,7 @@ since a quota from their GPU-hour share would round to nothing.
 
 **Our CSV** (header required; extra columns ignored; a UTF-8 byte-order mark is fine)::
 
-    job_id,tenant,submit,duration,gpus[,pods,job_class|class,affinity,grace_period|grace,cpus,memory_gb]
+    job_id,tenant,submit,duration,gpus[,pods,job_class|class,affinity,grace_period|grace,cpus,memory_gb,time_limit]
 
 ``submit`` is seconds (any origin; shifted so the first job is at 0) or an
 ISO date-time, one or the other for the whole file; ``duration`` is seconds;
@@ -23,7 +23,9 @@ CPU-only job, which the replay refuses and counts: HiveD places GPU cells);
 share per pod is rounded up to whole GPUs (``gpus_asked`` keeps what was
 written); ``job_class`` te|be|opportunistic (default te); ``affinity``
 hard|soft (default hard); ``cpus`` and ``memory_gb`` per pod (default: the
-node's share for its GPUs). Limits: durations, grace periods and the span of
+node's share for its GPUs); ``time_limit`` seconds each run may take (empty
+or absent: none; 1 s to a year), after which the job ends as ``timeout`` and
+backfill counts it as an upper bound of the job's end. Limits: durations, grace periods and the span of
 submit times at most 10 years, a job at most 4096 pods and 32,768 GPUs.
 A soft-affinity job of n > 1 GPUs becomes n one-GPU pods that want one cell
 holding all n and relax (engine's soft affinity) when they cannot get it.
@@ -51,6 +53,7 @@ MAX_SECONDS = 10 * YEAR        # a duration, a grace period, or the span of subm
 MAX_EPOCH = 1e11               # a submit time in seconds (Unix time reaches 1e10 in 2286)
 MAX_PODS = 4096                # pods of one job (the engine's limit per pod group)
 MAX_JOB_GPUS = 8 * MAX_PODS    # GPUs of one job
+MAX_TIME_LIMIT = YEAR          # a job's time limit, as the service's submit payload allows (1 s .. a year)
 
 
 class TraceError(ValueError):
@@ -76,6 +79,7 @@ class TraceJob:
     cpus: float | None = None        # per pod; None: the node's share for its GPUs
     memory_gb: float | None = None   # per pod
     gpus_asked: float | None = None  # a fractional request as written (gpus: rounded up per pod)
+    time_limit: float | None = None  # seconds each run may take (then it ends as "timeout"); None: no limit
 
     @property
     def pod_sizes(self) -> list[int]:
@@ -328,6 +332,7 @@ def parse_csv(lines: Iterable[str], source: str = "<csv>", *, limit: int | None 
                         default=0.0, hi=MAX_SECONDS)
         cpus = _number(row, "cpus", where, default=-1.0, lo=0.0) if _column(row, "cpus") else None
         mem = _number(row, "memory_gb", where, default=-1.0, lo=0.0) if _column(row, "memory_gb") else None
+        t_limit = _number(row, "time_limit", where, lo=1.0, hi=MAX_TIME_LIMIT) if _column(row, "time_limit") else None
         submit, k = _time(row["submit"], f"{where}: submit")
         if kind is None:
             kind = k
@@ -336,7 +341,7 @@ def parse_csv(lines: Iterable[str], source: str = "<csv>", *, limit: int | None 
                              f"but earlier lines give {'ISO date-times' if kind == 'ISO' else 'seconds'}; "
                              "use one of them for the whole trace")
         jobs.append(TraceJob(jid, tenant, submit, dur, gpus, pods, cls, aff, grace, cpus, mem,
-                             asked if not whole else None))
+                             asked if not whole else None, t_limit))
     trace = _finish(jobs, source, limit)
     if extra:
         trace.warnings.append(f"{extra[0]}: fields past the header's {len(reader.fieldnames or [])} columns are "
@@ -350,7 +355,7 @@ def write_csv(trace: Trace, path: str) -> None:
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["job_id", "tenant", "submit", "duration", "gpus", "pods", "job_class", "affinity", "grace_period",
-                    "cpus", "memory_gb"])
+                    "cpus", "memory_gb", "time_limit"])
 
         def opt(v: float | None) -> float | str:
             return "" if v is None else v
@@ -358,7 +363,7 @@ def write_csv(trace: Trace, path: str) -> None:
         for j in trace.jobs:
             w.writerow([j.job_id, j.tenant, f"{j.submit:.3f}", f"{j.duration:.3f}",
                         j.gpus if j.gpus_asked is None else j.gpus_asked, j.pods,
-                        j.job_class, j.affinity, j.grace_period, opt(j.cpus), opt(j.memory_gb)])
+                        j.job_class, j.affinity, j.grace_period, opt(j.cpus), opt(j.memory_gb), opt(j.time_limit)])
 
 
 def soften(trace: Trace, share: float, seed: int = 0) -> Trace:
@@ -370,7 +375,7 @@ def soften(trace: Trace, share: float, seed: int = 0) -> Trace:
     for j in trace.jobs:
         if j.gpus > 1 and j.gpus <= 8 and rng.random() < share:
             out.append(TraceJob(j.job_id, j.tenant, j.submit, j.duration, j.gpus, j.gpus, j.job_class, "soft",
-                                j.grace_period))
+                                j.grace_period, time_limit=j.time_limit))
         else:
             out.append(j)
     return Trace(out, trace.source)

@@ -31,6 +31,9 @@ from . import schema
 # a refused request's body is read and dropped up to this size, so that the
 # refusal reaches the client cleanly; a larger one closes the connection
 DRAIN_BYTES = 64 * 1024
+# a body up to this size is parsed on the IOLoop (well under a millisecond); larger ones in the
+# parse threads, so that an ordinary request never queues behind another caller's large bodies
+INLINE_PARSE_BYTES = 16 * 1024
 
 
 def limit_body(request: httputil.HTTPServerRequest, max_bytes: int) -> None:
@@ -183,15 +186,19 @@ class HivedHandler(APIHandler):
 
     # -- JSON -------------------------------------------------------------
     async def json_body(self, schema_name: str, required: bool = True) -> dict:
-        """The body, parsed and checked against the OpenAPI schema off the
-        IOLoop thread (a megabyte of JSON must not stall other requests)."""
+        """The body, parsed and checked against the OpenAPI schema; a large one off the
+        IOLoop thread (a megabyte of JSON must not stall other requests), a small one at once
+        (it must not wait behind someone else's megabytes in the parse threads)."""
         raw = b"".join(self._body_parts)
         limit = self.hived.config.max_body_bytes
         if len(raw) > limit:
             raise ApiError(413, f"body is {len(raw)} bytes, the limit is {limit}", "body")
-        loop = asyncio.get_running_loop()
-        body, problem = await loop.run_in_executor(self.hived.parse_pool, _parse_and_check, raw,
-                                                   schema_name, required)
+        if len(raw) <= INLINE_PARSE_BYTES:
+            body, problem = _parse_and_check(raw, schema_name, required)
+        else:
+            loop = asyncio.get_running_loop()
+            body, problem = await loop.run_in_executor(self.hived.parse_pool, _parse_and_check, raw,
+                                                       schema_name, required)
         if problem:
             raise ApiError(400, *problem)
         return body
@@ -257,7 +264,7 @@ def _parse_and_check(raw: bytes, schema_name: str, required: bool) -> tuple[Any,
     except (ValueError, RecursionError) as exc:
         return None, (f"body is not valid JSON: {_one_line(str(exc))[:160]}", "body")
     try:  # "\ud800" escapes decode to strings no terminal, file or database can take
-        if _MAYBE_SURROGATE.search(raw):
+        if (b"\\u" in raw or b"\xed" in raw) and _MAYBE_SURROGATE.search(raw):   # memchr-fast first
             json.dumps(body, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         return None, ("body holds a lone UTF-16 surrogate (an escape like \\ud800): not valid Unicode", "body")

@@ -213,3 +213,33 @@ def test_a_head_that_needs_a_whole_cell_lets_no_long_job_take_spare_gpus():
     eng.on_finished("short", 41.0, 0)
     eng.on_finished("r1", 50.0, 0)
     assert kinds(run(eng, 50.0)) == [("start", "big"), ("start", "long")]
+
+
+def test_time_limits_bound_end_times_when_no_estimate_exists():
+    """Issue 28: with no estimates, a run's time limit is an upper bound of its end. r holds 4 of
+    A's 8 GPUs with a limit of 99 s from t=1, so big's reservation is at t=100; a later job whose
+    limit ends it by then starts as an ordinary job, one whose limit ends it later waits, and
+    one with neither estimate nor limit starts as a job big may preempt."""
+    eng = quota_engine(eight_gpu_spec(2, {"A": 8, "B": 8}))
+    eng.submit(req("A", 4, time_limit=99.0), 1.0, job_id="r")
+    run(eng, 1.0)
+    eng.submit(req("A", 8), 1.0, job_id="big")
+    eng.submit(req("A", 1, time_limit=50.0), 1.0, job_id="limited")           # ends by 51
+    eng.submit(req("A", 1, estimate=500.0, time_limit=60.0), 1.0, job_id="capped")  # the limit is earlier
+    eng.submit(req("A", 1, time_limit=500.0), 1.0, job_id="late")             # could run past 100
+    eng.submit(req("A", 1), 1.0, job_id="unknown")
+    assert kinds(run(eng, 1.0)) == [("start", "limited"), ("start", "capped"), ("start", "unknown")]
+    assert eng.job("late").state is JobState.QUEUED
+    assert "after the reservation of big at t=100" in eng.job("late").wait_reason
+    marks = eng._backfill.preemptible.get("A", {})
+    assert "unknown" in marks and "limited" not in marks and "capped" not in marks
+
+
+def test_a_time_limit_longer_than_the_estimate_does_not_replace_it():
+    eng = quota_engine(eight_gpu_spec(2, {"A": 8, "B": 8}))
+    eng.submit(req("A", 4, estimate=100.0, time_limit=10_000.0), 0.0, job_id="r")
+    run(eng, 0.0)
+    eng.submit(req("A", 8), 1.0, job_id="big")
+    eng.submit(req("A", 2, estimate=50.0, time_limit=5_000.0), 1.0, job_id="short")
+    assert kinds(run(eng, 1.0)) == [("start", "short")]
+    assert "t=100" in eng.job("big").wait_reason

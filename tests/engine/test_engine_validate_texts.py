@@ -35,3 +35,18 @@ def test_ordinary_scripts_pass(eng):
     eng.submit(req("A", command="for i in 1 2; do\n\techo $i\r\ndone", name="train ü",
                    env={"X": "multi\nline"}, workdir="/srv/x"), 0.0)
     assert len(eng.jobs()) == 1
+
+
+@pytest.mark.parametrize("value,words", [
+    ("x" * 200_000 + "\x1b", "control character '\\x1b' at position 200000"),
+    ("ok\ud800\x00", "lone surrogate '\\ud800' at position 2"),
+    ("ok\x00\ud800", "NUL character at position 2"),
+    ("a\tb\x7f", "control character '\\x7f' at position 3"),
+])
+def test_the_first_bad_character_is_named_with_its_position(eng, value, words):
+    """The check scans a large value (an env of 190 KB) as one search: the first bad
+    character of any kind is the one named, with its position."""
+    with pytest.raises(RequestError) as e:
+        eng.submit(req("A", env={"BIG": value}), 0.0)
+    assert str(e.value).startswith("env[BIG]") and words in str(e.value)
+    assert eng.jobs() == []

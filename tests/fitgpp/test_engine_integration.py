@@ -111,18 +111,16 @@ def test_no_single_job_fits_falls_back_and_says_so(make):
     eng.submit(_job(JobClass.TE, 6), 5.0, job_id="t")
     out = _drive(eng, 5.0)
     victims = [j for k, j in _kinds(out) if k == "preempt"]
-    assert len(victims) == 3 and all("fallback" in d.reason and "no single BE job fits" in d.reason for d in out)
+    # by GPU count 3 victims make room; HiveD's buddy allocator gives a 6-GPU pod the smallest
+    # cell holding 6 GPUs, the whole node, so under it all 4 go at once (fitgpp_cells.py)
+    assert len(victims) == (3 if isinstance(eng.alloc, QuotaAllocator) else 4)
+    assert all("fallback" in d.reason and "no single BE job fits" in d.reason for d in out)
     out = _drive(eng, 35.0)
     assert sorted(j for k, j in _kinds(out) if k == "kill") == sorted(victims)
     for j in victims:
         eng.on_preempted(j, 35.0)
     out = _drive(eng, 35.0)
-    if isinstance(eng.alloc, QuotaAllocator):
-        assert _kinds(out) == [("start", "t")]     # 6 of the node's 8 GPUs are free: enough
-    else:
-        # HiveD's buddy allocator gives a 6-GPU pod the smallest cell holding 6 GPUs, the
-        # whole node: the last BE job has to go too, chosen by eq. 4 (it now fits alone)
-        assert _kinds(out) == [("preempt", "b3")] and "fitgpp: preempt b3" in out[0].reason
+    assert _kinds(out) == [("start", "t")]     # no second round of preemption
 
 
 class _Spy:

@@ -116,7 +116,7 @@ class LiveServer:
             try:
                 requests.get(self.api + "status", timeout=1)
                 break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):   # a loaded box may answer late
                 assert time.monotonic() < deadline, "hived serve does not answer"
                 time.sleep(0.05)
 

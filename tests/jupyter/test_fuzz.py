@@ -3,12 +3,11 @@
 deliberately invalid, gets a 5xx; every answer's status is one the document
 lists for that operation; every refusal is a JSON {error, where}.
 
-Bounded: a few examples per operation and mode, and a time budget for the
-whole module (checked by the last test).
+Bounded by the number of examples per operation and mode (no clock: how long
+it takes is the benchmarks' business); after each operation's examples the
+server must still answer.
 """
 from __future__ import annotations
-
-import time
 
 import pytest
 import schemathesis
@@ -17,11 +16,9 @@ from schemathesis import GenerationMode
 
 from hived.jupyter_ext.handlers.schema import openapi
 
-BUDGET_S = 60.0
 EXAMPLES = 12
 SCHEMA = schemathesis.openapi.from_dict(openapi())
 OPERATIONS = {f"{op.method.upper()} {op.path}": op for op in (r.ok() for r in SCHEMA.get_all_operations())}
-_clock: list[float] = []
 
 
 def _can_be_wrong(op) -> bool:
@@ -38,7 +35,6 @@ CASES = [(label, mode) for label in sorted(OPERATIONS)
 
 @pytest.mark.parametrize("label,mode", CASES, ids=[f"{label}-{mode.value}" for label, mode in CASES])
 def test_no_5xx(null_server, label, mode):
-    _clock.append(time.monotonic())
     base = null_server.api.rstrip("/")
 
     @given(case=OPERATIONS[label].as_strategy(generation_mode=mode))
@@ -58,10 +54,4 @@ def test_no_5xx(null_server, label, mode):
                 assert isinstance(doc, dict) and set(doc) == {"error", "where"} and doc["error"], what
 
     run()
-
-
-def test_fuzz_stayed_in_budget(null_server):
-    assert _clock, "the fuzz tests did not run"
-    assert time.monotonic() - _clock[0] < BUDGET_S
-    # and the server still answers
-    assert null_server.client("root").status()["ok"] is True
+    assert null_server.client("root").status()["ok"] is True   # nothing above broke the server

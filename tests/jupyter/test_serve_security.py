@@ -164,13 +164,11 @@ def test_bodies_are_refused_before_they_are_read(served):
     host, port = srv.url.split("//")[1].rstrip("/").split(":")
 
     def raw(headers: str) -> str:
-        with socket.create_connection((host, int(port)), timeout=10) as s:
+        # the body never comes: a server that waited for it would let recv time out (a failure)
+        with socket.create_connection((host, int(port)), timeout=30) as s:
             s.sendall(f"POST /hived/api/jobs HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
                       f"Content-Length: 500000000\r\n{headers}\r\n".encode())
-            t0 = time.monotonic()
-            answer = s.recv(4096).decode(errors="replace")   # answered without sending a byte of body
-            assert time.monotonic() - t0 < 5
-            return answer
+            return s.recv(4096).decode(errors="replace")   # answered without a byte of body sent
     assert raw("").startswith("HTTP/1.1 403")
     assert raw("Authorization: token tok-alice\r\n").startswith("HTTP/1.1 413")
     assert "the limit is 1048576" in raw("Authorization: token tok-alice\r\n")

@@ -4,8 +4,6 @@ reports it); once no cell ran for 8 s hived cancels the job with the reason, and
 shows that reason instead of a dead kernel."""
 from __future__ import annotations
 
-import time
-
 import nbformat
 import pytest
 from jupyter_core.utils import run_sync
@@ -62,11 +60,9 @@ def test_an_idle_kernel_is_released_with_its_reason_and_the_next_cell_shows_it(c
         assert f"hived ended this kernel's job {job_id}: {released[0]}" in str(err.value)
         assert client.vc("research")   # the VC answers; its GPUs are free again:
         assert not [j for j in client.jobs(vc="research") if j["state"] == "running"]
-        started = time.monotonic()
         run_sync(nbc.km.restart_kernel)()          # a restart queues a new job
         run_sync(nbc.kc.wait_for_ready)(timeout=60)
         nbc.execute_cell(nb.cells[0], 0)
         assert nb.cells[0].outputs[0]["text"].split()[1] != job_id
-        assert time.monotonic() - started < 60
     assert not [j for j in client.jobs(vc="research") if j["state"] not in ("succeeded", "failed", "cancelled")]
     nbformat.validate(nb)

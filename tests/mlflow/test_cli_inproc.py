@@ -101,6 +101,22 @@ def test_cli_run_id_continues_an_existing_run(tracking_uri, cfg):
     assert "\n" not in str(info.value)
 
 
+def test_cli_run_id_of_a_preempted_run_keeps_its_preemption_count(tracking_uri, cfg):
+    """A finished run that was preempted once, continued with --run-id: the tags still agree."""
+    client = MlflowClient(tracking_uri)
+    run_id = client.create_run("0", tags={"hived.preempted": "true", "hived.preemptions": "1",
+                                          "hived.job_id": "j-earlier"}).info.run_id
+    client.set_terminated(run_id, "FINISHED")
+    args = ["run", str(PROJECT), "--backend", "hived", "--env-manager", "local", "--run-id", run_id,
+            "-P", "steps=2", "-P", "step_seconds=0", "--backend-config", json.dumps(cfg)]
+    result = CliRunner().invoke(cli, args, env={"MLFLOW_TRACKING_URI": tracking_uri})
+    assert result.exit_code == 0, result.output
+    tags = client.get_run(run_id).data.tags
+    assert tags["hived.job_id"] != "j-earlier" and tags["hived.state"] == "succeeded"
+    assert (tags["hived.preempted"], tags["hived.preemptions"], tags["hived.earlier_preemptions"]) == \
+        ("true", "1", "1")
+
+
 def test_refused_runs_end_failed_never_running(tracking_uri, cfg, tmp_path):
     """Too many GPUs, a gang larger than the cluster, a bad workdir: the service refuses, the run is FAILED."""
     client = MlflowClient(tracking_uri)

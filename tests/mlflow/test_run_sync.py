@@ -68,3 +68,27 @@ def test_a_later_follower_does_not_repeat_noted_preemptions(tracking_uri):
     note = run.data.tags["mlflow.note.content"]
     assert note.count("preempted (1)") == 1 and note.count("preempted (2)") == 1
     assert [m.step for m in client.get_metric_history(run_id, "hived.preemptions")] == [1, 2]
+
+
+def test_a_continued_run_counts_preemptions_across_its_jobs(tracking_uri):
+    """`mlflow run --run-id` of a run preempted once: its new job's first preemption is the run's second."""
+    client = MlflowClient(tracking_uri)
+    exp = client.create_experiment("sync-continued")
+    run_id = client.create_run(exp, tags={"hived.job_id": "j2", "hived.service_url": "http://127.0.0.1:9/",
+                                          "hived.preempted": "true", "hived.preemptions": "1",
+                                          "hived.earlier_preemptions": "1"}).info.run_id
+    client.log_metric(run_id, "hived.preemptions", 1, step=1)
+    sub = HivedSubmittedRun.from_run(run_id, tracking_uri)
+    sub._sync(_job("running", attempts=1, placement=PLACED))
+    assert client.get_run(run_id).data.tags["hived.preemptions"] == "1"   # never 0 beside preempted=true
+    history = [{"time": 1_700_000_000.0, "state": "preempting", "reason": "preempted by j5"}]
+    sub._sync(_job("queued", attempts=1, preemptions=1, history=history))
+    run = client.get_run(run_id)
+    assert run.data.tags["hived.preemptions"] == "2" and run.data.tags["hived.preempted"] == "true"
+    assert "hived: preempted (2) at 2023-11-14 22:13:20 UTC" in run.data.tags["mlflow.note.content"]
+    assert sorted((m.step, m.value) for m in client.get_metric_history(run_id, "hived.preemptions")) == [(1, 1), (2, 2)]
+
+
+def test_a_count_tag_that_is_not_a_count_reads_as_zero():
+    from hived.mlflow_plugin.submitted_run import count_tag
+    assert [count_tag(v) for v in (None, "", "3", "-2", "many")] == [0, 0, 3, 0, 0]

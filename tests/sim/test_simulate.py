@@ -87,13 +87,14 @@ def test_spec_given_must_name_the_tenants():
     assert sz.nodes == 2 and sz.quotas == {"t1": 16}
 
 
-def test_philly_subset_quota_runs_fast_and_consistent():
+def test_philly_subset_quota_runs_consistent():
+    # no wall-clock floor: on a loaded machine it failed runs that were right (60 jobs/s at load 16);
+    # benchmarks/bench_sim.py measures speed, in CPU time, against a baseline in the same run
     tr = read_philly(PHILLY, limit=3000)
     sz = size_cluster(tr, 0.9)
     r = simulate(tr, "quota", sizing=sz)
     s = r.summary()
     assert s["jobs"] == 3000 and s["never_started"] == 0
-    assert s["jobs_per_s"] > 300   # a floor against pathologies; benchmarks/bench_sim.py measures speed
     assert 0 <= s["avg_fragmentation"] <= 1
 
 

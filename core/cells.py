@@ -17,12 +17,20 @@ bound GPUs, unhealthy GPUs, free-list membership); keeping them on the cell
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .spec import CellSpec, Chain, ClusterSpec
 
-if TYPE_CHECKING:
-    from .alloc.buckets import Buckets
+
+class FreeList(Protocol):
+    """What a cell knows of the free list holding it (``alloc.buckets.Buckets``, which sets
+    ``Cell.free_list``): named here so that the cell does not import the allocator's lists."""
+
+    physical: bool
+
+    def remove(self, cell: Cell) -> None: ...
+
+    def rekey(self, cell: Cell, key: int) -> None: ...
 
 _LEAF_COUNTS: list[int] = []   # shared by all GPUs: a leaf has no children to count
 
@@ -48,7 +56,7 @@ class Cell:
         self.gpus = gpus                   # GPUs inside
         self.pinned_id = pinned_id         # the spec's pinned-cell id, when it is one
         # allocator state
-        self.free_list: Buckets | None = None  # the free list holding this cell, or None
+        self.free_list: FreeList | None = None  # the free list holding this cell, or None
         self.free_key = 0                  # its key in that list
         self.phys_free_children = 0        # children in the physical free lists (O(1) buddy-merge test)
         self.vc_free_children = 0          # children in a VC's free lists

@@ -32,16 +32,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from .engine_reasons import at
 from .engine_reasons import explain as explain_job
 from .estimator import Estimator
 from .jobs import HOLDING, Decision, JobState
+from .timefmt import at
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .engine_books import EngineBooks
     from .engine_records import JobRecord
+    from .grant import Grant
 
 ESTIMATES = ("hint", "oracle", "none")
 MAX_TRIED = 1000      # jobs behind a head examined per round (Slurm's bf_max_job_test)
@@ -61,11 +62,21 @@ class Reservation:
     key: tuple[int, int] = (0, 0)
 
 
+class Placer(Protocol):
+    """What backfill needs of the engine (``Engine``): its books, and placing a job as a round does."""
+
+    books: EngineBooks
+
+    def try_place(self, rec: JobRecord, opportunistic: bool) -> Grant | None: ...
+
+    def bind(self, rec: JobRecord, grant: Grant, now: float, out: list[Decision]) -> None: ...
+
+
 class Backfill:
     """The engine's backfill: one reservation per blocked VC head, recomputed when the
     VC's holders or cells change."""
 
-    def __init__(self, eng: Engine, estimates: str = "hint"):
+    def __init__(self, eng: Placer, estimates: str = "hint"):
         if estimates not in ESTIMATES:
             raise ValueError(f"backfill_estimates: must be one of {', '.join(ESTIMATES)}, got {estimates!r}")
         self.eng = eng
@@ -99,18 +110,18 @@ class Backfill:
     def reservation(self, head: JobRecord, now: float) -> Reservation:
         eng = self.eng
         vc = head.request.vc
-        key = (eng._held_ver[vc], eng._vver[vc])
+        key = (eng.books.held_ver[vc], eng.books.vver[vc])
         res = self._res.get(vc)
         if (res is not None and res.head == head.job_id and res.key == key
                 and (res.start is None or res.start >= now)):
             return res
         res = Reservation(head.job_id, vc, key=key, counts=head.level is None and max(head.pod_gpus) <= 1)
-        chains = [head.chain] if head.chain is not None else list(eng.spec.chains)
-        cap = max(eng._vc_cap[vc][c] for c in chains)
+        chains = [head.chain] if head.chain is not None else list(eng.books.spec.chains)
+        cap = max(eng.books.vc_cap[vc][c] for c in chains)
         if cap < head.gpus:
             res.never = f"VC {vc} now holds {cap} GPUs, it asks {head.gpus}"
         else:
-            why = eng.alloc.why_never(vc, head.pod_gpus, chain=head.chain, within_level=head.level)
+            why = eng.books.alloc.why_never(vc, head.pod_gpus, chain=head.chain, within_level=head.level)
             if why:
                 res.never = why
         if not res.never:
@@ -130,11 +141,11 @@ class Backfill:
         a holder without an estimate could change it."""
         eng = self.eng
         vc = head.request.vc
-        free = eng._vc_cap[vc][chain] - eng._vc_used[vc][chain]
+        free = eng.books.vc_cap[vc][chain] - eng.books.vc_used[vc][chain]
         marks = self.preemptible.get(vc, {})
         ends: list[tuple[float, int]] = []
-        for jid in eng._held[vc]:
-            r = eng._jobs[jid]
+        for jid in eng.books.held[vc]:
+            r = eng.books.jobs[jid]
             if r.opportunistic or r.bound_chain != chain:
                 continue
             mark = marks.get(jid)
@@ -182,29 +193,29 @@ class Backfill:
         vc = rec.request.vc
         if not rec.request.job_class.guaranteed:
             return "opportunistic jobs are not backfilled"
-        if eng.vc_free(vc, rec.chain) < rec.gpus:
+        if eng.books.vc_free(vc, rec.chain) < rec.gpus:
             return ""
         how, why = self.admit(res, rec, now)
         if not how:
             return why
-        glob = not eng._isolated or not (rec.default_share and eng._nondefault == 0)
-        ver = eng._gver if glob else eng._vver[vc]
+        glob = not eng.books.isolated or not (rec.default_share and eng.books.nondefault == 0)
+        ver = eng.books.gver if glob else eng.books.vver[vc]
         if self._failed.get(rec.job_id) == (glob, ver):
             return ""
-        eng.stats["attempts"] += 1
-        grant = eng._place(rec, opportunistic=False)
+        eng.books.stats["attempts"] += 1
+        grant = eng.try_place(rec, opportunistic=False)
         if grant is None:
             self._failed[rec.job_id] = (glob, ver)
             return ""
         self._failed.pop(rec.job_id, None)
-        eng._bind(rec, grant, now, out)
+        eng.bind(rec, grant, now, out)
         if how == "preemptible":
             self.preemptible.setdefault(vc, {})[rec.job_id] = rec.placement
         elif res.start is not None and rec.gpus <= res.extra:
             left = self.remaining(rec, now)
             if left is None or now + left > res.start:
                 res.extra -= rec.gpus
-        eng.stats["backfilled"] = eng.stats.get("backfilled", 0) + 1
+        eng.books.stats["backfilled"] = eng.books.stats.get("backfilled", 0) + 1
         return "backfilled"
 
     # ------------------------------------------------------------------ the round
@@ -217,8 +228,8 @@ class Backfill:
         vc = head.request.vc
         # nothing the walk reads changed since the last one (no release that matters to the
         # VC, no job bound in it, nothing enqueued, same head): it would decide the same
-        glob = not eng._isolated or eng._nondefault > 0
-        key = (head.job_id, eng._gver if glob else eng._vver[vc], eng._held_ver[vc], eng._next_key)
+        glob = not eng.books.isolated or eng.books.nondefault > 0
+        key = (head.job_id, eng.books.gver if glob else eng.books.vver[vc], eng.books.held_ver[vc], eng.books.next_key)
         if not tried and not new_head and self._walked.get(vc) == key:
             return
         if tried:
@@ -227,7 +238,7 @@ class Backfill:
             res = self.reservation(head, now)
         else:
             res = Reservation(head.job_id, vc, never="it runs only opportunistically")
-        explain = eng._explain
+        explain = eng.books.wait_reasons
         if explain and (tried or new_head):
             head.explain_wait(_join(head.wait_reason, holds(res, now)))
         text = passing(res, now) if explain else ""
@@ -235,9 +246,9 @@ class Backfill:
         # chose): what they free is the head's, so nothing passes it meanwhile
         leaving = bool(head.policy_victims)
         examined = 0
-        free = eng.vc_free(vc)
+        free = eng.books.vc_free(vc)
         for jid in order:
-            rec = eng._jobs[jid]
+            rec = eng.books.jobs[jid]
             if rec.not_before > now:
                 continue        # in retry back-off (its reason says so)
             if leaving or examined >= MAX_TRIED or free <= 0:
@@ -246,17 +257,18 @@ class Backfill:
                 rec.explain_wait(text)
                 continue
             examined += 1
-            eng._relax(rec, now)
+            eng.books.relax(rec, now)
             why = self.try_start(rec, res, now, out) if rec.gpus <= free else ""
             if why == "backfilled":
                 done.append(jid)
-                free = eng.vc_free(vc)
+                free = eng.books.vc_free(vc)
             elif explain:
                 rec.explain_wait(_join(text, why))
-        self._walked[vc] = (head.job_id, eng._gver if glob else eng._vver[vc], eng._held_ver[vc], eng._next_key)
+        books = eng.books
+        self._walked[vc] = (head.job_id, books.gver if glob else books.vver[vc], books.held_ver[vc], books.next_key)
         if explain and done and head.state is JobState.QUEUED:
             # backfilled jobs now hold the VC's cells: the head's line names its holders
-            head.explain_wait(_join(explain_job(eng, head, now), holds(res, now)))
+            head.explain_wait(_join(explain_job(eng.books, head, now), holds(res, now)))
 
     # ------------------------------------------------------------------ the head takes its cells back
 
@@ -270,16 +282,16 @@ class Backfill:
         eng = self.eng
         mine: list[JobRecord] = []
         for j, placement in list(marks.items()):
-            r = eng._jobs.get(j)
+            r = eng.books.jobs.get(j)
             if r is None or r.placement is not placement or r.state not in HOLDING:
                 del marks[j]         # ended, preempted or started again since
             elif r.state is not JobState.PREEMPTING and not r.opportunistic:
                 mine.append(r)
         if not mine:
             return
-        chains = [head.chain] if head.chain is not None else list(eng.spec.chains)
+        chains = [head.chain] if head.chain is not None else list(eng.books.spec.chains)
         for c in chains:
-            free = eng._vc_cap[vc][c] - eng._vc_used[vc][c]
+            free = eng.books.vc_cap[vc][c] - eng.books.vc_used[vc][c]
             pick: list[JobRecord] = []
             for r in reversed(mine):          # latest backfilled first
                 if free >= head.gpus:
@@ -290,8 +302,8 @@ class Backfill:
             if free >= head.gpus and pick:
                 head.policy_victims = [r.job_id for r in pick]
                 for r in pick:
-                    eng._pwaiters.setdefault(r.job_id, set()).add(head.job_id)
-                    eng._preempt(r, now, f"backfilled ahead of {head.job_id}, which takes its cells back", out)
+                    eng.books.pwaiters.setdefault(r.job_id, set()).add(head.job_id)
+                    eng.books.preempt(r, now, f"backfilled ahead of {head.job_id}, which takes its cells back", out)
                 return
 
     def forget(self, job_id: str) -> None:

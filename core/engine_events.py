@@ -1,6 +1,6 @@
 """Engine lifecycle events: start, exit, preemption, cancel, health, progress.
 
-A mixin of ``Engine`` (core/engine.py), kept apart so that each file holds one
+A part of ``Engine`` (core/engine.py), composed, not inherited, so that each file holds one
 concern: engine.py decides (queues, the round, placement, preemption),
 this file books what the outside world reports back.
 
@@ -10,67 +10,31 @@ by class, with back-off (``not_before``) and a cap.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from .engine_reasons import at
 from .engine_records import JobRecord
 from .engine_validate import RequestError
 from .failures import FailureClass, classify, retry_decision
 from .jobs import HOLDING, Decision, DecisionKind, JobState
 
 if TYPE_CHECKING:
-    from .engine import EngineConfig
-    from .engine_validate import EngineAllocator
-    from .engine_view import ClusterView
-    from .policies.registry import QueuePolicy
-    from .spec import ClusterSpec
+    from .engine_books import EngineBooks
+    from .engine_control import JobControl
 
 
 class EngineEvents:
-    # The engine's state, set up by Engine.__init__ (core/engine.py) and shared by
-    # both halves; declared here so that this half is checked against it.
-    alloc: EngineAllocator
-    spec: ClusterSpec
-    config: EngineConfig
-    queue_policy: QueuePolicy
-    vc_policies: dict[str, QueuePolicy]
-    view: ClusterView
-    stats: dict[str, int]
-    _jobs: dict[str, JobRecord]
-    _lanes: dict[str, tuple[OrderedDict[str, None], OrderedDict[str, None]]]
-    _dirty: set[str]
-    _ready: list[str]
-    _waiters: dict[str, set[str]]
-    _pwaiters: dict[str, set[str]]
-    _gver: int
-    _vver: dict[str, int]
-    _nondefault: int
-    _free: dict[str, int]
-    _vc_cap: dict[str, dict[str, int]]
-    _vc_used: dict[str, dict[str, int]]
-    _held: dict[str, dict[str, None]]
-    _held_ver: dict[str, int]
-    _blocked: dict[str, str | None]
+    """The engine's part that books events: built by ``Engine`` over its books
+    (core/engine_books.py); it asks job control for time limits."""
 
-    if TYPE_CHECKING:   # the queue and the round, defined in core/engine.py
-        def _get(self, job_id: str) -> JobRecord: ...
-        def _lane(self, rec: JobRecord) -> OrderedDict[str, None]: ...
-        def _queue_key(self, job_id: str) -> float: ...
-        def _enqueue(self, rec: JobRecord, head: bool) -> None: ...
-        def _dequeue(self, rec: JobRecord) -> None: ...
-        def _timer(self, when: float, kind: str, rec: JobRecord) -> None: ...
-        def _arm_relax(self, rec: JobRecord, now: float) -> None: ...
-        def _preempt(self, rec: JobRecord, now: float, reason: str, out: list[Decision],
-                     bound: float | None = None) -> None: ...
-        def _arm_limit(self, rec: JobRecord, now: float) -> None: ...
-        def _end_timed_out(self, rec: JobRecord, now: float, exit_code: int | None) -> None: ...
+    def __init__(self, books: EngineBooks, control: JobControl):
+        self.books = books
+        self.control = control
 
     # ------------------------------------------------------------------ lifecycle events
 
     def on_started(self, job_id: str, now: float) -> None:
-        rec = self._get(job_id)
+        rec = self.books.job(job_id)
         # PREEMPTING: started and preempted in the same round (a guaranteed job of
         # another VC wanted the GPUs); it runs until its grace period ends.
         ok = ((rec.state is JobState.PLACED and not rec.waiting_for)
@@ -87,84 +51,36 @@ class EngineEvents:
             rec.mark_running(now)
         else:   # its grace period (and the timer that ends it) stays as it was
             rec.note(now, "started (already asked to stop)")
-        self._arm_limit(rec, now)   # after the state change: the run's epoch owns the timer
-
-    def _release(self, rec: JobRecord, now: float) -> None:
-        if rec.placement is None:
-            return
-        self.alloc.release(rec.job_id)
-        self._held[rec.request.vc].pop(rec.job_id, None)
-        self._held_ver[rec.request.vc] += 1
-        chain = rec.placement.chain
-        self.view.unbind(rec.job_id, guaranteed=not rec.opportunistic)
-        self._free[chain] += rec.gpus
-        if not rec.opportunistic:
-            self._vc_used[rec.request.vc][chain] -= rec.gpus
-            self._vver[rec.request.vc] += 1
-        if not rec.default_share:
-            self._nondefault -= 1
-        self._gver += 1
-        self._dirty.update(self._lanes)
-        if rec.started_pending is False and rec.started is not None:  # the current run had started
-            rec.run_time += now - rec.started
-        rec.started_pending = None
-        rec.placement = None
-        for w in self._waiters.pop(rec.job_id, ()):
-            wrec = self._jobs[w]
-            if rec.job_id in wrec.waiting_for:
-                wrec.waiting_for.remove(rec.job_id)
-                if not wrec.waiting_for and wrec.state is JobState.PLACED:
-                    self._ready.append(w)
-        for w in self._pwaiters.pop(rec.job_id, ()):
-            wrec = self._jobs[w]
-            if rec.job_id in wrec.policy_victims:
-                wrec.policy_victims.remove(rec.job_id)
-
-    def _requeue(self, rec: JobRecord, now: float, head: bool, reason: str, delay: float = 0.0) -> None:
-        rec.queued_since = now
-        rec.opportunistic = False
-        rec.grace_deadline = None
-        rec.killed = False
-        rec.not_before = now + delay
-        rec.level = rec.want_level
-        rec.relaxations = 0
-        if not self.config.keep_progress:
-            rec.run_time = 0.0
-        waits = f"retry at {at(rec.not_before, now)} after {reason}" if delay > 0 else f"requeued: {reason}"
-        rec.mark_queued(now, reason, waits)   # a new epoch: the timers of its last run are void
-        self._arm_relax(rec, now)
-        self._enqueue(rec, head=head)
-        if delay > 0:
-            self._timer(rec.not_before, "backoff", rec)
+        self.control.arm_limit(rec, now)   # after the state change: the run's epoch owns the timer
 
     def on_preempted(self, job_id: str, now: float) -> None:
         """The victim's processes are gone: free its cells, put it back at the head."""
-        rec = self._get(job_id)
+        rec = self.books.job(job_id)
         if rec.state not in HOLDING:
             raise RequestError("job_id", f"{job_id} is {rec.state.value}, not running")
         was_started = rec.state is not JobState.PLACED
         # TE jobs it was preempted for and that still wait: it must not take the room back first
-        preemptors = [w for w in self._pwaiters.get(job_id, ())
-                      if self._jobs[w].state is JobState.QUEUED]
-        self._release(rec, now)
+        preemptors = [w for w in self.books.pwaiters.get(job_id, ())
+                      if self.books.jobs[w].state is JobState.QUEUED]
+        self.books.release(rec, now)
         if rec.cancel_requested:
-            self._end(rec, now, JobState.CANCELLED, "cancelled", FailureClass.CANCELLED.value)
+            self.books.end(rec, now, JobState.CANCELLED, "cancelled", FailureClass.CANCELLED.value)
             return
         if rec.timed_out:
-            self._end_timed_out(rec, now, None)
+            self.control.end_timed_out(rec, now, None)
             return
         rec.preemptions += 1
         rec.gpus_preempted += rec.gpus
-        self.stats["preempted_gpus"] += rec.gpus
-        self._requeue(rec, now, head=True, reason="preempted" if was_started else "preempted before start")
+        self.books.stats["preempted_gpus"] += rec.gpus
+        self.books.queue_again(rec, now, head=True, reason="preempted" if was_started else "preempted before start")
         if preemptors:
-            self._behind(rec, preemptors)
+            self.move_behind(rec, preemptors)
 
-    def _behind(self, rec: JobRecord, anchors: list[str]) -> None:
+    def move_behind(self, rec: JobRecord, anchors: list[str]) -> None:
         """Move queued ``rec`` right behind the last of ``anchors`` if it stands before any
         of them in the same lane (a queue policy without TE-first would otherwise
         let a preempted BE job take back the very cells freed for its preemptor)."""
-        lane = self._lane(rec)
+        lane = self.books.lane(rec)
         keys = list(lane)
         pos = {j: k for k, j in enumerate(keys)}
         mine = pos.get(rec.job_id)
@@ -178,55 +94,52 @@ class EngineEvents:
             lane[j] = None
         # a key between its new neighbours keeps the lane sorted (and a restart in this order);
         # behind the tail, half a step: every later submission takes a whole key above it
-        before = self._queue_key(keys[last - 1])
-        after = self._queue_key(keys[last + 1]) if last + 1 < len(keys) else None
+        before = self.books.queue_key(keys[last - 1])
+        after = self.books.queue_key(keys[last + 1]) if last + 1 < len(keys) else None
         rec.queue_key = before + 0.5 if after is None else (before + after) / 2
 
-    def _end(self, rec: JobRecord, now: float, state: JobState, reason: str,
-             failure_class: str | None = None) -> None:
-        rec.mark_ended(now, state, reason, failure_class)
-
     def on_finished(self, job_id: str, now: float, exit_code: int, log_tail: str = "") -> None:
-        rec = self._get(job_id)
+        rec = self.books.job(job_id)
         if rec.state not in HOLDING:
             raise RequestError("job_id", f"{job_id} is {rec.state.value}, not running")
         if rec.state is JobState.PREEMPTING and exit_code != 0:
             self.on_preempted(job_id, now)  # it died because we asked it to
             return
         if rec.timed_out and not rec.cancel_requested:   # ended cleanly at its time limit's SIGTERM
-            self._release(rec, now)
-            self._end_timed_out(rec, now, exit_code)
+            self.books.release(rec, now)
+            self.control.end_timed_out(rec, now, exit_code)
             return
         c = classify(exit_code, log_tail)
-        self._release(rec, now)
+        self.books.release(rec, now)
         rec.exit_code = exit_code
         if exit_code != 0:
             rec.last_error = (log_tail or "").strip()[-1000:] or f"exit code {exit_code}"
         rec.failure_class = c.cls.value
         if c.cls is FailureClass.SUCCESS:
-            self._end(rec, now, JobState.SUCCEEDED, "exit 0")
+            self.books.end(rec, now, JobState.SUCCEEDED, "exit 0")
             return
         if c.cls is not FailureClass.PREEMPTED:
             rec.failures += 1
-        d = retry_decision(c.cls, rec.failures, rec.request.max_retries, self.config.retry_cap)
+        d = retry_decision(c.cls, rec.failures, rec.request.max_retries, self.books.config.retry_cap)
         if d.retry:
-            self._requeue(rec, now, head=c.cls is FailureClass.PREEMPTED, reason=f"{c}: {d.reason}", delay=d.delay)
+            self.books.queue_again(rec, now, head=c.cls is FailureClass.PREEMPTED, reason=f"{c}: {d.reason}",
+                                   delay=d.delay)
         else:
-            self._end(rec, now, JobState.FAILED, f"exit {exit_code}, {c}: {d.reason}")
+            self.books.end(rec, now, JobState.FAILED, f"exit {exit_code}, {c}: {d.reason}")
 
     def cancel(self, job_id: str, now: float, by_user: str) -> list[Decision]:
-        rec = self._get(job_id)
+        rec = self.books.job(job_id)
         # who may cancel is the service's to decide (service/access.py); by_user is recorded
         if rec.state.terminal:
             raise RequestError("job_id", f"{job_id} already {rec.state.value}")
         out: list[Decision] = []
         if rec.state is JobState.QUEUED:
-            self._dequeue(rec)
-            self._dirty.add(rec.request.vc)  # the jobs behind it may go now
-            if self._blocked.get(rec.request.vc) == job_id:
-                self._blocked[rec.request.vc] = None
+            self.books.dequeue(rec)
+            self.books.dirty.add(rec.request.vc)  # the jobs behind it may go now
+            if self.books.blocked.get(rec.request.vc) == job_id:
+                self.books.blocked[rec.request.vc] = None
         elif rec.state is JobState.PLACED and rec.waiting_for:
-            self._release(rec, now)  # never started: nothing to stop
+            self.books.release(rec, now)  # never started: nothing to stop
         elif rec.state is JobState.PREEMPTING:
             # already told to stop: the cancel ends the wait, the KILL goes out now
             rec.cancel_requested = True
@@ -237,41 +150,37 @@ class EngineEvents:
             return out
         else:
             rec.cancel_requested = True
-            self._preempt(rec, now, f"cancelled by {by_user}", out)
+            self.books.preempt(rec, now, f"cancelled by {by_user}", out)
             return out
-        self._end(rec, now, JobState.CANCELLED, f"cancelled by {by_user}", FailureClass.CANCELLED.value)
+        self.books.end(rec, now, JobState.CANCELLED, f"cancelled by {by_user}", FailureClass.CANCELLED.value)
         return out
 
     def set_health(self, node: str, gpu: int | None, healthy: bool, now: float,
                    move: bool = True) -> list[Decision]:
         """``move=False`` (a cordon): the cells take no new jobs, the jobs on them stay."""
-        owners = self.alloc.set_health(node, gpu, healthy) or []
+        owners = self.books.alloc.set_health(node, gpu, healthy) or []
         out: list[Decision] = []
         for o in owners if move else ():
-            rec = self._jobs.get(o)
+            rec = self.books.jobs.get(o)
             if rec is not None and rec.state in HOLDING and rec.state is not JobState.PREEMPTING:  # not leaving
                 where = f"{node}" + (f" GPU {gpu}" if gpu is not None else "")
-                self._preempt(rec, now, f"hardware unhealthy on {where}", out)
-        self._gver += 1
-        for v in self._vver:
-            self._vver[v] += 1
-        self._dirty.update(self._lanes)
+                self.books.preempt(rec, now, f"hardware unhealthy on {where}", out)
+        self.books.gver += 1
+        for v in self.books.vver:
+            self.books.vver[v] += 1
+        self.books.dirty.update(self.books.lanes)
         return out
 
     def report_progress(self, job_id: str, done: float, total: float, now: float) -> None:
-        rec = self._get(job_id)
+        rec = self.books.job(job_id)
         if not (isinstance(total, (int, float)) and total > 0):
             raise RequestError("total", f"must be > 0, got {total!r}")
         if not (isinstance(done, (int, float)) and 0 <= done <= total):
             raise RequestError("done", f"must be within [0, {total}], got {done!r}")
         rec.progress = (done, total)
-        hook = getattr(self.vc_policies[rec.request.vc], "on_progress", None)
+        hook = getattr(self.books.vc_policies[rec.request.vc], "on_progress", None)
         if hook is not None:   # e.g. a policy ordering by estimated remaining time
             hook(rec, now)
-
-    def capacity(self, vc: str) -> int:
-        """Guaranteed GPUs the VC holds now: its spec's, plus cells borrowed, less cells lent."""
-        return sum(self._vc_cap[vc].values())
 
     def on_capacity_changed(self, vcs: Iterable[str], downgraded: Iterable[str], now: float) -> None:
         """VC views changed under the engine (a cell exchange window began or ended).
@@ -283,30 +192,30 @@ class EngineEvents:
         the engine books them as opportunistic from now on.
         """
         # only the cell allocator moves cells between VCs (the quota baseline has no transfer)
-        quota = getattr(self.alloc, "quota", None) if hasattr(self.alloc, "transfer") else None
+        quota = getattr(self.books.alloc, "quota", None) if hasattr(self.books.alloc, "transfer") else None
         for vc in vcs:
-            if vc not in self._vver:
+            if vc not in self.books.vver:
                 raise RequestError("vc", f"unknown VC {vc!r}")
             if quota is not None:
-                cap = {c: 0 for c in self.spec.chains}
+                cap = {c: 0 for c in self.books.spec.chains}
                 for (chain, level), count in quota[vc].items():
-                    cap[chain] += count * self.spec.chains[chain].gpus_per_level[level - 1]
-                self._vc_cap[vc] = cap
-            self._vver[vc] += 1
+                    cap[chain] += count * self.books.spec.chains[chain].gpus_per_level[level - 1]
+                self.books.vc_cap[vc] = cap
+            self.books.vver[vc] += 1
         for jid in downgraded:
-            rec = self._jobs.get(jid)
+            rec = self.books.jobs.get(jid)
             if rec is None or rec.placement is None or rec.opportunistic or rec.state not in HOLDING:
                 continue
             rec.opportunistic = True
-            grant = self.alloc.grant_of(jid) if hasattr(self.alloc, "grant_of") else None
+            grant = self.books.alloc.grant_of(jid) if hasattr(self.books.alloc, "grant_of") else None
             if grant is not None:   # its binding now says opportunistic (what a restart restores)
                 rec.placement = grant.placement
-            self._vc_used[rec.request.vc][rec.placement.chain] -= rec.gpus
-            usage = self.view.usage.get(jid)
+            self.books.vc_used[rec.request.vc][rec.placement.chain] -= rec.gpus
+            usage = self.books.view.usage.get(jid)
             if usage is not None:   # same GPUs, now counted as opportunistic work
-                self.view.unbind(jid, guaranteed=True)
-                self.view.bind(jid, usage, guaranteed=False)
+                self.books.view.unbind(jid, guaranteed=True)
+                self.books.view.bind(jid, usage, guaranteed=False)
             rec.note(now, "cells given back by an exchange: now opportunistic")
-        self._gver += 1
-        self._dirty.update(self._lanes)
+        self.books.gver += 1
+        self.books.dirty.update(self.books.lanes)
 

@@ -15,26 +15,17 @@ import heapq
 from typing import TYPE_CHECKING
 
 from .jobs import JobClass, JobState
-from .timefmt import EPOCH  # clocks past it are Unix time (the service): shown as UTC dates, not seconds
+from .timefmt import at
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .engine_books import EngineBooks
     from .engine_records import JobRecord
 
 MAX_NAMED = 4   # holders named one by one; the rest are counted
 
 
-def at(t: float, now: float) -> str:
-    """``t`` for a person: the service's clock is Unix time, the simulator's starts at 0."""
-    if t >= EPOCH:
-        from datetime import datetime, timezone
-        when = datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    else:
-        when = f"t={t:g}"
-    return f"{when} (in {max(0.0, t - now):.0f} s)"
 
-
-def shape(eng: Engine, rec: JobRecord) -> str:
+def shape(books: EngineBooks, rec: JobRecord) -> str:
     sizes = list(rec.pod_gpus)
     if len(sizes) == 1:
         text = f"1 pod of {sizes[0]} GPU{'s' if sizes[0] != 1 else ''}"
@@ -44,24 +35,24 @@ def shape(eng: Engine, rec: JobRecord) -> str:
         text = f"pods of {'+'.join(str(g) for g in sizes)} GPUs"
     lvl = rec.level
     if lvl is not None and rec.chain is not None and len(sizes) > 1:
-        levels = eng.spec.chains[rec.chain].levels
+        levels = books.spec.chains[rec.chain].levels
         name = levels[lvl - 1] if lvl <= len(levels) else f"L{lvl}"
         text += f", all inside one {rec.chain}.{name} cell"
     return text
 
 
-def holders_text(eng: Engine, vc: str) -> str:
+def holders_text(books: EngineBooks, vc: str) -> str:
     """The VC's biggest guaranteed holders, named; cached until the VC's holders change
     (a blocked head is explained every round that tries it: keep that cheap)."""
-    ver = eng._held_ver[vc]
-    hit = eng._holders_text.get(vc)
+    ver = books.held_ver[vc]
+    hit = books.holders_text.get(vc)
     if hit is not None and hit[0] == ver:
         return hit[1]
-    jobs = eng._jobs
-    held = [jobs[j] for j in eng._held[vc]]
+    jobs = books.jobs
+    held = [jobs[j] for j in books.held[vc]]
     held = [r for r in held if not r.opportunistic]
     text = _holders(held)
-    eng._holders_text[vc] = (ver, text)
+    books.holders_text[vc] = (ver, text)
     return text
 
 
@@ -85,37 +76,37 @@ def _failure(rec: JobRecord) -> str:
     return "requeued"
 
 
-def _vc_text(eng: Engine, rec: JobRecord) -> tuple[str, int]:
+def _vc_text(books: EngineBooks, rec: JobRecord) -> tuple[str, int]:
     vc = rec.request.vc
-    chains = [rec.chain] if rec.chain is not None else list(eng.spec.chains)
-    cap = sum(eng._vc_cap[vc][c] for c in chains)
-    used = sum(eng._vc_used[vc][c] for c in chains)
-    free = max(eng._vc_cap[vc][c] - eng._vc_used[vc][c] for c in chains)
+    chains = [rec.chain] if rec.chain is not None else list(books.spec.chains)
+    cap = sum(books.vc_cap[vc][c] for c in chains)
+    used = sum(books.vc_used[vc][c] for c in chains)
+    free = max(books.vc_cap[vc][c] - books.vc_used[vc][c] for c in chains)
     text = (f"VC {vc}'s quota is {cap} GPUs{'' if rec.chain is None else ' in ' + rec.chain}: "
-            f"{used} held by {holders_text(eng, vc)}, {max(0, cap - used)} free")
-    spec_cap = eng._capacity(vc)
+            f"{used} held by {holders_text(books, vc)}, {max(0, cap - used)} free")
+    spec_cap = books.spec_capacity(vc)
     lent = sum(spec_cap[c] for c in chains) - cap
     if lent > 0:
         text += f"; {lent} more GPUs are lent by cell exchange and come back when the window ends"
     return text, free
 
 
-def _grace_ends(eng: Engine, job_ids: list[str]) -> list[float]:
+def _grace_ends(books: EngineBooks, job_ids: list[str]) -> list[float]:
     """When the grace periods of ``job_ids`` end, for those asked to stop."""
-    deadlines = (eng._jobs[v].grace_deadline for v in job_ids)
+    deadlines = (books.jobs[v].grace_deadline for v in job_ids)
     return [d for d in deadlines if d is not None]
 
 
-def _preemption_text(eng: Engine, rec: JobRecord, now: float) -> str:
-    if rec.request.job_class is not JobClass.TE or eng.preemption_policy is None:
+def _preemption_text(books: EngineBooks, rec: JobRecord, now: float) -> str:
+    if rec.request.job_class is not JobClass.TE or books.preemption_policy is None:
         return ""
     if rec.policy_victims:
-        ends = _grace_ends(eng, rec.policy_victims)
+        ends = _grace_ends(books, rec.policy_victims)
         until = f" (grace periods end at {at(max(ends), now)})" if ends else ""
         return f"BE jobs {', '.join(rec.policy_victims)} are being preempted for it{until}"
     from .policies.preemption_order import preemption_cap, under_cap
-    cap = preemption_cap(eng.config, eng.spec, rec.request.vc)
-    capped = [r for r in eng._running_of(rec.request.vc)
+    cap = preemption_cap(books.config, books.spec, rec.request.vc)
+    capped = [r for r in books.running_of(rec.request.vc)
               if r.request.job_class is JobClass.BE and not r.opportunistic and not under_cap(r.preemptions, cap)]
     if capped:
         ids = ", ".join(r.job_id for r in capped[:MAX_NAMED]) + (" ..." if len(capped) > MAX_NAMED else "")
@@ -124,12 +115,12 @@ def _preemption_text(eng: Engine, rec: JobRecord, now: float) -> str:
     return rec.policy_note
 
 
-def explain(eng: Engine, rec: JobRecord, now: float) -> str:
+def explain(books: EngineBooks, rec: JobRecord, now: float) -> str:
     """The line for a QUEUED or PLACED job at ``now``."""
     if rec.state is JobState.PLACED:
         if not rec.waiting_for:
             return ""
-        ends = _grace_ends(eng, rec.waiting_for)
+        ends = _grace_ends(books, rec.waiting_for)
         until = f" (grace periods end at {at(max(ends), now)})" if ends else ""
         return (f"placed on its cells; waiting for opportunistic jobs {', '.join(rec.waiting_for)} "
                 f"to leave them{until}")
@@ -140,19 +131,19 @@ def explain(eng: Engine, rec: JobRecord, now: float) -> str:
     parts: list[str] = []
     need = rec.gpus
     if rec.request.job_class.guaranteed:
-        vc_text, free = _vc_text(eng, rec)
-        head = f"waits for {need} GPUs ({shape(eng, rec)}) in its VC; {vc_text}"
+        vc_text, free = _vc_text(books, rec)
+        head = f"waits for {need} GPUs ({shape(books, rec)}) in its VC; {vc_text}"
         if free >= need:
             head += "; the free GPUs do not form the cells it needs (fragmented)"
         parts.append(head)
-        pre = _preemption_text(eng, rec, now)
+        pre = _preemption_text(books, rec, now)
         if pre:
             parts.append(pre)
     else:
-        parts.append(f"opportunistic: waits for {need} idle GPUs ({shape(eng, rec)}) anywhere in the cluster")
+        parts.append(f"opportunistic: waits for {need} idle GPUs ({shape(books, rec)}) anywhere in the cluster")
     if not rec.request.job_class.guaranteed or rec.request.allow_opportunistic:
         chain = rec.chain
-        idle = eng._free[chain] if chain is not None else max(eng._free.values())
+        idle = books.free[chain] if chain is not None else max(books.free.values())
         parts.append(f"{idle} GPUs are idle{' in ' + chain if chain else ''}, not enough in cells that fit it "
                      "to run at low priority")
     if rec.relax_at is not None:

@@ -18,7 +18,8 @@ from .grant import Grant
 from .jobs import HOLDING, JobState
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .engine_books import EngineBooks
+    from .engine_control import JobControl
 
 
 class Binding(Grant):
@@ -51,12 +52,13 @@ def _same_gpus(held: Any, b: Binding) -> bool:
     return bool(held.opportunistic) == b.opportunistic and held.chain == b.chain and _gpus(held) == _gpus(b)
 
 
-def restore_record(eng: Engine, rec: JobRecord) -> None:
+def restore_record(books: EngineBooks, control: JobControl, rec: JobRecord) -> None:
+    """Rebuild one job in ``books`` (``Engine.restore``)."""
     if not isinstance(rec, JobRecord):
         raise RequestError("record", f"must be a JobRecord, got {type(rec).__name__}")
-    if rec.job_id in eng._jobs:
+    if rec.job_id in books.jobs:
         raise RequestError("job_id", f"{rec.job_id!r} already exists")
-    res = check(rec.request, eng.spec)
+    res = check(rec.request, books.spec)
     if not rec.pod_gpus:
         rec.pod_gpus, rec.pod_demands = res.pod_gpus, res.pod_demands
         rec.want_level = rec.level = res.want_level
@@ -68,29 +70,29 @@ def restore_record(eng: Engine, rec: JobRecord) -> None:
         p = rec.placement
         b = Binding(rec.job_id, rec.request.vc, p.chain, p.opportunistic,
                     0 if p.opportunistic else 1, list(p.pods))
-        held = eng.alloc.grant_of(rec.job_id)
+        held = books.alloc.grant_of(rec.job_id)
         if held is None:
-            eng.alloc.restore(b.to_dict())
+            books.alloc.restore(b.to_dict())
         elif not _same_gpus(held, b):   # a reconfigured allocator already holds it: it must agree
             raise RequestError("placement", f"{rec.job_id}: the allocator holds {_gpus(held)} "
                                             f"({'opportunistic' if held.opportunistic else 'guaranteed'}), "
                                             f"the record says {_gpus(b)}")
-        eng._jobs[rec.job_id] = rec
+        books.jobs[rec.job_id] = rec
         rec.placement = None
-        eng._bind_restored(rec, b)   # books the placement again; the state stays as journaled
+        books.charge(rec, b)   # books the placement again; the state stays as journaled
         if rec.state is JobState.PREEMPTING and rec.grace_deadline is not None and not rec.killed:
-            eng._timer(rec.grace_deadline, "grace", rec)
+            books.timer(rec.grace_deadline, "grace", rec)
         if rec.limit_at is not None and not rec.timed_out:
-            eng._timer(rec.limit_at, "limit", rec)
+            books.timer(rec.limit_at, "limit", rec)
         if rec.state is JobState.PLACED and not rec.waiting_for:
-            eng._ready.append(rec.job_id)
+            books.ready.append(rec.job_id)
         for v in rec.waiting_for:
-            eng._waiters.setdefault(v, set()).add(rec.job_id)
+            books.waiters.setdefault(v, set()).add(rec.job_id)
         return
-    eng._jobs[rec.job_id] = rec
+    books.jobs[rec.job_id] = rec
     if rec.state is JobState.QUEUED:
-        eng._arm_relax(rec, rec.queued_since if rec.queued_since is not None else rec.submitted)
-        eng._enqueue_restored(rec)
-        eng._note_deps(rec)
+        books.arm_relax(rec, rec.queued_since if rec.queued_since is not None else rec.submitted)
+        books.enqueue_restored(rec)
+        control.note_deps(rec)
         if rec.not_before:
-            eng._timer(rec.not_before, "backoff", rec)
+            books.timer(rec.not_before, "backoff", rec)

@@ -150,6 +150,23 @@ def gang_level(chain: Chain, pod_gpus: list[int]) -> int | None:
 def check(req: JobRequest, spec: ClusterSpec, alloc: EngineAllocator | None = None,
           totals: dict[str, int] | None = None) -> Resolved:
     """``totals``: GPUs per chain in the physical cluster (the engine caches it)."""
+    _check_fields(req, spec)
+    chain_name = req.chain if req.chain is not None else (next(iter(spec.chains)) if len(spec.chains) == 1 else None)
+    pod_gpus: list[int] = []
+    groups_spec: list[tuple[PodGroup, int]] = []
+    for i, g in enumerate(req.groups):
+        gpus, chain_name = _group_gpus(req, spec, i, g, chain_name)
+        groups_spec.append((g, gpus))
+        pod_gpus.extend([gpus] * g.pods)
+    ref, demands, default_share = _demands(spec, chain_name, groups_spec)
+    want = gang_level(ref, pod_gpus) if chain_name is not None else None
+    if alloc is not None:
+        _check_fits_at_all(req, alloc, spec, chain_name, pod_gpus, want, totals)
+    return Resolved(pod_gpus, demands, chain_name, want, default_share)
+
+
+def _check_fields(req: JobRequest, spec: ClusterSpec) -> None:
+    """Everything of ``req`` but its pod groups' sizes."""
     if not isinstance(req, JobRequest):
         raise RequestError("request", f"must be a JobRequest, got {type(req).__name__}")
     if not isinstance(req.user, str) or not req.user.strip():
@@ -175,42 +192,46 @@ def check(req: JobRequest, spec: ClusterSpec, alloc: EngineAllocator | None = No
     if not isinstance(req.groups, list) or not req.groups:
         raise RequestError("groups", "must be a non-empty list of pod groups")
 
-    chain_name = req.chain if req.chain is not None else (next(iter(spec.chains)) if len(spec.chains) == 1 else None)
-    pod_gpus: list[int] = []
-    groups_spec: list[tuple[PodGroup, int]] = []
-    for i, g in enumerate(req.groups):
-        where = f"groups[{i}]"
-        if not isinstance(g, PodGroup):
-            raise RequestError(where, f"must be a PodGroup, got {type(g).__name__}")
-        if not isinstance(g.pods, int) or isinstance(g.pods, bool) or g.pods < 1:
-            raise RequestError(f"{where}.pods", f"must be an int >= 1, got {g.pods!r}")
-        if g.pods > 4096:
-            raise RequestError(f"{where}.pods", f"at most 4096 pods per group, got {g.pods}")
-        if g.cell_type is not None:
-            cname = g.cell_type.split(".", 1)[0] if "." in g.cell_type else chain_name
-            if cname is None:
-                raise RequestError(f"{where}.cell_type",
-                                   f"{g.cell_type!r} is ambiguous: name the chain (CHAIN.TYPE) or set chain")
-            if req.chain is not None and cname != req.chain:
-                raise RequestError(f"{where}.cell_type", f"{g.cell_type!r} is not in chain {req.chain!r}")
-            if cname not in spec.chains:
-                raise RequestError(f"{where}.cell_type", f"unknown chain in {g.cell_type!r}")
-            try:
-                level = spec.level_of(cname, g.cell_type)
-            except Exception as e:  # the spec's own error names the type
-                raise RequestError(f"{where}.cell_type", str(e)) from None
-            gpus = spec.chains[cname].gpus_per_level[level - 1]
-            chain_name = cname
-        else:
-            if not isinstance(g.gpus, int) or isinstance(g.gpus, bool) or g.gpus < 1:
-                raise RequestError(f"{where}.gpus", f"must be an int >= 1, got {g.gpus!r}")
-            gpus = g.gpus
-        for name, v in (("cpus", g.cpus), ("memory_gb", g.memory_gb)):
-            if v is not None and (not _num(v) or v < 0):
-                raise RequestError(f"{where}.{name}", f"must be a finite number >= 0, got {v!r}")
-        groups_spec.append((g, gpus))
-        pod_gpus.extend([gpus] * g.pods)
 
+def _group_gpus(req: JobRequest, spec: ClusterSpec, i: int, g: PodGroup,
+                chain_name: str | None) -> tuple[int, str | None]:
+    """GPUs per pod of ``req.groups[i]``, and the chain it names (else ``chain_name``)."""
+    where = f"groups[{i}]"
+    if not isinstance(g, PodGroup):
+        raise RequestError(where, f"must be a PodGroup, got {type(g).__name__}")
+    if not isinstance(g.pods, int) or isinstance(g.pods, bool) or g.pods < 1:
+        raise RequestError(f"{where}.pods", f"must be an int >= 1, got {g.pods!r}")
+    if g.pods > 4096:
+        raise RequestError(f"{where}.pods", f"at most 4096 pods per group, got {g.pods}")
+    if g.cell_type is not None:
+        cname = g.cell_type.split(".", 1)[0] if "." in g.cell_type else chain_name
+        if cname is None:
+            raise RequestError(f"{where}.cell_type",
+                               f"{g.cell_type!r} is ambiguous: name the chain (CHAIN.TYPE) or set chain")
+        if req.chain is not None and cname != req.chain:
+            raise RequestError(f"{where}.cell_type", f"{g.cell_type!r} is not in chain {req.chain!r}")
+        if cname not in spec.chains:
+            raise RequestError(f"{where}.cell_type", f"unknown chain in {g.cell_type!r}")
+        try:
+            level = spec.level_of(cname, g.cell_type)
+        except Exception as e:  # the spec's own error names the type
+            raise RequestError(f"{where}.cell_type", str(e)) from None
+        gpus = spec.chains[cname].gpus_per_level[level - 1]
+        chain_name = cname
+    else:
+        if not isinstance(g.gpus, int) or isinstance(g.gpus, bool) or g.gpus < 1:
+            raise RequestError(f"{where}.gpus", f"must be an int >= 1, got {g.gpus!r}")
+        gpus = g.gpus
+    for name, v in (("cpus", g.cpus), ("memory_gb", g.memory_gb)):
+        if v is not None and (not _num(v) or v < 0):
+            raise RequestError(f"{where}.{name}", f"must be a finite number >= 0, got {v!r}")
+    return gpus, chain_name
+
+
+def _demands(spec: ClusterSpec, chain_name: str | None, groups_spec: list[tuple[PodGroup, int]]
+             ) -> tuple[Chain, list[tuple[float, float, float]], bool]:
+    """(the chain sizing a pod's default CPU/RAM share, each pod's (cpus, memory, GPUs),
+    whether every pod takes the default share)."""
     chains = [spec.chains[chain_name]] if chain_name is not None else list(spec.chains.values())
     biggest = max(node_gpus(c) for c in chains)
     for i, (_, gpus) in enumerate(groups_spec):
@@ -231,11 +252,7 @@ def check(req: JobRequest, spec: ClusterSpec, alloc: EngineAllocator | None = No
         if mem > ref.node_memory_gb + 1e-9:
             raise RequestError(f"groups[{i}].memory_gb", f"{mem} GB per pod, but a node has {ref.node_memory_gb}")
         demands.extend([(float(cpus), float(mem), float(gpus))] * g.pods)
-
-    want = gang_level(ref, pod_gpus) if chain_name is not None else None
-    if alloc is not None:
-        _check_fits_at_all(req, alloc, spec, chain_name, pod_gpus, want, totals)
-    return Resolved(pod_gpus, demands, chain_name, want, default_share)
+    return ref, demands, default_share
 
 
 def _check_fits_at_all(req: JobRequest, alloc: EngineAllocator, spec: ClusterSpec, chain_name: str | None,

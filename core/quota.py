@@ -35,7 +35,7 @@ class QuotaGrant(Grant):
     """GPUs held under the quota scheme, named ``node/gpu``."""
 
     def __post_init__(self) -> None:
-        self._claims: Claims = []   # not a dataclass field: views and the store never see it
+        self.claims: Claims = []   # (node, GPUs) per pod; not a dataclass field: views and the store never see it
 
     @property
     def cells(self) -> list[str]:
@@ -327,7 +327,7 @@ class QuotaAllocator:
             claims.append((i, tuple(sorted(pos))))
             pods.append(PodPlacement(r, p.names[i], tuple(sorted(p.gpu_ids[i][k] for k in pos))))
         grant = QuotaGrant(owner, vc, c, opportunistic, priority, pods, victims)
-        grant._claims = claims
+        grant.claims = claims
         for v in victims:
             self._waiting.setdefault(v, set()).add(owner)
         self._grants[owner] = grant
@@ -343,7 +343,7 @@ class QuotaAllocator:
         if gr is None:
             return
         p = self.pools[gr.chain]
-        for i, pos in gr._claims:
+        for i, pos in gr.claims:
             hold, claim = p.holder[i], p.claim[i]
             for k in pos:
                 if claim[k] == owner:
@@ -359,8 +359,8 @@ class QuotaAllocator:
             if ws:
                 ws.discard(owner)
         if not gr.opportunistic:
-            self.used[gr.vc][gr.chain] -= sum(len(pos) for _, pos in gr._claims)
-        for i in {i for i, _ in gr._claims}:
+            self.used[gr.vc][gr.chain] -= sum(len(pos) for _, pos in gr.claims)
+        for i in {i for i, _ in gr.claims}:
             p.recount(i)
 
     def restore(self, grant_like: StoredGrant | dict[str, Any]) -> None:
@@ -397,7 +397,7 @@ class QuotaAllocator:
                     p.claim[i][k] = grant_like.owner
         gr = QuotaGrant(grant_like.owner, grant_like.vc, c, grant_like.opportunistic,
                         getattr(grant_like, "priority", 0), list(grant_like.pods), set())
-        gr._claims = claims
+        gr.claims = claims
         self._grants[gr.owner] = gr
         if not gr.opportunistic:
             self.used[gr.vc][c] += sum(len(pos) for _, pos in claims)

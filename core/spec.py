@@ -28,8 +28,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
 
-from .policies.registry import QUEUE_POLICIES
-
 if TYPE_CHECKING:   # fastjsonschema is imported on first use (see _validator)
     from fastjsonschema import JsonSchemaValueException
 
@@ -711,6 +709,9 @@ def _queue_policy(raw: dict[str, Any], base: str) -> str | None:
     """A VC's ``queuePolicy``: a name of the engine's queue policies (docs/spec.md)."""
     if "queuePolicy" not in raw:
         return None
+    # the names live with the policies, which read built specs: imported here, where a spec is
+    # checked, so that the spec (which every core module reads) imports no policy module
+    from .policies.registry import QUEUE_POLICIES
     name = raw["queuePolicy"]
     if name not in QUEUE_POLICIES:
         known = ", ".join(sorted(QUEUE_POLICIES))

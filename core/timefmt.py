@@ -6,7 +6,7 @@ simulator counts them. Formatting a given time reads no clock.
 """
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 
 EPOCH = 1e9     # clocks past this are Unix time (the service)
 
@@ -23,3 +23,12 @@ def clock(t: float) -> str:
 def window(start: float, end: float) -> str:
     """A half-open window ``[start, end)`` for a person."""
     return f"[{clock(start)}, {clock(end)})"
+
+
+def at(t: float, now: float) -> str:
+    """``t`` for a person: the service's clock is Unix time, the simulator's starts at 0."""
+    if t >= EPOCH:   # Unix time (the service): a UTC date, not seconds
+        when = datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    else:
+        when = f"t={t:g}"
+    return f"{when} (in {max(0.0, t - now):.0f} s)"

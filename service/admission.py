@@ -160,7 +160,7 @@ class AdmissionControl:
 
 def _queued(eng, vc: str) -> list[str]:
     """The VC's queued job ids, from the engine's lanes (no walk over every job it holds)."""
-    lanes = eng.lanes(vc) if hasattr(eng, "lanes") else None
+    lanes = eng.lanes(vc)
     if lanes is None:
         return [r.job_id for r in eng.jobs(vc) if r.state is JobState.QUEUED]
     return [jid for lane in lanes for jid in lane]

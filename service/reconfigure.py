@@ -9,7 +9,7 @@ that it holds the GPUs the record names (``core/engine_restore.py``).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Any
 
 from hived.core.engine import Engine, RequestError
 from hived.core.engine_records import JobRecord
@@ -20,8 +20,8 @@ from .data_dir import load_spec, spec_text
 from .degraded import ServiceDegraded
 from .spec_journal import SOURCE_RELOAD
 
-if TYPE_CHECKING:
-    from .scheduler import SchedulerService
+# the SchedulerService (scheduler.py), which imports this module: named, not imported
+Service = Any
 
 log = logging.getLogger("hived.service")
 
@@ -61,7 +61,7 @@ def engine_over(old: Engine, eng: Engine, downgraded: set[str], now: float) -> E
     return eng
 
 
-def reload(svc: SchedulerService, path_or_text) -> dict:
+def reload(svc: Service, path_or_text) -> dict:
     """Reconfigure: the engine's allocator reconfigured by ``Allocator.reconfigure``
     (the one reconfiguration, HiveD's), then a new engine over it with every job
     restored. Every door reaches this (REST, the extension, ``hived spec reload``,

@@ -20,7 +20,7 @@ import json
 import logging
 import math
 import os
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from hived.core.engine import RequestError
 from hived.core.jobs import TERMINAL
@@ -28,8 +28,14 @@ from hived.core.jobs import TERMINAL
 from .disk_walk import TreeWalk
 from .host import ServiceHost, administered
 
-if TYPE_CHECKING:
-    from .quota import DiskQuota
+
+class FolderQuota(Protocol):
+    """What retention tells the disk quota (quota.py's ``DiskQuota``, which imports this
+    module): folders set aside for its meter to delete, and jobs removed."""
+    aside_pending: bool
+    meter: Any
+
+    def job_removed(self, job_id: str, vc: str | None) -> None: ...
 
 log = logging.getLogger("hived.service")
 
@@ -55,7 +61,7 @@ def _limit(name: str, value, integer: bool) -> float | None:
 class Retention:
     """The VCs' retention policies and the collection of what they let go of."""
 
-    def __init__(self, host: ServiceHost, quota: DiskQuota):
+    def __init__(self, host: ServiceHost, quota: FolderQuota):
         self.host = host
         self.quota = quota           # told of every removed job (its folder's bytes no longer count)
         self.last_gc: float | None = None

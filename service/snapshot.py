@@ -45,7 +45,8 @@ from hived.core.jobs import HOLDING
 if TYPE_CHECKING:
     from hived.core.engine import Engine
 
-    from .scheduler import SchedulerService
+# the SchedulerService (scheduler.py), which imports this module: named, not imported
+Service = Any
 
 log = logging.getLogger("hived.service")
 
@@ -65,7 +66,7 @@ def code_digest() -> str:
     return h.hexdigest()
 
 
-def snapshot_key(svc: SchedulerService) -> str | None:
+def snapshot_key(svc: Service) -> str | None:
     """What a snapshot must have been taken with to be used; None: no snapshot (no spec text journaled)."""
     spec = svc.store.get_meta("spec")
     if spec is None:
@@ -77,7 +78,7 @@ def snapshot_key(svc: SchedulerService) -> str | None:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
-def save(svc: SchedulerService, now: float) -> bool:
+def save(svc: Service, now: float) -> bool:
     """Store the snapshot of ``svc`` (under its lock, every change written). False when there
     is nothing to trust (degraded, decisions or exchange moves not written, no journaled spec)
     or it failed."""
@@ -110,7 +111,7 @@ class Loaded:
     jobs: int   # stored jobs
 
 
-def load(svc: SchedulerService) -> Loaded | str | None:
+def load(svc: Service) -> Loaded | str | None:
     """The usable snapshot, the reason it is not (str), or None when there is none."""
     snap = svc.store.load_snapshot()
     if snap is None:
@@ -141,7 +142,7 @@ def load(svc: SchedulerService) -> Loaded | str | None:
     return Loaded(eng, arb, extra, svc.store.load_jobs_by_id(tail), len(stored))
 
 
-def adopt(svc: SchedulerService, loaded: Loaded) -> list[str]:
+def adopt(svc: Service, loaded: Loaded) -> list[str]:
     """Make the snapshot's engine the service's; the ids of the jobs holding cells in it."""
     svc.eng, svc.exchange.arb = loaded.eng, loaded.arb
     svc.extra.update(loaded.extra)
@@ -156,7 +157,7 @@ def adopt(svc: SchedulerService, loaded: Loaded) -> list[str]:
     return holding
 
 
-def start(svc: SchedulerService) -> tuple[list[str], list[tuple[dict, float | None]], int, bool]:
+def start(svc: Service) -> tuple[list[str], list[tuple[dict, float | None]], int, bool]:
     """Begin a restart: (ids of the snapshot's jobs holding cells, the rows still to restore,
     stored jobs, whether the snapshot was used). Without a usable snapshot: a fresh engine with
     the exchange restored, and every stored row."""

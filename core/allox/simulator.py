@@ -85,7 +85,7 @@ class SimState:
         self.progress[job.user] = self.progress.get(job.user, 0.0) + v
         self.started.append((self.now, job.id, machine))
 
-    def _finish(self, machine: int) -> Running:
+    def finish(self, machine: int) -> Running:
         r = self.running.pop(machine)
         self.progress[r.job.user] -= self._values.pop(r.job.id)
         if abs(self.progress[r.job.user]) < 1e-12:
@@ -156,7 +156,7 @@ def simulate(jobs: Sequence[SimJob], machines: Sequence[Machine], dispatcher: Di
         last_t = st.now = t_next
         while ends and ends[0][0] <= t_next:
             _, mach = heapq.heappop(ends)
-            r = st._finish(mach)
+            r = st.finish(mach)
             finish[r.job.id] = r.end
             completion[r.job.id] = r.end - r.job.arrival
             kind_of[r.job.id] = st.kind(mach)

@@ -40,7 +40,6 @@ if TYPE_CHECKING:   # the engine imports the policies; they only read its record
     from ..engine_records import JobRecord
     from ..engine_view import ClusterView
     from .fitgpp_cells import CellRoom
-    from .fitgpp_vector import VectorScorer
 
 T = TypeVar("T")
 
@@ -497,7 +496,7 @@ class FitGppPolicy:
     name: str = "fitgpp"
     _rng: random.Random = field(init=False, repr=False)
     _cache: dict[str, tuple[Any, float, Candidate]] = field(init=False, repr=False, default_factory=dict)
-    _vec: VectorScorer = field(init=False, repr=False)
+    _vec: Any = field(init=False, repr=False)   # fitgpp_vector.VectorScorer, which imports this module
     _cells: CellRoom | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:

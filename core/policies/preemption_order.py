@@ -42,7 +42,7 @@ if TYPE_CHECKING:   # the engine imports this module; these are only read
     import numpy as np
     import numpy.typing as npt
 
-    from ..engine import EngineConfig
+    from ..engine_config import EngineConfig
     from ..engine_records import JobRecord
     from ..engine_view import ClusterView
     from ..spec import ClusterSpec

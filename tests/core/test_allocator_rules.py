@@ -398,3 +398,41 @@ def test_cli_console_script_runs(tmp_path):
     assert p.returncode == 2
     assert p.stderr.strip() == ("hived spec check: physicalCluster.cellTypes.C.childCellType: "
                                 "cell type cycle: A -> B -> C -> A")
+
+
+# ------------------------------------------------------------------ free list order
+def test_a_released_cell_queues_behind_the_cells_free_since_the_start():
+    """Clean free cells rank alike, whether listed at the start or after a release: among
+    them the one free longest is taken first (a fresh cell is not ranked as if it carried
+    opportunistic work). Both ways a cell is first listed: a child of a partly pinned rack,
+    and a root of a chain whose roots are nodes."""
+    pinned = {"A": {"pinnedCells": [{"pinnedCellId": "pa"}, {"pinnedCellId": "pb"}]}, "B": {"NODE": 2}}
+    a = Allocator(load_spec(rack_doc(2, pinned, pinned={"n0": "pa", "n2": "pb"})))
+    taken = []
+    for i in range(3):
+        taken.append(a.place(f"g{i}", "B", [8]).cells[0])
+        a.release(f"g{i}")
+    assert taken == ["n1", "n3", "n1"]
+    a = Allocator(load_spec(_two_chain_doc()))
+    taken = []
+    for i in range(3):
+        taken.append(a.place(f"t{i}", "A", [4], chain="T4-NODE").pods[0].node)
+        a.release(f"t{i}")
+    assert taken == ["t0", "t1", "t0"]
+    a.check_invariants()
+
+
+def test_a_bad_node_is_passed_over_for_a_cell_split_safely_and_never_for_a_reserved_one():
+    """The only free node holds a bad GPU: the job takes a healthy node split from the other
+    rack when that keeps invariant (2); when another VC reserves that whole rack it must not."""
+    vcs = {"A": {"pinnedCells": [{"pinnedCellId": "pa"}]}, "B": {"NODE": 1}}
+    a = Allocator(load_spec(rack_doc(2, vcs, pinned={"n0": "pa"})))
+    a.set_health("n1", 0, False)
+    g = a.place("b", "B", [8])
+    assert g.cells == ["n2"] and not a.tree.cell("n2").doomed
+    a.check_invariants()
+    a = Allocator(load_spec(rack_doc(2, {**vcs, "C": {"RACK": 1}}, pinned={"n0": "pa"})))
+    a.set_health("n1", 0, False)
+    g = a.place("b", "B", [8])
+    assert g is None or g.cells == ["n1"]      # never a node of the rack C reserves
+    a.check_invariants()

@@ -138,3 +138,16 @@ def test_the_walk_finds_what_it_forbids(tmp_path):
     mine.parent.mkdir()
     mine.write_text("def f(eng):\n    return eng._jobs\n")
     assert _offences(mine, tmp_path) == []
+
+
+def test_lanes_are_a_read_only_view_of_the_queue_the_service_may_count():
+    eng = Engine(fig2_spec(), queue_policy=FifoPolicy(te_first=True))
+    eng.submit(req(gpus=4, cls=JobClass.BE), 0.0, job_id="be1")
+    eng.submit(req(gpus=4, cls=JobClass.TE), 0.0, job_id="te1")
+    te, rest = eng.lanes("A")
+    assert list(te) == ["te1"] and list(rest) == ["be1"] and "be1" in rest
+    with pytest.raises(TypeError):
+        rest["x"] = None          # the service reads the lanes; only the engine changes them
+    eng.cancel("be1", 1.0, "alice")
+    assert len(rest) == 0         # a live view, not a copy
+    assert eng.lanes("no-such-vc") is None

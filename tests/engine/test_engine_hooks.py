@@ -41,6 +41,6 @@ def test_capacity_change_retries_queues_and_downgrades_jobs():
     assert down == [waiting] and eng.job(waiting).opportunistic and eng.job(waiting).placement.opportunistic
     assert not eng.job(first).opportunistic
     eng.on_finished(waiting, 4.0, 0)         # its release is booked as opportunistic: counters stay sane
-    assert eng._vc_used["B"][eng.job(first).bound_chain] == 4
+    assert eng.books.vc_used["B"][eng.job(first).bound_chain] == 4
     with pytest.raises(RequestError, match="unknown VC"):
         eng.on_capacity_changed(["nope"], [], 5.0)

@@ -50,7 +50,7 @@ Service = Any
 
 log = logging.getLogger("hived.service")
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2   # 2: the body carries each record's hash
 _CODE_ROOTS = ("core",)
 
 
@@ -92,7 +92,8 @@ def save(svc: Service, now: float) -> bool:
     if key is None:
         return False
     try:
-        body = pickle.dumps((svc.eng, svc.exchange.arb, svc.extra), protocol=pickle.HIGHEST_PROTOCOL)
+        body = pickle.dumps((svc.eng, svc.exchange.arb, svc.extra, svc.store.record_hashes()),
+                            protocol=pickle.HIGHEST_PROTOCOL)
         return svc.store.save_snapshot(key, svc.store.exchange_digest(), body, now)
     except Exception as exc:   # optional: the next start replays the journal in full
         log.warning("restart snapshot not written (%s: %s); the next start replays the journal",
@@ -121,11 +122,14 @@ def load(svc: Service) -> Loaded | str | None:
     if hashlib.sha256(snap.body).hexdigest() != snap.sha256:
         return "damaged or truncated (its checksum does not match)"
     try:
-        eng, arb, extra = pickle.loads(snap.body)
+        eng, arb, extra, hashes = pickle.loads(snap.body)
     except Exception as exc:
         return f"unreadable ({type(exc).__name__})"
     if svc.store.exchange_digest() != snap.exchange:
         return "older than the journal (the cell exchange changed since)"
+    changed = [j for j, h in svc.store.record_hashes(snap.rev).items() if hashes.get(j) != h]
+    if changed:   # rows removed since (retention) are simply absent; a row unlike its write is not
+        return f"not the journal's picture (the stored record of job {changed[0]} changed behind hived)"
     stored = svc.store.job_ids()
     for jid in svc.store.written_after(snap.rev):
         if jid in eng or jid in extra:

@@ -682,7 +682,8 @@ class SqliteStore(Store):
     def record_hashes(self, upto_rev: int | None = None) -> dict[str, str]:
         # bytes only, no JSON parse: a record changed or damaged behind the service's back
         # (a disk fault, a hand edit) shows, at a small part of a full replay's cost
-        sql, args = "SELECT job_id, record FROM jobs", ()
+        sql = "SELECT job_id, record FROM jobs"
+        args: tuple[int, ...] = ()
         if upto_rev is not None:
             sql, args = sql + " WHERE rev <= ?", (upto_rev,)
         with self._lock:

@@ -9,6 +9,7 @@ NODE   := $(VENV)/node
 PROXY  := $(NODE)/node_modules/.bin/configurable-http-proxy
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
+ORDER_TESTS := tests/core tests/engine tests/layout   # run twice by `make test`, in two random orders
 SEED        ?=   # pytest-randomly's seed for `make test` (empty: a new one, printed at the top)
 
 .PHONY: install system-deps demo lint test bench clean help gpu-wheels
@@ -17,7 +18,8 @@ help:
 	@echo "make demo    - install, then run the main job end to end (SQLite, local launcher, demo spec)"
 	@echo "make lint    - ruff over the tree, mypy over the hived packages (strict on hived.core)"
 	@echo "make test    - install (venv, packages, chromium, JupyterHub's proxy), lint, then run the whole test suite"
-	@echo "               in a random order (pytest-randomly, seed printed; SEED=N repeats an order)"
+	@echo "               in a random order (pytest-randomly, seed printed; SEED=N repeats an order),"
+	@echo "               then tests/core, tests/engine and tests/layout again in a second order"
 	@echo "make soak    - the engine's randomized checker with a long budget (HIVED_SOAK_EXAMPLES)"
 	@echo "make bench   - run the benchmarks in quick mode"
 	@echo "make mutants - mutation testing of the allocator (core/alloc) with mutmut; not part of make test"
@@ -56,6 +58,8 @@ lint: install
 test: system-deps install $(PROXY) lint
 	PATH="$(CURDIR)/$(VENV)/bin:$(CURDIR)/$(NODE)/node_modules/.bin:$$PATH" $(PY) -m pytest -p randomly \
 	  $(if $(strip $(SEED)),--randomly-seed=$(strip $(SEED))) $(PYTEST_ARGS)
+	@echo "second order: the allocator, the engine and the layout checks again, under a seed of their own"
+	$(PY) -m pytest -q -p randomly $(ORDER_TESTS)
 
 bench: install $(PROXY)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done

@@ -115,7 +115,7 @@ class CapacityBook:
             raise ValueError(f"{lender} uses {self.sim.used[lender]} of {self.cap[lender]} GPUs; "
                              f"cannot lend {gpus}")
         for v in (lender, borrower):
-            self.sim._account(v, self.sim.now)   # usage so far counts against the old split
+            self.sim.account(v, self.sim.now)   # usage so far counts against the old split
         self.cap[lender] -= gpus
         self.cap[borrower] += gpus
         if self.sim.returning:   # cells going home: `borrower` is their owner
@@ -192,7 +192,7 @@ class _Sim:
         """GPUs of the VC's own cells it may use now (quota minus lent)."""
         return self.quota[vc] - self.book.lent[vc]
 
-    def _account(self, vc: str, now: float) -> None:
+    def account(self, vc: str, now: float) -> None:
         a, b = max(self.last[vc], self.t0), min(now, self.t1)
         if b > a:
             self.area[vc] += self.used[vc] * (b - a)
@@ -218,7 +218,7 @@ class _Sim:
         """Preempt the VC's latest-started jobs until it fits its capacity again."""
         out: list[str] = []
         now = self.now
-        self._account(vc, now)
+        self.account(vc, now)
         while self.used[vc] > self.book.cap[vc] and self.running[vc]:
             idx = max(self.running[vc], key=lambda i: self.running[vc][i][2])
             g, end, _ = self.running[vc].pop(idx)
@@ -232,7 +232,7 @@ class _Sim:
         arb = self.arbiter
         assert arb is not None   # window events exist only with an arbiter
         for vc in self.used:
-            self._account(vc, now)
+            self.account(vc, now)
         self.returning = True
         arb.tick(now)                     # borrowed cells of ended windows go back
         self.returning = False
@@ -273,7 +273,7 @@ class _Sim:
             self.now = now
             if kind == "arrive":
                 j = self.jobs[data]
-                self._account(j.vc, now)
+                self.account(j.vc, now)
                 self.queue[j.vc].append([data, j.gpus, j.duration])
                 self._fill(j.vc, now)
             elif kind == "end":
@@ -281,14 +281,14 @@ class _Sim:
                 r = self.running[vc].get(idx)
                 if r is None or r[1] != end:
                     continue       # preempted since (a stale end event)
-                self._account(vc, now)
+                self.account(vc, now)
                 self.running[vc].pop(idx)
                 self.used[vc] -= r[0]
                 self._fill(vc, now)
             else:
                 self._exchange_round(now)
         for vc in self.used:
-            self._account(vc, self.t1)
+            self.account(vc, self.t1)
 
 
 def _default_shares(path: str) -> dict[str, float]:

@@ -17,13 +17,19 @@ def _instance(hv, name, spec):
     return hv.service(spec, data=hv.tmp / f"data-{name}", leader=lease)
 
 
-def test_standby_stays_idle_then_takes_over_and_adopts(hv):
+def _leader_and_standby(hv):
+    """Instance a leading, b standing by: (a, b, the id of a 3-pod gang a launched)."""
     spec = hv.spec()
     a = _instance(hv, "a", spec).start()
     assert wait_for(lambda: a.leading, 15), a.status()
     b = _instance(hv, "b", spec).start()
     jid = a.submit("alice", JOB)["id"]
     assert wait_for(lambda: len(hv.pods(jid)) == 3, 10)
+    return a, b, jid
+
+
+def test_standby_stays_idle_then_takes_over_and_adopts(hv):
+    a, b, jid = _leader_and_standby(hv)
     hv.run_all(jid)
     assert wait_for(lambda: a.get_job(jid)["state"] == "running", 10)
     uids = {p.metadata.name: p.metadata.uid for p in hv.pods()}
@@ -138,12 +144,7 @@ def _spy_cluster_reads(svc, seen: list) -> None:
 def test_a_standby_reads_the_cluster_off_the_service_lock_when_it_takes_the_lead(hv):
     """No Kubernetes API call under the service lock: the LIST of pods, the jobs recorded in the
     cluster and the job-id counter are read before the lock is taken, then applied under it."""
-    spec = hv.spec()
-    a = _instance(hv, "a", spec).start()
-    assert wait_for(lambda: a.leading, 15), a.status()
-    b = _instance(hv, "b", spec).start()
-    jid = a.submit("alice", JOB)["id"]
-    assert wait_for(lambda: len(hv.pods(jid)) == 3, 10)
+    a, b, jid = _leader_and_standby(hv)
     seen: list = []
     _spy_cluster_reads(b, seen)
     a.close()
@@ -152,7 +153,7 @@ def test_a_standby_reads_the_cluster_off_the_service_lock_when_it_takes_the_lead
     assert {name for name, _ in seen} >= {"owned_pods", "cluster_job_ids", "load", "peek"}
     assert [name for name, locked in seen if locked] == []
     seen.clear()
-    b.reload_spec(spec)                      # a reload continues the job ids from the cluster's too
+    b.reload_spec(hv.spec())                   # a reload continues the job ids from the cluster's too
     assert "cluster_job_ids" in {name for name, _ in seen}
     assert [name for name, locked in seen if locked] == []
     b.close()

@@ -39,11 +39,13 @@ def test_a_split_short_by_one_node_is_refused_and_the_bad_socket_is_bound_doomed
 def test_a_split_safe_with_no_cell_to_spare_is_taken_over_the_bad_socket():
     """D reserves 2 nodes, B 4 sockets: the whole cluster again, but now splitting rack1
     down to a socket (across the empty node level) keeps every reservation: B gets a
-    healthy socket of rack1, and everyone still gets their cells afterwards."""
+    healthy socket of rack1 (binding no doomed cell on the way), and everyone still gets
+    their cells afterwards."""
     a = _bad_free_socket({"D": {"NODE": 2}, "B": {"SOCK": 4}})
     g = a.place("b2", "B", [4])
     assert g is not None and g.cells[0].split("/")[0] in ("n2", "n3")
     assert not a.tree.cell(g.cells[0]).doomed
+    assert not [b["cell"] for b in a.vc_view("B").bound_cells if b["doomed"]]   # n1/1 not bound on the way
     a.check_invariants()
     d2 = a.place("d2", "D", [8])
     assert d2 is not None and d2.cells[0] in ("n2", "n3") and d2.cells[0] != g.cells[0].split("/")[0]

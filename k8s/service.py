@@ -70,6 +70,7 @@ ENV = {
                                  "(a lost node) no longer hold their cells (default 30)",
 }
 _JOB_ID = re.compile(r"j(\d+)")
+LEAD_TAKEOVER_WAIT = 30.0   # seconds a request waits for a takeover under way (a LIST, the recovery)
 
 
 def leader_from_env() -> dict | None:
@@ -198,6 +199,8 @@ class KubernetesSchedulerService(SchedulerService):
             leader = leader_from_env()
         # Standby until the Lease is ours: _recover (called by the base constructor) then waits.
         self._standby = leader is not None
+        self._taking_lead = threading.Event()   # the Lease is ours, the takeover is under way
+        self._lead_taken = threading.Event()    # ... and done (requests that came meanwhile go on)
         self._cluster_read: tuple[RecoveryReport, list[str], int] | None = None   # _read_cluster's, for _recover
         self._closing = False
         self.elector: Elector | None = None
@@ -214,6 +217,9 @@ class KubernetesSchedulerService(SchedulerService):
         return not self._standby
 
     def _require_leader(self) -> None:
+        if self._standby and self._taking_lead.is_set():
+            # the Lease is ours and the cluster is being read: a request waits for that, not a 503
+            self._lead_taken.wait(LEAD_TAKEOVER_WAIT)
         if self._standby:
             holder = self.elector.holder() if self.elector else None
             raise ServiceDegraded(f"this hived instance ({self.elector.identity if self.elector else '?'}) "
@@ -230,15 +236,20 @@ class KubernetesSchedulerService(SchedulerService):
         with self._lock:
             if not self._standby or self._closing:
                 return
-        # The cluster's word first, read off the lock (a LIST of the pods, the jobs recorded in the
-        # cluster, the highest job id): while this instance stands by nothing else uses its journal.
-        self._cluster_read = self._read_cluster()
-        with self._lock:
-            if not self._standby or self._closing:
-                return
-            self._standby = False
-            self.recovered = self._recover()
-            SchedulerService.start(self)
+        self._taking_lead.set()
+        try:
+            # The cluster's word first, read off the lock (a LIST of the pods, the jobs recorded in the
+            # cluster, the highest job id): while this instance stands by nothing else uses its journal.
+            self._cluster_read = self._read_cluster()
+            with self._lock:
+                if not self._standby or self._closing:
+                    return
+                self._standby = False
+                self.recovered = self._recover()
+                SchedulerService.start(self)
+        finally:
+            self._taking_lead.clear()
+            self._lead_taken.set()
 
     def _on_lose(self) -> None:
         # Another instance may lead already: stop acting now. This instance's memory of the

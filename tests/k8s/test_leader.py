@@ -157,3 +157,30 @@ def test_a_standby_reads_the_cluster_off_the_service_lock_when_it_takes_the_lead
     assert "cluster_job_ids" in {name for name, _ in seen}
     assert [name for name, locked in seen if locked] == []
     b.close()
+
+
+def test_a_request_during_the_takeover_waits_for_it_instead_of_naming_itself_the_leader(hv):
+    """Between taking the Lease and finishing its cluster read a standby is not yet leading: a
+    request that comes then waits for the takeover and is served (before, it got a 503 telling it
+    to send its request to this same instance)."""
+    import threading
+    a, b, jid = _leader_and_standby(hv)
+    reading, go = threading.Event(), threading.Event()
+    real = b._read_cluster
+
+    def slow_read():
+        reading.set()
+        go.wait(20)
+        return real()
+    b._read_cluster = slow_read
+    a.close()
+    assert reading.wait(15), b.status()              # b holds the Lease and reads the cluster
+    answer: dict = {}
+    t = threading.Thread(target=lambda: answer.update(job=b.cancel(jid, "alice")))
+    t.start()
+    time.sleep(0.5)
+    assert t.is_alive() and not answer               # waiting, not refused
+    go.set()
+    t.join(30)
+    assert answer["job"]["id"] == jid and b.leading
+    b.close()

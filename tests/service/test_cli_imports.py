@@ -63,7 +63,11 @@ def env(tmp_path_factory):
         assert srv.poll() is None and time.time() < deadline, srv.stdout.read().decode()[-2000:]
         time.sleep(0.1)
     try:
-        yield dict(base, HIVED_DATA_DIR=str(d), HIVED_USER="alice")
+        env = dict(base, HIVED_DATA_DIR=str(d), HIVED_USER="alice")
+        # j1, which `status j1` and `logs j1` read, exists whatever test runs first
+        subprocess.run([sys.executable, "-m", "hived.cli.main", "submit", "--vc", "vca", "--", "true"],
+                       env=env, check=True, capture_output=True, timeout=60)
+        yield env
     finally:
         srv.terminate()
         srv.wait(timeout=30)

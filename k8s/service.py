@@ -216,6 +216,10 @@ class KubernetesSchedulerService(SchedulerService):
     def leading(self) -> bool:
         return not self._standby
 
+    def at_rest(self) -> bool:
+        # a standby's engine is empty or stale (it lost the Lease): never a snapshot
+        return not self._standby and super().at_rest()
+
     def _require_leader(self) -> None:
         if self._standby and self._taking_lead.is_set():
             # the Lease is ours and the cluster is being read: a request waits for that, not a 503

@@ -263,6 +263,10 @@ class SchedulerService:
             self.execute(pending, now)
         return True
 
+    def at_rest(self) -> bool:
+        """No round's commit awaits its fsync (round_commit.py): what a snapshot may hold."""
+        return not self._unsynced
+
     def require_journal(self, now: float) -> None:
         """Before a request changes anything: the journal must take writes again."""
         if self.degraded is not None and not self._flush(now):

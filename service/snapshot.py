@@ -84,9 +84,7 @@ def save(svc: Service, now: float) -> bool:
     or it failed."""
     if svc.degraded is not None or svc.pending or svc.exchange.unsaved:
         return False
-    if getattr(svc, "_unsynced", None):   # a round's decisions not yet acted on (main's round_commit.py)
-        return False
-    if getattr(svc, "_standby", False):   # a Kubernetes standby (or one that lost the Lease): stale or empty
+    if not svc.at_rest():   # a round's decisions not yet acted on, or a standby's stale engine
         return False
     key = snapshot_key(svc)
     if key is None:

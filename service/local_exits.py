@@ -48,14 +48,21 @@ class ExitWatcher:
                 return False
             self._new.append(fd)
             self._ensure_thread()
-        os.write(self._wake_w, b"\0")
+            self._wake()        # under the lock: close() cannot have shut the pipe meanwhile
         return True
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:     # the pipe is full of wakes already: the thread will look
+            pass
 
     def _ensure_thread(self) -> None:
         if self._thread is None:
             self._sel = selectors.DefaultSelector()
             self._wake_r, self._wake_w = os.pipe()
             os.set_blocking(self._wake_r, False)
+            os.set_blocking(self._wake_w, False)
             self._sel.register(self._wake_r, selectors.EVENT_READ, None)
             self._thread = threading.Thread(target=self._run, name="hived-exits", daemon=True)
             self._thread.start()
@@ -104,7 +111,8 @@ class ExitWatcher:
                 os.close(fd)
             self._new = []
             started = self._thread is not None
+            if started:
+                self._wake()
         if started:
-            os.write(self._wake_w, b"\0")
             assert self._thread is not None
             self._thread.join(5)

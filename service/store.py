@@ -345,6 +345,7 @@ class SqliteStore(Store):
         self._committed = 0            # commits made (under _lock)
         self._synced = 0               # commits known to be on disk
         self._syncing = False          # an fsync is running (its leader took every commit before it)
+        self._sync_closed = False
         self._sync_cond = threading.Condition()
         self._rev = 0                  # the journal revision of the last job write (after _migrate)
         self._has_rev = True
@@ -502,7 +503,7 @@ class SqliteStore(Store):
         with self._sync_cond:
             while self._synced < ticket and self._syncing:
                 self._sync_cond.wait()
-            if self._synced >= ticket:
+            if self._synced >= ticket or self._sync_closed:
                 return
             self._syncing = True
             target = self._committed
@@ -522,6 +523,9 @@ class SqliteStore(Store):
         wal = self.path.with_name(self.path.name + "-wal")
         fd = self._wal_fd
         if fd is not None and os.fstat(fd).st_ino != _inode(wal):   # the WAL was made anew
+            # forgotten before closed: if the reopen below fails, a later call must not close
+            # this number again once it belongs to another file
+            self._wal_fd = None
             os.close(fd)
             fd = None
         if fd is None:
@@ -695,6 +699,12 @@ class SqliteStore(Store):
             return self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
 
     def close(self) -> None:
+        # An fsync runs outside the lock (group commit): closing its WAL descriptor under it
+        # would let the number go to another file, which that fsync's code would then close.
+        with self._sync_cond:
+            while self._syncing:
+                self._sync_cond.wait()
+            self._sync_closed = True    # no later sync starts: closing checkpoints every commit
         with self._lock:
             if self._db is not None:
                 self._db.close()   # the last connection checkpoints (synced) and removes the WAL

@@ -80,3 +80,52 @@ def test_normal_synchronous_makes_no_fsync_of_its_own(tmp_path):
     store.sync_through(store.commit_ticket)
     assert calls == [] and store.get_meta("k") == "v"
     store.close()
+
+
+def test_closing_the_store_waits_for_an_fsync_in_flight_and_a_later_sync_returns(make_service):
+    """The fsync runs outside the store lock; closing during it must not close (and free the
+    number of) the WAL descriptor that fsync is using."""
+    svc = make_service(launcher=NoopLauncher(), start=False)
+    store = svc.store
+    started, release, _ = blocking_fsync(store)
+    submitter = threading.Thread(target=svc.submit, args=("alice", dict(JOB, name="held")))
+    submitter.start()
+    assert started.wait(30)
+    closer = threading.Thread(target=store.close)
+    closer.start()
+    closer.join(0.5)
+    assert closer.is_alive()                 # waits for the fsync instead of closing under it
+    assert store._wal_fd is not None
+    release.set()
+    submitter.join(30)
+    closer.join(30)
+    assert not closer.is_alive() and store._wal_fd is None
+    store.sync_through(store.commit_ticket + 1)   # after close: returns, nothing left to sync
+
+
+def test_a_wal_removed_behind_the_store_fails_each_sync_without_closing_another_files_descriptor(tmp_path):
+    """A failed WAL reopen used to leave the closed number recorded; the next sync closed
+    it again, by then another file's (here: one the test opens)."""
+    import os
+
+    from hived.service.store import JournalWriteError, SqliteStore
+    store = SqliteStore(tmp_path / "data")
+    try:
+        with store.transaction():
+            store.set_meta("a", "1")
+        wal = store.path.with_name(store.path.name + "-wal")
+        os.unlink(wal)
+        for attempt in range(2):
+            with pytest.raises(JournalWriteError, match="sync failed"):
+                with store.transaction():
+                    store.set_meta("a", str(attempt))
+            bystander = os.open(tmp_path / f"other{attempt}", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                with pytest.raises(JournalWriteError):
+                    with store.transaction():
+                        store.set_meta("b", str(attempt))
+                os.fstat(bystander)          # still open: the store closed only its own
+            finally:
+                os.close(bystander)
+    finally:
+        store.close()

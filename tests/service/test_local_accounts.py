@@ -111,7 +111,8 @@ def _uid_of_a_job(svc, user, vc):
 
 @pytest.fixture
 def open_dir(monkeypatch):
-    """A folder other accounts may pass through, and the default job accounts (a uid per VC)."""
+    """A folder other accounts may pass through, and the default job accounts (a uid per VC).
+    Named before make_service, so services are closed before the folder is removed."""
     import shutil
     import tempfile
     monkeypatch.delenv("HIVED_JOB_ACCOUNT", raising=False)
@@ -123,7 +124,7 @@ def open_dir(monkeypatch):
 
 
 @root_only
-def test_two_services_on_one_host_never_share_a_uid(make_service, open_dir, monkeypatch):
+def test_two_services_on_one_host_never_share_a_uid(open_dir, make_service, monkeypatch):
     tmp_path = open_dir
     registry = tmp_path / "uid-ranges.json"
     monkeypatch.setenv("HIVED_UID_REGISTRY", str(registry))

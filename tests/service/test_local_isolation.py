@@ -26,7 +26,8 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="switching job accounts
 
 @pytest.fixture
 def open_data(monkeypatch):
-    """A data directory reachable by other accounts, and the suite's default (a uid per VC)."""
+    """A data directory reachable by other accounts, and the suite's default (a uid per VC).
+    Named before make_service, so services are closed before the folder is removed."""
     monkeypatch.delenv("HIVED_JOB_ACCOUNT", raising=False)
     base = Path(tempfile.mkdtemp(prefix="hived-iso-"))
     os.chmod(base, 0o711)
@@ -47,7 +48,7 @@ def _log(svc, jid):
 
 
 @root_only
-def test_a_job_sees_no_server_secret_and_cannot_read_the_server(make_service, open_data, monkeypatch):
+def test_a_job_sees_no_server_secret_and_cannot_read_the_server(open_data, make_service, monkeypatch):
     for k, v in SECRETS.items():
         monkeypatch.setenv(k, v)
     svc = make_service(open_data)
@@ -68,7 +69,7 @@ def test_a_job_sees_no_server_secret_and_cannot_read_the_server(make_service, op
 
 
 @root_only
-def test_a_job_of_one_vc_cannot_reach_another_vcs_job(make_service, open_data):
+def test_a_job_of_one_vc_cannot_reach_another_vcs_job(open_data, make_service):
     svc = make_service(open_data)
     b = svc.submit("bob", {"vc": "vcb", "env": {"B_SECRET": "hunter2"}, "command":
                            'echo topsecret > "$HIVED_JOB_DIR/secret"; echo "$$" > "$HIVED_JOB_DIR/pid"; '
@@ -107,7 +108,7 @@ def test_a_job_of_one_vc_cannot_reach_another_vcs_job(make_service, open_data):
 
 
 @root_only
-def test_a_vc_keeps_its_uid_and_other_vcs_get_others(make_service, open_data):
+def test_a_vc_keeps_its_uid_and_other_vcs_get_others(open_data, make_service):
     svc = make_service(open_data)
     ids = [svc.submit(u, {"vc": vc, "command": "id -u"})["id"]
            for u, vc in (("alice", "vca"), ("anna", "vca"), ("bob", "vcb"))]
@@ -118,7 +119,7 @@ def test_a_vc_keeps_its_uid_and_other_vcs_get_others(make_service, open_data):
 
 
 @root_only
-def test_refuse_mode_fails_an_unmapped_job_with_the_reason(make_service, open_data, monkeypatch):
+def test_refuse_mode_fails_an_unmapped_job_with_the_reason(open_data, make_service, monkeypatch):
     monkeypatch.setenv("HIVED_JOB_ACCOUNT", "refuse")
     from hived.core.engine import RequestError
     svc = make_service(open_data)
@@ -138,7 +139,7 @@ def test_refuse_mode_fails_an_unmapped_job_with_the_reason(make_service, open_da
 
 
 @root_only
-def test_the_spec_mapping_decides_the_account(make_service, open_data):
+def test_the_spec_mapping_decides_the_account(open_data, make_service):
     svc = make_service(open_data)
     # until core/spec.py maps accounts itself, give this spec the mapping (user in VC -> account)
     object.__setattr__(svc.spec, "unix_account",

@@ -20,7 +20,8 @@ pytestmark = [root_only, pytest.mark.default_job_account]
 @pytest.fixture
 def box(monkeypatch):
     """A root-run box: the default job account, a data directory others may pass, and a
-    private folder (0700, like /root) holding a copy of a python."""
+    private folder (0700, like /root) holding a copy of a python. Tests name it before
+    make_service, so the services are closed before their data directory is removed."""
     monkeypatch.delenv("HIVED_JOB_ACCOUNT", raising=False)
     base = Path(tempfile.mkdtemp(prefix="hived-reach-"))
     os.chmod(base, 0o711)
@@ -42,7 +43,7 @@ def _refusal(svc, body, user="alice") -> str:
     return str(exc.value)
 
 
-def test_a_private_venv_python_is_refused_at_submit_with_the_ways_out(make_service, box):
+def test_a_private_venv_python_is_refused_at_submit_with_the_ways_out(box, make_service):
     svc = make_service(box["data"])
     python = str(box["private"] / "venv" / "bin" / "python")
     line = _refusal(svc, {"vc": "vca", "command": [python, "-c", "print(1)"], "workdir": str(box["shared"])})
@@ -57,7 +58,7 @@ def test_a_private_venv_python_is_refused_at_submit_with_the_ways_out(make_servi
     assert svc.list_jobs() == []
 
 
-def test_a_program_found_only_on_a_private_path_is_refused(make_service, box):
+def test_a_program_found_only_on_a_private_path_is_refused(box, make_service):
     svc = make_service(box["data"])
     line = _refusal(svc, {"vc": "vca", "command": "python -c 1",
                           "env": {"PATH": str(box["private"] / "venv" / "bin")}})
@@ -65,7 +66,7 @@ def test_a_program_found_only_on_a_private_path_is_refused(make_service, box):
     assert "HIVED_JOB_ACCOUNT=server" in line
 
 
-def test_a_shared_program_runs_under_the_vcs_account(make_service, box):
+def test_a_shared_program_runs_under_the_vcs_account(box, make_service):
     svc = make_service(box["data"])
     job = svc.submit("alice", {"vc": "vca", "command": "id -u", "workdir": str(box["shared"])})["id"]
     wait_until(lambda: svc.get_job(job)["state"] in ("succeeded", "failed"), what="job done")
@@ -73,7 +74,7 @@ def test_a_shared_program_runs_under_the_vcs_account(make_service, box):
     assert f"\n{svc.launcher.accounts.for_job('alice', 'vca').uid}\n" in svc.logs(job)[0]
 
 
-def test_a_venv_linked_to_a_private_interpreter_names_the_folder_that_blocks(make_service, box):
+def test_a_venv_linked_to_a_private_interpreter_names_the_folder_that_blocks(box, make_service):
     """A venv in a shared place whose python links into a private pyenv (as this suite's own)."""
     svc = make_service(box["data"])
     venv = box["shared"] / "venv" / "bin"
@@ -83,7 +84,7 @@ def test_a_venv_linked_to_a_private_interpreter_names_the_folder_that_blocks(mak
     assert f"blocked at {box['private']} (mode 0700)" in line
 
 
-def test_a_workdir_probe_learns_nothing_about_private_folders(make_service, box):
+def test_a_workdir_probe_learns_nothing_about_private_folders(box, make_service):
     """Issue 23: a real folder and a wrong guess inside a folder the job's account cannot
     enter answer the same, so a member cannot map another team's or root's folders."""
     svc = make_service(box["data"])
@@ -101,14 +102,14 @@ def test_a_workdir_probe_learns_nothing_about_private_folders(make_service, box)
     assert real.replace(str(bwork / "x"), "X") == guess.replace(str(bwork / "y"), "X")
 
 
-def test_a_non_member_gets_the_membership_refusal_not_a_reach_answer(make_service, box):
+def test_a_non_member_gets_the_membership_refusal_not_a_reach_answer(box, make_service):
     svc = make_service(box["data"])
     from hived.service.scheduler import NotAuthorized
     with pytest.raises(NotAuthorized, match="not a member of VC 'vca'"):
         svc.submit("bob", {"vc": "vca", "command": "true", "workdir": str(box["private"])})
 
 
-def test_needs_writable_is_checked_as_the_jobs_account(make_service, box):
+def test_needs_writable_is_checked_as_the_jobs_account(box, make_service):
     svc = make_service(box["data"])
     line = _refusal(svc, {"vc": "vca", "command": "true", "workdir": str(box["shared"]),
                           "needs": {"writable": [str(box["private"] / "ckpt" / "run1")]}})
@@ -121,7 +122,7 @@ def test_needs_writable_is_checked_as_the_jobs_account(make_service, box):
     assert job["state"] in ("queued", "placed", "running", "succeeded")
 
 
-def test_server_account_checks_as_the_server(make_service, box, monkeypatch):
+def test_server_account_checks_as_the_server(box, make_service, monkeypatch):
     """HIVED_JOB_ACCOUNT=server: jobs run as root, so root's reach is what counts."""
     monkeypatch.setenv("HIVED_JOB_ACCOUNT", "server")
     svc = make_service(box["data"])

@@ -237,11 +237,8 @@ class Engine:
         self.books.blocked[vc] = blocked.job_id if blocked is not None else None
         if doomed:
             self.control.end_doomed(doomed, now)
-        if done:
-            lanes = self.books.lanes[vc]
-            for jid in done:
-                for lane in lanes:
-                    lane.pop(jid, None)
+        for jid in done:
+            self.books.dequeue(self.books.jobs[jid])
 
     def _attempt(self, rec: JobRecord, now: float, out: list[Decision]) -> bool:
         """Try to place ``rec``; on failure remember what would have to change."""
@@ -493,6 +490,13 @@ class Engine:
         """GPUs of ``vc``'s guaranteed capacity not bound to its guaranteed jobs (in ``chain``,
         or in its best chain)."""
         return self.books.vc_free(vc, chain)
+
+    def queued_count(self, vc: str, user: str | None = None) -> int:
+        """Queued jobs of ``vc`` (of ``user`` in it); O(1), 0 for an unknown VC."""
+        counts = self.books.queued_by_user.get(vc)
+        if counts is None:
+            return 0
+        return counts.get(user, 0) if user is not None else sum(map(len, self.books.lanes[vc]))
 
     def lanes(self, vc: str) -> tuple[Mapping[str, None], Mapping[str, None]] | None:
         """``vc``'s queued job ids as kept, read-only (the TE-first lane, the rest; a queue policy

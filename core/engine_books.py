@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import TYPE_CHECKING
 
 from .engine_validate import RequestError, alloc_total, node_gpus
@@ -46,6 +46,9 @@ class EngineBooks:
         self.jobs: dict[str, JobRecord] = {}
         self.lanes: dict[str, tuple[OrderedDict[str, None], OrderedDict[str, None]]] = {
             v: (OrderedDict(), OrderedDict()) for v in spec.vcs}
+        # VC -> user -> queued jobs: admission counts a user's queue at each submission, and a
+        # walk over a long queue under the service lock made every submit O(queue)
+        self.queued_by_user: dict[str, Counter[str]] = {v: Counter() for v in spec.vcs}
         self.next_key = 1                  # next queue key (JobRecord.queue_key)
         self._timer_seq = itertools.count(1)
         # (time, seq, kind, job id, the job's epoch when set): kind "grace", "relax" or "backoff"
@@ -100,6 +103,7 @@ class EngineBooks:
 
     def enqueue(self, rec: JobRecord, head: bool) -> None:
         lane = self.lane(rec)
+        self._joins(rec, lane)
         lane[rec.job_id] = None
         if head:
             lane.move_to_end(rec.job_id, last=False)
@@ -119,6 +123,7 @@ class EngineBooks:
         self.next_key = max(self.next_key, math.floor(abs(key)) + 1)
         lane = self.lane(rec)
         last = next(reversed(lane), None)
+        self._joins(rec, lane)
         lane[rec.job_id] = None
         if last is not None and self.queue_key(last) > key:
             ordered = sorted(lane, key=self.queue_key)  # stable: ties keep their order
@@ -132,9 +137,20 @@ class EngineBooks:
         assert key is not None, f"queued job {job_id} has no queue key"   # enqueue* set it
         return key
 
+    def _joins(self, rec: JobRecord, lane: OrderedDict[str, None]) -> None:
+        if rec.job_id not in lane:
+            self.queued_by_user[rec.request.vc][rec.request.user] += 1
+
     def dequeue(self, rec: JobRecord) -> None:
-        for lane in self.lanes[rec.request.vc]:
-            lane.pop(rec.job_id, None)
+        """Take ``rec`` out of its VC's queue (nothing when it is not in it)."""
+        vc = rec.request.vc
+        for lane in self.lanes[vc]:
+            if rec.job_id in lane:
+                del lane[rec.job_id]
+                counts = self.queued_by_user[vc]
+                counts[rec.request.user] -= 1
+                if not counts[rec.request.user]:
+                    del counts[rec.request.user]
         self.failed_at.pop(rec.job_id, None)
 
     def timer(self, when: float, kind: str, rec: JobRecord) -> None:

@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable
 
 from hived.core.engine import RequestError
-from hived.core.jobs import JobState
 
 
 class LimitReached(RequestError):
@@ -135,11 +134,11 @@ class AdmissionControl:
             if wait > 0:
                 raise LimitReached("vc", rate_refusal(who, rate, spec_key, wait), retry_after=wait)
             waits.append(bucket)
-        queued = _queued(eng, vc)
-        if len(queued) >= limits.max_queued:
-            raise LimitReached("vc", f"VC {vc!r} has {len(queued)} queued jobs, its limit (admission.maxQueued); "
+        queued = eng.queued_count(vc)
+        if queued >= limits.max_queued:
+            raise LimitReached("vc", f"VC {vc!r} has {queued} queued jobs, its limit (admission.maxQueued); "
                                      f"wait for some to start, or cancel some")
-        mine = sum(1 for jid in queued if eng.job(jid).request.user == user)
+        mine = eng.queued_count(vc, user)
         if mine >= limits.max_queued_per_user:
             raise LimitReached("vc", f"user {user!r} has {mine} queued jobs in VC {vc!r}, the limit "
                                      f"(admission.maxQueuedPerUser); wait for some to start, or cancel some")
@@ -157,10 +156,3 @@ class AdmissionControl:
         for bucket in waits:
             bucket.take()
 
-
-def _queued(eng, vc: str) -> list[str]:
-    """The VC's queued job ids, from the engine's lanes (no walk over every job it holds)."""
-    lanes = eng.lanes(vc)
-    if lanes is None:
-        return [r.job_id for r in eng.jobs(vc) if r.state is JobState.QUEUED]
-    return [jid for lane in lanes for jid in lane]

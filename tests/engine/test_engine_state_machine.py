@@ -20,6 +20,7 @@ CI runs a short budget; ``make soak`` runs a long one
 (``HIVED_SOAK_EXAMPLES`` examples, default 60 here).
 """
 import os
+from collections import Counter
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -94,10 +95,11 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(vc=st.sampled_from("ABC"), shape=st.sampled_from(SHAPES),
           cls=st.sampled_from([JobClass.TE, JobClass.BE, JobClass.BE, JobClass.OPPORTUNISTIC]),
           opp=st.booleans(), grace=st.sampled_from([0.0, 30.0]), retries=st.sampled_from([None, 0, 1]),
-          copies=st.integers(1, 4))
-    def submit(self, vc, shape, cls, opp, grace, retries, copies):
+          copies=st.integers(1, 4), second_user=st.booleans())
+    def submit(self, vc, shape, cls, opp, grace, retries, copies, second_user=False):
         pods, g = shape
-        r = JobRequest(user=USERS[vc], vc=vc, job_class=cls, groups=[PodGroup(pods, g)],
+        user = USERS[vc] + ("-2" if second_user else "")     # two users per VC: per-user queue counts
+        r = JobRequest(user=user, vc=vc, job_class=cls, groups=[PodGroup(pods, g)],
                        allow_opportunistic=opp, grace_period=grace, max_retries=retries)
         for _ in range(copies):
             self.n += 1
@@ -262,6 +264,18 @@ class EngineMachine(RuleBasedStateMachine):
                 assert rec.job_id not in self.live, f"{rec.job_id} ended while still running"
                 self.ended[rec.job_id] = rec.state.value
                 assert rec.wait_reason == ""
+
+    @invariant()
+    def queued_counts_are_the_queue(self):
+        """Admission's O(1) counts (``queued_count``) agree with the jobs' states after every step."""
+        want: Counter = Counter()
+        for rec in self.eng.jobs():
+            if rec.state is JobState.QUEUED:
+                want[rec.request.vc, rec.request.user] += 1
+                want[rec.request.vc, None] += 1
+        for vc in "ABC":
+            for user in (None, USERS[vc], USERS[vc] + "-2"):
+                assert self.eng.queued_count(vc, user) == want[vc, user], (vc, user, dict(want))
 
     @invariant()
     def waiting_jobs_say_why(self):

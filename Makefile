@@ -57,7 +57,7 @@ lint: install
 
 test: system-deps install $(PROXY) lint
 	PATH="$(CURDIR)/$(VENV)/bin:$(CURDIR)/$(NODE)/node_modules/.bin:$$PATH" $(PY) -m pytest -p randomly \
-	  $(if $(strip $(SEED)),--randomly-seed=$(strip $(SEED))) $(PYTEST_ARGS)
+	  $(if $(strip $(SEED)),--randomly-seed=$(strip $(SEED))) --durations=30 $(PYTEST_ARGS)
 	@echo "second order: the allocator, the engine and the layout checks again, under a seed of their own"
 	$(PY) -m pytest -q -p randomly $(ORDER_TESTS)
 

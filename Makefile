@@ -81,7 +81,7 @@ clean:
 # the engine's randomized checker with a long budget (CI runs a short one)
 .PHONY: soak
 soak: install
-	HIVED_SOAK_EXAMPLES=$${HIVED_SOAK_EXAMPLES:-3000} $(PY) -m pytest tests/engine/test_engine_state_machine.py -q -p no:cacheprovider
+	HIVED_SOAK_EXAMPLES=$${HIVED_SOAK_EXAMPLES:-3000} $(PY) -m pytest tests/engine/test_engine_state_machine.py -q -p no:cacheprovider --timeout=0
 
 # Mutation testing (not part of `make test`; docs/allocator.md, "Mutation testing"). mutmut changes
 # the scope's files one small edit at a time, in place, and runs that scope's tests against each

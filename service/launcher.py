@@ -65,6 +65,7 @@ CAPABILITIES = {
     "gang_started": "gang_started(job_id): an adopted gang runs (False: its pods are still Pending)",
     "shared_account": "shared_account(vcs): the one account every VC's jobs run as, if any (for status)",
     "close": "close(): release what the launcher holds when the service closes",
+    "pod_names": "pod_names(job_id): the pods of the job's live gang (a kernel pod that reports names its own)",
 }
 
 

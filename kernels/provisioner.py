@@ -26,7 +26,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import zmq
 from jupyter_client.connect import KernelConnectionInfo, LocalPortCache
@@ -243,7 +243,7 @@ class HivedProvisioner(LocalProvisioner):
             LocalPortCache.instance().return_port(self.host_port)
         self.host_port = int(info.pop("hived_host_port"))
         info["key"] = str(info["key"]).encode()
-        self.connection_info = info
+        self.connection_info = cast(KernelConnectionInfo, info)
         self._on_pod = True
         self.log.info("hived: kernel %s runs in pod %s at %s", self.kernel_id, pod, info.get("ip"))
 

@@ -110,8 +110,8 @@ class KernelConnections:
             if rec.state not in REPORTING:
                 self._reported.pop(job_id, None)
             pod, info = self._reported.get(job_id, (None, None))
-            return {"id": job_id, "state": rec.state.value, "launcher": getattr(getattr(self.host, "launcher", None), "kind", "local"),
-                    "pod": pod, "connection": info}
+            kind = getattr(getattr(self.host, "launcher", None), "kind", "local")
+            return {"id": job_id, "state": rec.state.value, "launcher": kind, "pod": pod, "connection": info}
 
     def tick(self) -> None:
         """Forget what jobs that stopped holding their GPUs reported (called under the service's lock)."""

@@ -13,6 +13,10 @@ What the kernel manager asks maps onto the job:
 - a restart starts a new kernel inside the same job;
 - shutdown cancels the job, which gives its GPUs back.
 
+On Kubernetes the kernel's pod picks its own ports and key and reports them to hived
+(hived.kernels.report); the provisioner waits for that report after the job runs and connects to
+the pod (``_pod_connection``); the host in the pod obeys the same signed requests.
+
 A start that waits longer than ``start_timeout`` seconds cancels the queued job and fails
 with the job's wait reason. While the kernel runs, the provisioner watches its iopub
 messages and reports cell activity to hived (``POST jobs/{id}/activity``), which releases

@@ -8,7 +8,8 @@ job id under a key kept in the data directory (``kernel-report.key``, 0600, made
 secret is journaled and a restarted hived derives the same secret for the pods it adopts. The
 launcher hands the secret to the kernel job's pods only (k8s/kernel_pod.py); no job view shows it.
 
-A report is taken only with the job's secret, while the job holds its GPUs (placed or running), and
+A report is taken only with the job's secret, while the job holds its GPUs (placed, running, or
+in its grace period), and
 from a pod of its live gang (the launcher's ``pod_names``). The info lives in memory and is dropped
 when the job stops holding its GPUs.
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hived.core.engine import RequestError
-from hived.core.jobs import KERNEL_LABEL, JobState
+from hived.core.jobs import KERNEL_LABEL
 
 from .errors import NotAuthorized, unknown_job
 from .host import ServiceHost
@@ -32,7 +33,6 @@ from .launcher import capability
 
 KEY_FILE = "kernel-report.key"
 PORT_KEYS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port", "hived_host_port")
-REPORTING = (JobState.PLACED, JobState.RUNNING)   # its pods may exist and run
 
 
 class NotRunning(RequestError):
@@ -83,7 +83,7 @@ class KernelConnections:
             rec = self.host.eng.find(job_id)
             if rec is None or KERNEL_LABEL not in rec.request.labels:
                 raise SecretRefused(f"kernel secret not accepted for job {job_id!r}")
-            if rec.state not in REPORTING:
+            if not rec.state.holding:
                 self._reported.pop(job_id, None)
                 raise NotRunning("job_id", f"job {job_id} is {rec.state.value}, not running: nothing stored")
             names = self._pod_names(job_id)
@@ -107,7 +107,7 @@ class KernelConnections:
             if rec.request.user != user:
                 raise NotAuthorized(f"user {user!r} may not read the kernel connection of {job_id}: only its "
                                     f"owner {rec.request.user!r} may")
-            if rec.state not in REPORTING:
+            if not rec.state.holding:
                 self._reported.pop(job_id, None)
             pod, info = self._reported.get(job_id, (None, None))
             kind = getattr(getattr(self.host, "launcher", None), "kind", "local")
@@ -117,7 +117,7 @@ class KernelConnections:
         """Forget what jobs that stopped holding their GPUs reported (called under the service's lock)."""
         for job_id in list(self._reported):
             rec = self.host.eng.find(job_id)
-            if rec is None or rec.state not in REPORTING:
+            if rec is None or not rec.state.holding:
                 del self._reported[job_id]
 
     def reported(self) -> dict[str, Any]:

@@ -196,7 +196,10 @@ def test_kernel_pod_gets_its_own_secret_and_the_route_takes_only_its_report(kube
         got = api("GET", f"jobs/{j1}/kernel-connection").json()
         assert got["launcher"] == "kubernetes" and got["pod"] == pod1
         assert got["connection"]["key"] == "k" * 64 and got["connection"]["ip"] == "127.0.0.1"
-        assert api("GET", f"jobs/{j1}/kernel-connection", user="bob").status_code == 404
+        hidden = api("GET", f"jobs/{j1}/kernel-connection", user="bob")
+        nowhere = api("GET", "jobs/j999/kernel-connection", user="bob")
+        assert hidden.status_code == nowhere.status_code == 404
+        assert hidden.json()["error"].replace(j1, "J") == nowhere.json()["error"].replace("j999", "J")
         assert api("GET", f"jobs/{j2}/kernel-connection").json()["connection"] is None
 
         # the job ends: the info is gone, a later report is refused, the Secret is deleted
@@ -340,3 +343,36 @@ def test_a_kernel_runs_in_its_pod_and_is_reached_at_what_the_pod_reported(kube, 
         assert api("GET", f"jobs/{job_id}").json()["state"] == "cancelled"
         assert runner.proc is not None and runner.proc.poll() is not None
         assert api("GET", f"jobs/{job_id}/kernel-connection").json()["connection"] is None
+        wait_for(lambda: not job_pods(core, vca, job_id), what="the kernel pod gone")
+
+
+def test_a_pod_that_never_reports_fails_the_start_at_start_timeout(kube, core, ns, uid, nodes, kubelet, tmp_path,
+                                                                    monkeypatch):
+    from jupyter_client import KernelManager
+    with served(kube, core, ns, uid, nodes, tmp_path) as srv:
+        api, vca = Api(srv), srv["vca"]
+        prefix = tmp_path / "prefix"
+        subprocess.run([*HIVED, "kernelspec", "install", "--vc", "vca", "--gpus", "2", "--prefix", str(prefix),
+                        "--start-timeout", "8"], check=True, capture_output=True)
+        monkeypatch.setenv("HIVED_URL", srv["url"])
+        monkeypatch.setenv("HIVED_TOKEN", srv["token"])
+        monkeypatch.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
+        for var in ("JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN", "HIVED_USER"):
+            monkeypatch.delenv(var, raising=False)
+        km = KernelManager(kernel_name="hived-vca-2gpu")
+        failed: list = []
+
+        def start():
+            try:
+                km.start_kernel()
+            except Exception as exc:   # noqa: BLE001 - the start's error is what is checked
+                failed.append(exc)
+        starter = threading.Thread(target=start, daemon=True)
+        starter.start()
+        pod = wait_for(lambda: next(iter(core.list_namespaced_pod(
+            vca, label_selector=f"{pb.L_INSTANCE}={uid}").items), None), what="the kernel pod")
+        kubelet.run(vca, pod.metadata.name)      # it runs, but nothing in it reports
+        job_id = pod.metadata.annotations[pb.A_JOB]
+        wait_for(lambda: not starter.is_alive() or None, timeout=60, what="the start to end")
+        assert failed and "did not report the kernel's connection within 8 s (start_timeout)" in str(failed[0])
+        assert api("GET", f"jobs/{job_id}").json()["state"] in ("preempting", "cancelled")

@@ -376,3 +376,16 @@ def test_a_pod_that_never_reports_fails_the_start_at_start_timeout(kube, core, n
         wait_for(lambda: not starter.is_alive() or None, timeout=60, what="the start to end")
         assert failed and "did not report the kernel's connection within 8 s (start_timeout)" in str(failed[0])
         assert api("GET", f"jobs/{job_id}").json()["state"] in ("preempting", "cancelled")
+
+
+def test_without_a_report_url_a_kernel_job_is_refused_at_submission(hv):
+    """Its pod could not tell anyone how to reach the kernel: refused before it queues, naming the fix."""
+    from hived.core.engine import RequestError
+    svc = hv.service()
+    body = {"vc": "vca", "gpus": 2, "job_class": "te", "labels": {"kernel": "k"},
+            "command": ["python", "-m", "hived.kernels.host", "--", "python", "-m", "ipykernel_launcher"]}
+    with pytest.raises(RequestError, match=r"HIVED_KERNEL_REPORT_URL") as err:
+        svc.submit("alice", body)
+    assert err.value.field == "labels.kernel"
+    assert svc.list_jobs() == []
+    assert svc.submit("alice", {**body, "labels": {}})["state"] == "queued"     # an ordinary job is taken

@@ -320,11 +320,11 @@ def test_a_kernel_runs_in_its_pod_and_is_reached_at_what_the_pod_reported(kube, 
             kc.wait_for_ready(timeout=60)
             out = []
             code = "import os; print(os.environ['HIVED_JOB_ID'], os.environ['HIVED_POD_NAME'], " \
-                   "os.environ['NVIDIA_VISIBLE_DEVICES'])"
+                   "os.environ['NVIDIA_VISIBLE_DEVICES'], os.getpid())"
             reply = kc.execute_interactive(code, timeout=60, output_hook=lambda m: out.append(
                 m["content"].get("text", "")) if m["msg_type"] == "stream" else None)
             assert reply["content"]["status"] == "ok"
-            job_seen, pod_seen, gpus = "".join(out).split()
+            job_seen, pod_seen, gpus, pid = "".join(out).split()
             assert (job_seen, pod_seen) == (job_id, runner.name) and len(gpus.split(",")) == 2
             # interrupt: a SIGINT to the kernel in the pod, through the pod's host; the job stays
             msg_id = kc.execute("import time; time.sleep(60)")
@@ -334,6 +334,17 @@ def test_a_kernel_runs_in_its_pod_and_is_reached_at_what_the_pod_reported(kube, 
             reply = kc.get_shell_msg(timeout=30)
             assert reply["parent_header"]["msg_id"] == msg_id and reply["content"]["ename"] == "KeyboardInterrupt"
             assert api("GET", f"jobs/{job_id}").json()["state"] == "running"
+            # restart: a new kernel in the same pod (same job, same GPUs), at the same ports
+            km.restart_kernel()
+            kc.wait_for_ready(timeout=60)
+            out.clear()
+            reply = kc.execute_interactive("import os; print(os.getpid(), os.environ['HIVED_POD_NAME'])",
+                                           timeout=60, output_hook=lambda m: out.append(
+                                               m["content"].get("text", "")) if m["msg_type"] == "stream" else None)
+            new_pid, pod_after = "".join(out).split()
+            assert reply["content"]["status"] == "ok" and new_pid != pid and pod_after == runner.name
+            job = api("GET", f"jobs/{job_id}").json()
+            assert job["state"] == "running" and job["attempts"] == 1
         finally:
             kc.stop_channels()
         stopper = threading.Thread(target=runner.stop_when_deleted, daemon=True)

@@ -18,8 +18,9 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from hived.core.jobs import JobRequest, Placement
+from hived.core.jobs import KERNEL_LABEL, JobRequest, Placement
 
+from . import kernel_pod as kp
 from . import pod_builder as pb
 from .watch import DELETED, EXIT_DELETED, PENDING, RUNNING, SUCCEEDED, PodState, pod_key, pod_state
 
@@ -73,6 +74,8 @@ class Adoption:
     _gangs: dict
     _lock: Any
     _services: dict
+    _secrets: dict
+    _delete_secret: Any
     _draining: dict
     _by_job: dict
     _by_job_key: tuple | None
@@ -162,6 +165,7 @@ class Adoption:
         and the gang's headless Service (if it had one)."""
         self._delete_pods(ns, names, self.grace_of(grace_period), f"delete {job_id}")
         self._delete_service(ns, pb.service_name(job_id))
+        self._delete_secret(ns, kp.secret_name(job_id))     # a kernel job's (k8s/kernel_pod.py), if any
 
 
     def relabel_opportunistic(self, job_id: str) -> None:
@@ -216,6 +220,8 @@ class Adoption:
             self._gangs[job_id] = gang
             if len(names) > 1:     # created before the restart: deleted when the gang ends
                 self._services[job_id] = (ns, pb.service_name(job_id))
+            if KERNEL_LABEL in (request.get("labels") or {}):     # likewise its kernel Secret
+                self._secrets[job_id] = (ns, kp.secret_name(job_id))
             for rank, name in enumerate(names):
                 pod = present.get(name)
                 gang.states[rank] = pod_state(pod) if pod else PodState(DELETED, "missing after restart",

@@ -51,6 +51,7 @@ from kubernetes.client.rest import ApiException
 
 from hived.core.jobs import JobRequest, Placement
 
+from . import kernel_pod as kp
 from . import pod_builder as pb
 from .adoption import Adoption, _api_message, _Gang, _send
 from .events import EventRecorder
@@ -136,7 +137,7 @@ class KubernetesLauncher(Adoption):
                  teardown_margin: float = 30.0, default_grace: float = DEFAULT_GRACE,
                  api_retry_for: float = 30.0, pending_timeout: float = 600.0,
                  finished_pod_ttl: float = 3600.0, gc_every: float = 30.0, policy: Any = None,
-                 namespace: str | None = None):
+                 namespace: str | None = None, kernel_report_url: str = "", kernel_python: str = "python"):
         if bind not in pb.BIND_MODES:
             raise ValueError(f"bind: {bind!r} is not one of {pb.BIND_MODES}")
         self.api = api_client or make_api_client(kubeconfig, context)
@@ -198,6 +199,11 @@ class KubernetesLauncher(Adoption):
         self.node_ready: Callable[[str], bool | None] | None = None
         self._ready_cache: dict[str, tuple[bool, float]] = {}
         self._drain_forced: set = set()      # (ns, pod) force-deleted while draining (recovery)
+        # Jupyter kernel jobs (kernel_pod.py): where their pods report to, the image's Python, and
+        # job id -> kernel secret (the service sets it); job -> the Secret holding it (ns, name)
+        self.kernel_report_url, self.kernel_python = kernel_report_url, kernel_python
+        self.kernel_secret: Callable[[str], str] | None = None
+        self._secrets: dict[str, tuple[str, str]] = {}
 
     # -- lifecycle -------------------------------------------------------
     def start(self) -> KubernetesLauncher:
@@ -234,6 +240,9 @@ class KubernetesLauncher(Adoption):
         t = self.template_for(request)
         if not request.user or not request.vc:
             raise TemplateError("request", "user and vc are required")
+        if kp.is_kernel(request) and not self.kernel_report_url:
+            raise TemplateError("labels.kernel", "a Jupyter kernel runs on Kubernetes only when hived knows the URL "
+                                "its pods reach it at: set $HIVED_KERNEL_REPORT_URL for hived serve")
         check_for_vc(t, request.vc, self.policy, getattr(request, TEMPLATE_ATTR, None))
         ns = self.namespace_for(request.vc)
         if t.namespace is not None and t.namespace != ns:
@@ -269,9 +278,10 @@ class KubernetesLauncher(Adoption):
         priority = self.priority_of(request, placement) if self.priority_of else None
 
         def build() -> list[dict]:
-            return self._sealed(pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
-                                                  instance=self.instance, bind=self.bind,
-                                                  spec_version=self.spec_version, priority=priority))
+            pods = pb.build_pods(job_id, request, placement, attempt, template, namespace=ns, instance=self.instance,
+                                 bind=self.bind, spec_version=self.spec_version, priority=priority)
+            kp.prepare(pods, job_id, request, self.kernel_report_url, self.kernel_python)
+            return self._sealed(pods)
         names = [pb.pod_name(job_id, attempt, p.rank) for p in placement.pods]
         gang = _Gang(job_id, attempt, ns, names, self.grace_of(request.grace_period), launching=True,
                      nodes=[p.node for p in placement.pods])
@@ -369,6 +379,11 @@ class KubernetesLauncher(Adoption):
         """Create (and in binding mode bind) ``pods``; on any refusal delete the ones created."""
         created: list[str] = []
         try:
+            secret = kp.secret_manifest(job_id, ns, pods, self.kernel_secret, self.instance)
+            if secret is not None:   # before the pods, whose env reads it
+                self.raw.create_secret(ns, secret)
+                with self._lock:
+                    self._secrets[job_id] = (ns, secret["metadata"]["name"])
             svc = self._gang_service(job_id, ns, pods)
             if svc is not None:      # before the pods: peers must resolve from their first moment
                 self.raw.create_service(ns, svc)
@@ -524,6 +539,18 @@ class KubernetesLauncher(Adoption):
         except Exception as e:    # best effort: a leftover headless Service holds no GPU
             log.warning("could not delete Service %s/%s: %s", ns, name, e)
 
+    def _delete_secret(self, ns: str, name: str) -> None:
+        try:
+            self.raw.delete_secret(ns, name)
+        except Exception as e:    # the secret opens only this job's report route, which refuses once it ended
+            log.warning("could not delete Secret %s/%s: %s", ns, name, e)
+
+    def pod_names(self, job_id: str) -> list[str]:
+        """The pods of the job's live gang (a kernel pod's report must name one: service/kernel_connect.py)."""
+        with self._lock:
+            gang = self._gangs.get(job_id)
+            return [] if gang is None or gang.ended or gang.terminating else list(gang.names)
+
     def _tracked(self, pod: dict) -> bool:
         """The pod belongs to a gang hived still follows (its finished members wait for the gang)."""
         ann = pod["metadata"].get("annotations") or {}
@@ -555,6 +582,10 @@ class KubernetesLauncher(Adoption):
         svc = self._services.pop(job_id, None)
         if svc is not None:     # a retry creates it again; off this thread (API call)
             threading.Thread(target=self._delete_service, args=svc, name="hived-k8s-svc-delete",
+                             daemon=True).start()
+        secret = self._secrets.pop(job_id, None)
+        if secret is not None:
+            threading.Thread(target=self._delete_secret, args=secret, name="hived-k8s-secret-delete",
                              daemon=True).start()
         self._retired.move_to_end(job_id)
         while len(self._retired) > RETIRED_KEPT:

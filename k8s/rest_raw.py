@@ -119,6 +119,20 @@ class RawApi:
         return self._request("DELETE", f"/api/v1/namespaces/{quote(ns, safe='')}/services/{quote(name, safe='')}",
                              None, done_if=(404,))
 
+    def create_secret(self, ns: str, secret: dict) -> bytes:
+        """Create a Secret; one of that name already there (an earlier attempt's, same content) is fine."""
+        try:
+            return self._request("POST", f"/api/v1/namespaces/{quote(ns, safe='')}/secrets",
+                                 json.dumps(secret, separators=(",", ":")).encode(), done_if=(409,))
+        except ApiException as e:
+            if e.status == 409:
+                return _body(e)
+            raise
+
+    def delete_secret(self, ns: str, name: str) -> bytes:
+        return self._request("DELETE", f"/api/v1/namespaces/{quote(ns, safe='')}/secrets/{quote(name, safe='')}",
+                             None, done_if=(404,))
+
     def create_event(self, ns: str, body: bytes) -> bytes:
         return self._request("POST", f"/api/v1/namespaces/{quote(ns, safe='')}/events", body)
 

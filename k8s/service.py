@@ -68,6 +68,9 @@ ENV = {
     "HIVED_K8S_FINISHED_POD_TTL": "seconds after which pods of ended jobs are deleted (default 3600)",
     "HIVED_K8S_TEARDOWN_MARGIN": "seconds past the grace period after which pods never confirmed gone "
                                  "(a lost node) no longer hold their cells (default 30)",
+    "HIVED_KERNEL_REPORT_URL": "hived's URL as Jupyter kernel pods reach it (their connection reports go there; "
+                               "unset: kernel jobs are refused on Kubernetes)",
+    "HIVED_K8S_KERNEL_PYTHON": "the Python that runs a kernel in the job image (default 'python')",
 }
 _JOB_ID = re.compile(r"j(\d+)")
 LEAD_TAKEOVER_WAIT = 30.0   # seconds a request waits for a takeover under way (a LIST, the recovery)
@@ -134,6 +137,8 @@ def launcher_from_env(nodes=None, **kw) -> KubernetesLauncher:
         teardown_margin=_env_seconds("HIVED_K8S_TEARDOWN_MARGIN", 30.0),
         finished_pod_ttl=_env_seconds("HIVED_K8S_FINISHED_POD_TTL", 3600.0),
         namespace=env.get("HIVED_K8S_NAMESPACE") or _own_namespace(),
+        kernel_report_url=env.get("HIVED_KERNEL_REPORT_URL") or "",
+        kernel_python=env.get("HIVED_K8S_KERNEL_PYTHON") or "python",
         nodes=nodes, **{"pipeline": True, **kw})
 
 
@@ -186,6 +191,8 @@ class KubernetesSchedulerService(SchedulerService):
             tol = _env_seconds("HIVED_K8S_NOTREADY_TOLERATION", 60.0)
             health = NodeHealth(launcher.core, spec_nodes(spec_path), timeout_seconds=launcher.watch.timeout_seconds,
                                 notready_toleration=tol)
+        # kernel pods read their job's kernel secret (service/kernel_connect.py, made by the base constructor)
+        launcher.kernel_secret = lambda job_id: self.kernel_secret(job_id)
         if isinstance(health, NodeHealth) and launcher.node_ready is None:
             launcher.node_ready = health.ready       # lingering pods: force-deleted only off Ready nodes
         # accepted jobs and job ids live in the API server (durable.py); the journal is a cache

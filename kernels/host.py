@@ -13,6 +13,12 @@ The job holds the GPUs; the kernel is a child of this host. The host
   kernel only) and ``start`` (a kernel restart: a new kernel in the same job, the same GPUs);
 - ends the job when the kernel is gone and no restart came for ``LINGER`` seconds, and
   stops the kernel when the job is stopped (SIGTERM from the launcher).
+
+In a Kubernetes pod (``$HIVED_KERNEL_REPORT_URL`` set: k8s/kernel_pod.py) the provisioner's ports
+and key are another machine's: the host picks free ports and a new key itself, has the kernel
+listen on every interface of the pod, and once the kernel and its control socket are up reports
+them, with the pod's IP, to hived (hived.kernels.report), where the provisioner reads them. A
+refused report ends the job with hived's line in its log.
 """
 from __future__ import annotations
 
@@ -26,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from jupyter_client.session import Session
 
 # zmq and jupyter_client are imported once the kernel is on its way: the kernel's own start
@@ -61,6 +69,7 @@ class Host:
         self.generation = 0
         self.dead_since: float | None = None
         self.stopping = False
+        self.on_ready: Callable[[], object] | None = None   # called once the kernel and the socket are up
 
     def listen(self) -> None:
         import zmq
@@ -114,6 +123,14 @@ class Host:
         signal.signal(signal.SIGINT, lambda signum, frame: None)
         self.start_kernel()
         self.listen()
+        if self.on_ready is not None:
+            from .report import ReportRefused
+            try:
+                self.on_ready()
+            except ReportRefused as exc:
+                print(f"[hived kernel host] {exc}", file=sys.stderr)
+                self.stop_kernel()
+                return 1
         import zmq
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
@@ -143,18 +160,38 @@ class Host:
         self.stopping = True
 
 
+def pod_connection() -> dict:
+    """A kernel pod's own connection info: free ports of the pod, a new key, every interface."""
+    import secrets
+
+    from jupyter_client.connect import LocalPortCache
+    ports = {name: LocalPortCache.instance().find_available_port("0.0.0.0")   # six different free ports
+             for name in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port", "hived_host_port")}
+    return {"ip": "0.0.0.0", "transport": "tcp", "signature_scheme": "hmac-sha256", "kernel_name": "",
+            "key": secrets.token_hex(32), **ports}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--"]:
         args = args[1:]
     raw = os.environ.pop(CONNECTION_ENV, "")
-    if not args or not raw:
+    in_pod = bool(os.environ.get("HIVED_KERNEL_REPORT_URL"))
+    if not args or not (raw or in_pod):
         print(f"usage: {CONNECTION_ENV}=<json> python -m hived.kernels.host -- KERNEL COMMAND "
               f"(with {PLACEHOLDER} where the connection file goes)", file=sys.stderr)
         return 2
-    info = json.loads(raw)
-    job_dir = Path(os.environ.get("HIVED_JOB_DIR") or ".")
+    if in_pod:
+        import tempfile
+        info = pod_connection()
+        job_dir = Path(os.environ.get("HIVED_JOB_DIR") or tempfile.gettempdir())
+    else:
+        info = json.loads(raw)
+        job_dir = Path(os.environ.get("HIVED_JOB_DIR") or ".")
     host = Host(args, info, write_connection(info, job_dir))
+    if in_pod:
+        from .report import from_env
+        host.on_ready = lambda: from_env(info)
     return host.serve()
 
 

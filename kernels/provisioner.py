@@ -13,6 +13,10 @@ What the kernel manager asks maps onto the job:
 - a restart starts a new kernel inside the same job;
 - shutdown cancels the job, which gives its GPUs back.
 
+On Kubernetes the kernel's pod picks its own ports and key and reports them to hived
+(hived.kernels.report); the provisioner waits for that report after the job runs and connects to
+the pod (``_pod_connection``); the host in the pod obeys the same signed requests.
+
 A start that waits longer than ``start_timeout`` seconds cancels the queued job and fails
 with the job's wait reason. While the kernel runs, the provisioner watches its iopub
 messages and reports cell activity to hived (``POST jobs/{id}/activity``), which releases
@@ -26,11 +30,11 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import zmq
 from jupyter_client.connect import KernelConnectionInfo, LocalPortCache
-from jupyter_client.provisioning import LocalProvisioner
+from jupyter_client.provisioning import KernelProvisionerBase, LocalProvisioner
 from tornado.web import HTTPError
 from traitlets import Float, Integer, Unicode
 
@@ -81,6 +85,7 @@ class HivedProvisioner(LocalProvisioner):
     _reporter: ActivityReporter | None = None
     _released: ReleasedKernel | None = None
     _ending = False       # we asked the job to end (shutdown): its end is no news to the user
+    _on_pod = False       # the kernel runs in a Kubernetes pod, reached at what the pod reported
 
     # -- plumbing ---------------------------------------------------------
     @property
@@ -118,6 +123,10 @@ class HivedProvisioner(LocalProvisioner):
         if not self.vc:
             raise KernelStartError(f"hived: kernelspec {self.kernel_spec.display_name!r} names no VC "
                                    "(metadata.kernel_provisioner.config.vc)")
+        if self._on_pod and self.job_id is not None and self.end_reason == "":
+            # a restart in a pod's job: the connection is the pod's, not one of this machine's interfaces
+            kwargs.pop("extra_arguments", None)
+            return await KernelProvisionerBase.pre_launch(self, cmd=list(self.kernel_spec.argv), **kwargs)
         kwargs = await super().pre_launch(**kwargs)
         if self.host_port is None:
             assert self.parent is not None   # the kernel manager that owns us
@@ -136,6 +145,7 @@ class HivedProvisioner(LocalProvisioner):
         self.end_reason, self._ending = "", False
         self._stop_watch()
         body = self._job_body(cmd, kwargs)
+        began = time.monotonic()
         try:
             job = await self._rest(self.client.submit, body)
         except HivedError as exc:
@@ -144,7 +154,8 @@ class HivedProvisioner(LocalProvisioner):
         self.job_id = job["id"]
         self.log.info("hived: kernel %s is job %s in VC %s (%d GPU%s)", self.kernel_id, self.job_id,
                       self.vc, self.gpus, "" if self.gpus == 1 else "s")
-        await self._wait_running(job)
+        await self._wait_running(job, began)
+        await self._pod_connection(began)
         self._watch()
         return self.connection_info
 
@@ -171,8 +182,7 @@ class HivedProvisioner(LocalProvisioner):
             body["workdir"] = str(cwd)
         return body
 
-    async def _wait_running(self, job: dict) -> None:
-        began = time.monotonic()
+    async def _wait_running(self, job: dict, began: float) -> None:
         notice = QueueNotice(str(self.kernel_id), str(self.job_id), self.vc, self.log, self.parent)
         pause = 0.05
         while True:
@@ -199,6 +209,47 @@ class HivedProvisioner(LocalProvisioner):
             if time.monotonic() - began > FAST_POLL_FOR:
                 pause = min(pause * 1.5, 1.0)
             job = await self._rest(self.client.job, self.job_id)
+
+    async def _pod_connection(self, began: float) -> None:
+        """On Kubernetes the kernel's pod picks its ports and key and reports them to hived: wait for
+        that report (within the same start_timeout), then connect there. On the local launcher the
+        kernel uses the connection file made here, and this returns at once."""
+        while True:
+            try:
+                answer = await self._rest(self.client.kernel_connection, self.job_id)
+            except HivedError as exc:
+                if exc.status == 404:    # a hived without the route runs kernels locally only
+                    return
+                raise KernelStartError(f"hived: kernel job {self.job_id}: {exc.line()}") from exc
+            if answer.get("launcher") != "kubernetes":
+                return
+            if answer.get("connection"):
+                self._use_pod(dict(answer["connection"]), str(answer.get("pod")))
+                return
+            if answer.get("state") not in ("placed", "running"):
+                self.end_reason = str(answer.get("state"))
+                raise KernelStartError(f"hived: kernel job {self.job_id} {answer.get('state')} before its pod "
+                                       "reported the kernel's connection")
+            if time.monotonic() - began >= self.start_timeout:
+                await self._cancel_quietly()
+                raise KernelStartError(f"hived: kernel job {self.job_id} runs, but its pod did not report the "
+                                       f"kernel's connection within {self.start_timeout:g} s (start_timeout); the "
+                                       "job was cancelled. Its log (hived logs) says why")
+            await asyncio.sleep(0.2)
+
+    def _use_pod(self, info: dict, pod: str) -> None:
+        if self.ports_cached:     # the ports taken here for a local kernel are not used
+            cache = LocalPortCache.instance()
+            for name in ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port"):
+                cache.return_port(int(self.connection_info[name]))
+            self.ports_cached = False
+        if self.host_port is not None:
+            LocalPortCache.instance().return_port(self.host_port)
+        self.host_port = int(info.pop("hived_host_port"))
+        info["key"] = str(info["key"]).encode()
+        self.connection_info = cast(KernelConnectionInfo, info)
+        self._on_pod = True
+        self.log.info("hived: kernel %s runs in pod %s at %s", self.kernel_id, pod, info.get("ip"))
 
     # -- the running kernel -----------------------------------------------
     def _watch(self) -> None:
@@ -294,7 +345,7 @@ class HivedProvisioner(LocalProvisioner):
             LocalPortCache.instance().return_port(self.host_port)
             self.host_port = None
         await super().cleanup(restart=restart)
-        self.job_id = None
+        self.job_id, self._on_pod = None, False
 
     async def _cancel_quietly(self) -> None:
         if self.job_id is None:
@@ -308,13 +359,14 @@ class HivedProvisioner(LocalProvisioner):
     # -- a server that restarts finds its kernels again ------------------
     async def get_provisioner_info(self) -> dict[str, Any]:
         info = await super().get_provisioner_info()
-        info.update({"hived_job_id": self.job_id, "hived_host_port": self.host_port})
+        info.update({"hived_job_id": self.job_id, "hived_host_port": self.host_port, "hived_on_pod": self._on_pod})
         return info
 
     async def load_provisioner_info(self, provisioner_info: dict) -> None:
         await super().load_provisioner_info(provisioner_info)
         self.job_id = provisioner_info.get("hived_job_id")
         self.host_port = provisioner_info.get("hived_host_port")
+        self._on_pod = bool(provisioner_info.get("hived_on_pod"))
 
     def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
         return max(recommended, 2.0)

@@ -270,6 +270,10 @@ class HivedClient:
         """A kernel job ran a cell now (its provisioner says so): the VC's idle release counts from here."""
         return self._call("POST", f"jobs/{_seg(job_id)}/activity", body={})
 
+    def kernel_connection(self, job_id: str) -> dict:
+        """What a kernel job's pod reported of its kernel's connection (the job's owner only)."""
+        return self._call("GET", f"jobs/{_seg(job_id)}/kernel-connection")
+
     def control(self, job_id: str, action: str) -> dict:
         """``hold``, ``release`` or ``requeue`` a job."""
         return self._call("POST", f"jobs/{_seg(job_id)}/{_seg(action)}", body={})

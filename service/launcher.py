@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from hived.core.engine import RequestError
-from hived.core.jobs import JobRequest, Placement
+from hived.core.jobs import KERNEL_LABEL, JobRequest, Placement
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,7 @@ CAPABILITIES = {
     "gang_started": "gang_started(job_id): an adopted gang runs (False: its pods are still Pending)",
     "shared_account": "shared_account(vcs): the one account every VC's jobs run as, if any (for status)",
     "close": "close(): release what the launcher holds when the service closes",
+    "pod_names": "pod_names(job_id): the pods of the job's live gang (a kernel pod that reports names its own)",
 }
 
 
@@ -84,9 +85,10 @@ def refuse_unlaunchable(launcher: Any, req: JobRequest) -> None:
             check_account(req)
         except ValueError as e:
             raise RequestError("user", str(e)) from None
-    if req.k8s_template is None:
-        return
     validate = capability(launcher, "validate")
+    # a kernel job's pod needs what the launcher knows (where it reports to): checked like a template
+    if req.k8s_template is None and (validate is None or KERNEL_LABEL not in req.labels):
+        return
     if validate is None:
         kind = getattr(launcher, "kind", "a launcher that takes no job templates")
         raise RequestError("k8s_template", f"this hived runs jobs with {kind}; "

@@ -38,6 +38,7 @@ from .exchange import CellExchange
 from .fair_queue import FairGate
 from .host import HandOn
 from .job_ids import JobIds, JobIdsError
+from .kernel_connect import KernelConnections
 from .kernel_idle import KernelIdle
 from .launch_queue import LaunchQueue
 from .launcher import Launcher, LauncherEvent, capability, refuse_unlaunchable, refuse_unreachable
@@ -123,6 +124,7 @@ class SchedulerService:
         self.quota = DiskQuota(self)                            # service/quota.py
         self.retention_rules = Retention(self, self.quota)      # service/retention.py
         self.kernel_idle = KernelIdle(self, self.clock())       # service/kernel_idle.py
+        self.kernel_connections = KernelConnections(self)       # service/kernel_connect.py
         self.job_control = JobControl(self)                     # service/control.py
         self.eng = self.new_engine(self.spec)
         self.exchange = CellExchange(self)   # cell exchange (service/exchange.py); _recover loads its state
@@ -469,6 +471,7 @@ class SchedulerService:
         if self._flush(now, also=touched, defer=True):
             self.retention_rules.tick(now)
             self.kernel_idle.tick(now)
+            self.kernel_connections.tick()
         self._next_wakeup = self.eng.next_wakeup()
         return [{"kind": d.kind.value, "job_id": d.job_id, "reason": d.reason} for d in decisions]
 
@@ -756,6 +759,9 @@ class SchedulerService:
     set_disk_quota = HandOn("quota", "set")
     control = HandOn("job_control", "control")
     kernel_activity = HandOn("kernel_idle", "activity")
+    kernel_secret = HandOn("kernel_connections", "secret_for")
+    report_kernel_connection = HandOn("kernel_connections", "report")
+    kernel_connection = HandOn("kernel_connections", "connection")
 
     def status(self) -> dict:
         with self._lock:

@@ -9,6 +9,7 @@ from .exchange import ExchangeHandler, ExchangePostHandler
 from .gc import GcHandler
 from .health import HealthHandler, ReadyHandler
 from .jobs import ActivityHandler, CancelHandler, ControlHandler, JobHandler, JobsHandler, LogsHandler
+from .kernel_connection import KernelConnectionHandler
 from .metrics import MetricsHandler
 from .summary import SummaryHandler
 from .tokens import TokensReloadHandler
@@ -28,6 +29,7 @@ ROUTES = [
     (f"jobs/{_SEG}/cancel", CancelHandler, "/jobs/{job_id}/cancel"),
     (f"jobs/{_SEG}/logs", LogsHandler, "/jobs/{job_id}/logs"),
     (f"jobs/{_SEG}/activity", ActivityHandler, "/jobs/{job_id}/activity"),
+    (f"jobs/{_SEG}/kernel-connection", KernelConnectionHandler, "/jobs/{job_id}/kernel-connection"),
     (f"jobs/{_SEG}/(hold|release|requeue)", ControlHandler,
      ("/jobs/{job_id}/hold", "/jobs/{job_id}/release", "/jobs/{job_id}/requeue")),
     ("exchange/(board|ledger|offers|requests)", ExchangeHandler,

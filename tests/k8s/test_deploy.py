@@ -24,7 +24,9 @@ from kubernetes import client, utils  # noqa: E402
 from kubernetes.client import models as m  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
+from hived.core.jobs import Placement, PodGroup  # noqa: E402
 from hived.core.spec import load_spec  # noqa: E402
+from hived.k8s import pod_builder as pb  # noqa: E402
 from hived.k8s.launcher import KubernetesLauncher  # noqa: E402
 from hived.k8s.policy import load_policy, vc_manifests  # noqa: E402
 from hived.k8s.template import JobTemplate  # noqa: E402
@@ -341,6 +343,11 @@ def test_rbac_allows_every_call_hived_makes_and_nothing_unused(kube, core, ns, u
             kubelet.run(ns, n)
         lau.terminate("j1", 30)                                        # delete with grace + events
         lau.delete_gang("j1", ns, names, 0)                           # pods and the gang's Service
+        # a Jupyter kernel job: its Secret, created with its pod, deleted with it (k8s/kernel_pod.py)
+        lau.kernel_report_url, lau.kernel_secret = "http://hived.example/", lambda job_id: "s" * 64
+        one = Placement("V100", (placement.pods[0],), False)
+        lau.launch("j2", request(labels={"kernel": "k"}, groups=[PodGroup(pods=1, gpus=2)]), one, attempt=1)
+        lau.delete_gang("j2", ns, [pb.pod_name("j2", 1, 0)], 0)
         lau.health_changes()
         assert lau.events.flush()
         # accepted jobs and the job id counter, in hived's namespace (k8s/durable.py)
@@ -375,7 +382,10 @@ def test_rbac_allows_every_call_hived_makes_and_nothing_unused(kube, core, ns, u
         {("list", "pods"), ("watch", "pods")}, "pods are written in VC namespaces only, and read everywhere"
     assert not any(res in ("services", "events") and scope != "vc" for _, _, res, scope in used)
     assert not any(g == "coordination.k8s.io" and scope != "own" for _, g, _, scope in used)
-    assert not any(res in ("secrets", "configmaps") and scope != "own" for _, _, res, scope in used)
+    assert not any(res == "configmaps" and scope != "own" for _, _, res, scope in used)
+    # Secrets outside hived's namespace: a kernel job's own, created and deleted, never read
+    assert {(v, scope) for v, _, res, scope in used if res == "secrets" and scope != "own"} == \
+        {("create", "vc"), ("delete", "vc")}
 
 
 # ---------------------------------------------------------------- the image

@@ -209,6 +209,9 @@ class HivedIdentityProvider(IdentityProvider):
              f"holds the server token may then act as anyone.",
     )
 
+    # digest of each token in force -> (token, user name; None for the server token): _token_index
+    _index: dict[bytes, tuple[str, str | None]] | None = None
+
     @default("token_user")
     def _token_user_default(self) -> str:
         try:
@@ -244,7 +247,7 @@ class HivedIdentityProvider(IdentityProvider):
     def _token_index(self) -> dict[bytes, tuple[str, str | None]]:
         """``{digest(token): (token, user name or None for the server token)}`` of the tokens in
         force. Rebuilt whenever ``user_tokens`` or ``token`` is assigned (a reload does that)."""
-        index = getattr(self, "_index", None)
+        index = self._index
         if index is None:
             index = {_digest(token): (token, name) for token, name in self.user_tokens.items()}
             if self.token:
@@ -269,7 +272,7 @@ class HivedIdentityProvider(IdentityProvider):
             return HivedUser(named, credential=fingerprint(token))
         return HivedUser(self.token_user, server_account=True, credential=fingerprint(token))
 
-    async def get_user(self, handler) -> User | None:  # type: ignore[override]
+    async def get_user(self, handler) -> User | None:
         """A valid token in the ``Authorization`` header is its user, and that is all: no login
         cookie is read or set for it (an API client sends its token every time; a browser gets
         its cookie from the login page). Anything else is jupyter-server's usual check (a login

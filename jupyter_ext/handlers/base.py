@@ -237,7 +237,7 @@ class HivedHandler(APIHandler):
                     "(ask for a new one; Authorization: token ...)")
         return "not authenticated: give a token (Authorization: token ...)"
 
-    def log_exception(self, typ, value, tb) -> None:  # type: ignore[override]
+    def log_exception(self, typ, value, tb) -> None:
         if isinstance(value, ApiError) and value.status_code == 429:
             return   # a flood of these is counted, not logged one by one (refusal_log.py)
         super().log_exception(typ, value, tb)

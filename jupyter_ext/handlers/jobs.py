@@ -13,7 +13,7 @@ from hived.core.jobs import JobState
 from hived.service.client import TERMINAL_STATES
 
 from ..auth import job_resource, vc_resource
-from .base import DRAIN_BYTES, ApiError, HivedHandler, limit_body, one_line, service_errors, to_json
+from .base import ApiError, HivedHandler, one_line, service_errors, to_json
 
 STATES = tuple(s.value for s in JobState)
 

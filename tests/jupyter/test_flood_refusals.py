@@ -189,7 +189,7 @@ def test_the_refusal_log_writes_one_line_per_user_and_interval_and_loses_no_coun
     refusals.note("bob", "POST /hived/api/jobs", "bob's reason")
     assert len(log.lines) == 2 and "reason 0" in log.lines[0] and "bob's reason" in log.lines[1]
     assert [d[0] for d in due] == [10, 10]
-    for delay, fn, args in due[:2]:                      # the intervals end
+    for _, fn, args in due[:2]:                          # the intervals end
         fn(*args)
     assert len(log.lines) == 3
     assert "499 more request(s) of user 'alice' refused (429)" in log.lines[2] and "reason 499" in log.lines[2]

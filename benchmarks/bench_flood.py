@@ -13,7 +13,13 @@ Bob's run is timed twice in the same session, without and with the flood, and th
 reports his submit median and p99 in both and their ratio (target: p99 with the flood <= 2x
 without), plus what the flood got: accepted (201) and refused by admission limits (429).
 
-Usage: bench_flood.py [--quick] [--n 120] [--rate 4] [--flooders 4]
+With ``--refusal-cost N`` it measures instead what one refused submission costs the server: on
+a spec where alice may submit once per 100 seconds, she submits once, then N more of her flood's
+requests are refused (429); the server process's CPU seconds (all threads, from /proc) over those
+N requests, per request. On a loaded machine this is the trustworthy figure: CPU time does not
+count the time the server waited for a core.
+
+Usage: bench_flood.py [--quick] [--n 120] [--rate 4] [--flooders 4] [--refusal-cost N]
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import os
 import sys
 import tempfile
 import time
@@ -90,6 +97,76 @@ async def phase(api: str, n: int, rate: float, flooders: int) -> tuple[list[floa
     return lat, statuses, got
 
 
+def slow_spec(folder: Path) -> Path:
+    """The tests' spec where alice's VC may submit once per 100 seconds: every request but her
+    first is refused."""
+    spec = folder / "spec-slow.yaml"
+    text = SPEC.read_text()
+    marker = "  vca:\n"
+    assert marker in text, "the tests' spec changed: no VC vca"
+    spec.write_text(text.replace(marker, marker + "    admission: {submitsPerSecondPerUser: 0.01}\n"))
+    return spec
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid``, all its threads (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def refusals(api: str, n: int, clients: int) -> dict:
+    """``n`` of alice's large submissions from ``clients`` clients; the statuses they got."""
+    import aiohttp
+    seen: dict[int, int] = {}
+    left = iter(range(n))
+
+    async def client() -> None:
+        # a new connection per request: a refusal before the body is read closes it anyway, and so
+        # every request counted reaches the server (none fails on a connection it closed)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1, force_close=True)) as session:
+            for _ in left:
+                try:
+                    async with session.post(api + "jobs", data=BIG_BODY, headers={
+                            "Authorization": "token tok-alice", "Content-Type": "application/json"}) as r:
+                        await r.read()
+                        status = r.status
+                except aiohttp.ClientError:   # refused before the body was read: connection closed
+                    status = 0
+                seen[status] = seen.get(status, 0) + 1
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return seen
+
+
+def refusal_cost(n: int, clients: int) -> int:
+    with tempfile.TemporaryDirectory(prefix="hived-refusal-") as tmp:
+        data = Path(tmp) / "data"
+        data.mkdir()
+        proc, api = start_server(data, spec=slow_spec(Path(tmp)))
+        try:
+            first = asyncio.run(refusals(api, 1, 1))            # takes her one token: her bucket exists
+            asyncio.run(refusals(api, 50, clients))             # warm-up (imports, caches)
+            t0, c0 = time.perf_counter(), cpu_seconds(proc.pid)
+            time.sleep(3.0)                                      # idle: its housekeeping rounds alone
+            idle_rate = (cpu_seconds(proc.pid) - c0) / (time.perf_counter() - t0)
+            t0, c0 = time.perf_counter(), cpu_seconds(proc.pid)
+            got = asyncio.run(refusals(api, n, clients))
+            cpu, wall = cpu_seconds(proc.pid) - c0, time.perf_counter() - t0
+        finally:
+            proc.terminate()
+            proc.wait(20)
+        log_lines = len((data / "serve.log").read_text().splitlines())
+    refused = got.get(429, 0) + got.get(0, 0)
+    print(f"first submission: {first}; then {n} requests from {clients} clients: {got} "
+          f"(0: refused before the body was read, connection closed)")
+    net = cpu - idle_rate * wall
+    print(f"server CPU {cpu:.2f} s over {wall:.2f} s for {n} requests, {net:.2f} s less its idle rate "
+          f"({idle_rate * 100:.1f}% of a core): {net / n * 1000:.3f} ms CPU per refused request ({refused} refused); "
+          f"the server's log has {log_lines} lines in all; {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.1f}")
+    return 0 if refused == n else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer requests (CI)")
@@ -97,7 +174,11 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=4.0,
                     help="bob's submissions per second (under the default limit of 5 per user)")
     ap.add_argument("--flooders", type=int, default=4, help="alice's concurrent flooding clients")
+    ap.add_argument("--refusal-cost", type=int, default=0, metavar="N",
+                    help="measure the server's CPU per refused submission over N refusals instead")
     args = ap.parse_args()
+    if args.refusal_cost:
+        return refusal_cost(args.refusal_cost, args.flooders)
     n = 40 if args.quick else args.n
     with tempfile.TemporaryDirectory(prefix="hived-flood-") as tmp:
         proc, api = start_server(Path(tmp) / "data", spec=SPEC)   # the default admission limits
@@ -115,7 +196,6 @@ def main() -> int:
         finally:
             proc.terminate()
             proc.wait(20)
-    import os
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (other work on the machine shows in "
           f"both phases: compare the ratio)")
     base, hit = rows["no flood"], rows["flood"]

@@ -28,4 +28,5 @@ run submit_start 90 benchmarks/bench_submit_start.py --n 60
 run rest_20 75 benchmarks/bench_rest.py --launcher local --rate 20 --requests 200 --clients 20 --paced-only
 run rest_100 90 benchmarks/bench_rest.py --launcher local --rate 100 --requests 1000 --paced-only
 run flood 120 benchmarks/bench_flood.py --n 80
+run refusal_cost 90 benchmarks/bench_flood.py --refusal-cost 2000
 run sim 90 benchmarks/bench_sim.py --quick

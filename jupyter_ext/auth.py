@@ -44,7 +44,7 @@ from collections.abc import Hashable, Iterable
 from urllib.parse import quote, unquote
 
 from jupyter_server.auth import Authorizer, IdentityProvider, User
-from traitlets import Bool, Dict, Unicode, default
+from traitlets import Bool, Dict, Unicode, default, observe
 
 from hived.service.access import SERVER_ACCOUNT, Access
 from hived.service.client import USER_HEADER
@@ -145,6 +145,14 @@ def fingerprint(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+def _raw(token: str) -> bytes:
+    return token.encode("utf-8", "surrogatepass")
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(_raw(token)).digest()
+
+
 def read_tokens_file(path: str) -> dict[str, str]:
     """``{token: username}`` from a JSON file; one-line ValueError naming what is wrong."""
     try:
@@ -201,6 +209,9 @@ class HivedIdentityProvider(IdentityProvider):
              f"holds the server token may then act as anyone.",
     )
 
+    # digest of each token in force -> (token, user name; None for the server token): _token_index
+    _index: dict[bytes, tuple[str, str | None]] | None = None
+
     @default("token_user")
     def _token_user_default(self) -> str:
         try:
@@ -229,22 +240,61 @@ class HivedIdentityProvider(IdentityProvider):
         m = self.auth_header_pat.match(handler.request.headers.get("Authorization", ""))
         return m.group(2).strip() if m else None
 
+    @observe("user_tokens", "token")
+    def _tokens_changed(self, change) -> None:
+        self._index = None   # rebuilt from the tokens in force at the next request
+
+    def _token_index(self) -> dict[bytes, tuple[str, str | None]]:
+        """``{digest(token): (token, user name or None for the server token)}`` of the tokens in
+        force. Rebuilt whenever ``user_tokens`` or ``token`` is assigned (a reload does that)."""
+        index = self._index
+        if index is None:
+            index = {_digest(token): (token, name) for token, name in self.user_tokens.items()}
+            if self.token:
+                index.setdefault(_digest(self.token), (self.token, None))   # a user's token wins, as before
+            self._index = index
+        return index
+
     def _user_for(self, given: str, named: str = "") -> HivedUser | None:
-        for token, name in self.user_tokens.items():
-            if hmac.compare_digest(token.encode("utf-8", "surrogatepass"), given.encode("utf-8", "surrogatepass")):
-                return HivedUser(name, credential=fingerprint(token))
-        if self.token and hmac.compare_digest(self.token.encode("utf-8", "surrogatepass"),
-                                              given.encode("utf-8", "surrogatepass")):
-            if named:
-                return HivedUser(named, credential=fingerprint(self.token))
-            return HivedUser(self.token_user, server_account=True, credential=fingerprint(self.token))
-        return None
+        """The user ``given`` names, or None. One hash and one dictionary lookup whatever the
+        number of tokens: the lookup compares digests, never the token itself, and the token
+        found is compared with ``given`` in constant time."""
+        hit = self._token_index().get(_digest(given))
+        if hit is None or not hmac.compare_digest(_raw(hit[0]), _raw(given)):
+            return None
+        token, name = hit
+        if name is not None:
+            if self.user_tokens.get(token) != name:   # the dict was changed in place, not assigned
+                self._index = None
+                return self._user_for(given, named)
+            return HivedUser(name, credential=fingerprint(token))
+        if named:
+            return HivedUser(named, credential=fingerprint(token))
+        return HivedUser(self.token_user, server_account=True, credential=fingerprint(token))
+
+    async def get_user(self, handler) -> User | None:
+        """A valid token in the ``Authorization`` header is its user, and that is all: no login
+        cookie is read or set for it (an API client sends its token every time; a browser gets
+        its cookie from the login page). Anything else is jupyter-server's usual check (a login
+        cookie; an unknown token with a valid cookie is the cookie's user, as before)."""
+        if getattr(handler, "_jupyter_current_user", None):
+            return handler._jupyter_current_user
+        user = await self.get_user_token(handler)
+        if user is not None:
+            handler._token_authenticated = True   # as jupyter-server marks it: no XSRF check on its writes
+            return user
+        return await self._get_user(handler)
 
     async def get_user_token(self, handler) -> User | None:
-        given = self.get_token(handler)
+        return self.token_user_of(handler.request.headers)
+
+    def token_user_of(self, headers) -> HivedUser | None:
+        """The user the ``Authorization`` header's token names (this provider's own tokens), or None."""
+        m = self.auth_header_pat.match(headers.get("Authorization", ""))
+        given = m.group(2).strip() if m else None
         if not given:
             return None
-        named = handler.request.headers.get(USER_HEADER, "").strip() if self.trust_user_header else ""
+        named = headers.get(USER_HEADER, "").strip() if self.trust_user_header else ""
         return self._user_for(given, named)
 
     def process_login_form(self, handler) -> User | None:

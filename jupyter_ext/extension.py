@@ -73,6 +73,7 @@ class HivedState:
         self.service: Any = None
         self.error: str | None = None
         self.exception: BaseException | None = None   # why the service did not start
+        self.refusals: Any = None   # the 429s' log (refusal_log.RefusalLog), once the extension is loaded
         self._reload_lock = threading.Lock()
         # the handlers' calls into the service run here, off the IOLoop thread
         self.pool = ThreadPoolExecutor(max_workers=config.api_threads, thread_name_prefix="hived-api")
@@ -107,6 +108,8 @@ class HivedState:
             return self.service.reload_spec(source)
 
     def stop(self) -> None:
+        if self.refusals is not None:
+            self.refusals.flush()
         self.pool.shutdown(wait=False)
         self.parse_pool.shutdown(wait=False)
         if self.service is not None:
@@ -133,6 +136,7 @@ def _version() -> str:
 
 def load(serverapp) -> HivedState:
     from .handlers import gate, handlers
+    from .handlers.jobs import refuse_floods_early
     cfg = HivedExtension(parent=serverapp)
     state = HivedState(cfg, cfg.authorizer_class(parent=serverapp, identity_provider=serverapp.identity_provider),
                        _version())
@@ -143,10 +147,37 @@ def load(serverapp) -> HivedState:
         serverapp.log.error("hived: service not started: %s", state.error)
     serverapp.web_app.settings["hived"] = state
     serverapp.web_app.add_handlers(".*$", handlers(serverapp.base_url))
+    refuse_floods_early(serverapp.web_app)   # inside the gate: it sees only what the gate lets through
     gate.install(serverapp.web_app, cfg.serve_jupyter)
+    _count_refusals(serverapp.web_app, state, serverapp.log)
     serverapp.log.info("hived: REST API at %shived/api/ (spec %s, data %s)",
                        serverapp.base_url, cfg.spec_path or "-", cfg.data_dir)
     return state
+
+
+def _count_refusals(web_app, state: HivedState, log) -> None:
+    """hived's 429s go to the refusal log (one line per user and interval) instead of the
+    server's line per request; every other request is logged as before."""
+    import asyncio
+
+    from jupyter_server.log import log_request
+    from jupyter_server.prometheus.log_functions import prometheus_log_method
+
+    from .refusal_log import RefusalLog
+    state.refusals = RefusalLog(log,
+                                lambda delay, fn, *args: asyncio.get_running_loop().call_later(delay, fn, *args))
+    logged = web_app.settings.get("log_function") or log_request
+
+    def log_function(handler) -> None:
+        reason = getattr(handler, "hived_refusal", None)
+        if reason is None or handler.get_status() != 429:
+            logged(handler)
+            return
+        user = getattr(handler.current_user, "username", None) or "unknown"
+        state.refusals.note(user, f"{handler.request.method} {handler.request.path}", reason)
+        prometheus_log_method(handler)   # still in the server's request metrics
+
+    web_app.settings["log_function"] = log_function
 
 
 def unload(serverapp) -> None:

@@ -94,11 +94,12 @@ class AdmissionControl:
             self._vc_bytes[vc] -= n
             self._user_bytes[vc, user] -= n
 
-    def early_refusal(self, user: str) -> LimitReached | None:
+    def early_refusal(self, user: str, take: bool = True) -> LimitReached | None:
         """Before a request's body is even read: the refusal ``user``'s submission gets for their
         rate (as of their last submission's limit), or None having taken its token then (so that
         several requests in flight cannot pass on one token, and a refused body is never parsed).
-        A flood of large bodies then costs the server little."""
+        A flood of large bodies then costs the server little. ``take=False``: only look (the
+        door's first, cheapest check; the token is taken by the check that follows)."""
         with self._guard:
             bucket = self._buckets.get((None, user))
             if bucket is None:
@@ -107,6 +108,8 @@ class AdmissionControl:
             if wait > 0:
                 return LimitReached("vc", rate_refusal(f"user {user!r}", bucket.rate, "submitsPerSecondPerUser",
                                                        wait), retry_after=wait)
+            if not take:
+                return None
             bucket.take()
             self._paid[user] = min(self._paid.get(user, 0) + 1, max(1, int(bucket.rate * BURST)))
             return None

@@ -28,7 +28,7 @@ from hived.core.jobs import HOLDING, Decision, DecisionKind, JobState
 
 from . import snapshot
 from .access import Access
-from .admission import AdmissionControl
+from .admission import AdmissionControl, LimitReached
 from .control import JobControl
 from .data_dir import DataDirBusy, env_int, exclusive, load_spec, private_dir, refuse_emptied_journal, spec_text
 from .degraded import ServiceDegraded
@@ -621,6 +621,10 @@ class SchedulerService:
         refusal = self._admission.early_refusal(user)
         if refusal is not None:
             raise refusal
+
+    def rate_refusal(self, user: str) -> LimitReached | None:
+        """The refusal ``user``'s next submission would get for their rate, taking nothing (no lock)."""
+        return self._admission.early_refusal(user, take=False)
 
     def record(self, job_id: str) -> JobRecord:
         rec = self.eng.find(job_id) if isinstance(job_id, str) else None

@@ -100,6 +100,7 @@ class HivedHandler(APIHandler):
 
     auth_resource = "hived"
     public = False  # True: answers without a token (health checks)
+    hived_refusal: str | None = None   # the reason of a 429 answered (for the refusal log)
 
     # APIHandler.prepare already drops JupyterHandler's keyword (and ignores the same error)
     async def prepare(self) -> None:  # type: ignore[override]
@@ -122,6 +123,12 @@ class HivedHandler(APIHandler):
         if int(declared) > limit:
             raise ApiError(413, f"body is {int(declared)} bytes, the limit is {limit}", "body")
         limit_body(self.request, limit)
+
+    def check_xsrf_cookie(self) -> None:
+        # (tornado also calls this before prepare, when nobody is known yet: jupyter-server's check waits then)
+        if hasattr(self, "_jupyter_current_user") and self._jupyter_current_user is None and not self.public:
+            return   # no user: refused in prepare with the reason (an unknown token is not an XSRF question)
+        super().check_xsrf_cookie()
 
     def data_received(self, chunk: bytes) -> None:
         if not self._finished:
@@ -230,6 +237,11 @@ class HivedHandler(APIHandler):
                     "(ask for a new one; Authorization: token ...)")
         return "not authenticated: give a token (Authorization: token ...)"
 
+    def log_exception(self, typ, value, tb) -> None:
+        if isinstance(value, ApiError) and value.status_code == 429:
+            return   # a flood of these is counted, not logged one by one (refusal_log.py)
+        super().log_exception(typ, value, tb)
+
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         self.set_header("Content-Type", "application/json")
         exc = (kwargs.get("exc_info") or (None, None, None))[1]
@@ -238,6 +250,8 @@ class HivedHandler(APIHandler):
             message, where = exc.message, exc.where
             for name, value in exc.headers.items():
                 self.set_header(name, value)
+            if status_code == 429:
+                self.hived_refusal = message   # logged by the refusal log, not line by line
         elif isinstance(exc, web.HTTPError) and exc.log_message:
             message = exc.log_message % exc.args if exc.args else exc.log_message
         elif status_code == 403:
@@ -249,7 +263,7 @@ class HivedHandler(APIHandler):
             message = responses.get(status_code, "error")
         if where is None:
             where = self.request.path
-        self.finish(json.dumps({"error": _one_line(str(message)), "where": where}))
+        self.finish(json.dumps({"error": one_line(str(message)), "where": where}))
 
 
 # a surrogate escape, or a surrogate encoded as UTF-8 (json decodes those too)
@@ -262,7 +276,7 @@ def _parse_and_check(raw: bytes, schema_name: str, required: bool) -> tuple[Any,
     try:
         body = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
-        return None, (f"body is not valid JSON: {_one_line(str(exc))[:160]}", "body")
+        return None, (f"body is not valid JSON: {one_line(str(exc))[:160]}", "body")
     try:  # "\ud800" escapes decode to strings no terminal, file or database can take
         if (b"\\u" in raw or b"\xed" in raw) and _MAYBE_SURROGATE.search(raw):   # memchr-fast first
             json.dumps(body, ensure_ascii=False).encode("utf-8")
@@ -271,7 +285,7 @@ def _parse_and_check(raw: bytes, schema_name: str, required: bool) -> tuple[Any,
     return body, schema.first_error(schema_name, body)
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     return " ".join(text.split())
 
 

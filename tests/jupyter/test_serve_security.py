@@ -126,11 +126,21 @@ def test_data_dir_is_private_and_jobs_do_not_get_the_server_token(served):
         assert mode & hidden == 0, f"{path} is mode {oct(mode)}"
 
 
-def test_removed_token_is_refused_at_once_cookie_or_not(served):
-    srv = served()
+def login(srv, token: str) -> requests.Session:
+    """A browser logged in on the login page with ``token`` (the only way to a login cookie:
+    a request with a token in its header gets none)."""
     browser = requests.Session()
-    assert srv.call("GET", "hived/api/status", "tok-bob", session=browser).status_code == 200
-    assert browser.cookies, "a token login sets a cookie"
+    browser.get(srv.url + "login", timeout=20)
+    r = browser.post(srv.url + "login", data={"password": token, "_xsrf": browser.cookies.get("_xsrf", "")},
+                     allow_redirects=False, timeout=20)
+    assert r.status_code == 302, r.text[:300]
+    return browser
+
+
+def test_removed_token_is_refused_at_once_cookie_or_not(served):
+    srv = served("--jupyter")   # the login page is served with Jupyter's routes
+    assert "Set-Cookie" not in srv.call("GET", "hived/api/status", "tok-bob").headers
+    browser = login(srv, "tok-bob")
     assert srv.call("GET", "hived/api/status", session=browser).json()["user"] == "bob"   # cookie alone
     tokens = dict(TOKENS)
     del tokens["tok-bob"]

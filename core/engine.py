@@ -494,6 +494,11 @@ class Engine:
         or in its best chain)."""
         return self.books.vc_free(vc, chain)
 
+    def vc_version(self, vc: str) -> tuple[int, int]:
+        """A token that moves whenever ``vc``'s own cells or the jobs holding them may have changed
+        (a placement or a release in the VC, a health or capacity change): equal tokens, same VC view."""
+        return self.books.held_ver[vc], self.books.vver[vc]
+
     def lanes(self, vc: str) -> tuple[Mapping[str, None], Mapping[str, None]] | None:
         """``vc``'s queued job ids as kept, read-only (the TE-first lane, the rest; a queue policy
         may try them in another order: ``queue``); None for an unknown VC. O(1): no copy."""

@@ -29,8 +29,7 @@ opportunistic attempt (and every attempt under the quota baseline) on any
 release. Until that version moves the job is not tried again, so a round in
 which nothing changed costs one dictionary look-up per VC. A guaranteed placement
 that failed for want of any VC cell as large as the largest pod is not asked again
-until the VC releases cells, and after a release elsewhere a blocked head is walked
-only when the freed GPUs could hold it (``_fails_again``); docs/engine.md "Speed".
+until the VC releases cells (``_fails_untouched``; docs/engine.md "Speed").
 """
 from __future__ import annotations
 
@@ -103,7 +102,6 @@ class Engine:
         self.events = EngineEvents(self.books, self.control)   # what the outside world reports (engine_events.py)
         self._backfill = Backfill(self, self.config.backfill_estimates) if self.config.backfill else None
         self.scanned: set[str] = set()     # VCs whose queue the last step() walked
-        self._seen_gver = -1               # books.gver at the end of the last step()
 
     @property
     def preemption_policy(self) -> PreemptionPolicy | None:
@@ -176,53 +174,14 @@ class Engine:
                     self._emit_start(rec, now, out)
         self.control.deps_dirty()
         scanned: set[str] = set()
-        # a release marks its own VC; the others' heads may now borrow what it freed
-        released = self.books.gver != self._seen_gver
         for vc, (te, rest) in self.books.lanes.items():
             if te or rest:
-                if vc in self.books.dirty:  # its own release, a submission or a timer marks it
+                if vc in self.books.dirty:  # any release, submission or timer marks it
                     self._scan(vc, now, out)
                     scanned.add(vc)
-                elif released:
-                    if not self._fails_again(vc, now):
-                        self._scan(vc, now, out)
-                    scanned.add(vc)
         self.books.dirty.clear()
-        self._seen_gver = self.books.gver
         self.scanned = scanned
         return out
-
-    def _fails_again(self, vc: str, now: float) -> bool:
-        """``vc``'s queue did not change since its last round and a release elsewhere calls for a
-        new try of its head: True when that try would fail as the scan would find it, before any
-        placement is asked (the failure is remembered as ``_attempt`` would). Only for a strict
-        FIFO round that writes no reasons (the simulator's); else the scan decides."""
-        books = self.books
-        pol = self.vc_policies[vc]
-        if self._backfill is not None or books.wait_reasons or getattr(pol, "backfill", False) \
-                or not getattr(pol, "preserves_order", False):
-            return False
-        jid = books.blocked[vc]
-        if jid is None:
-            return False
-        rec = books.jobs.get(jid)
-        if rec is None or next(iter(self._order(vc, now)), None) != jid or rec.not_before > now \
-                or rec.held_by or rec.request.after or (rec.relax_at is not None and rec.relax_at <= now):
-            return False
-        if self._memo_valid(rec):
-            return True
-        m = books.failed_at.get(jid)
-        if m is None or not m[0]:
-            return False
-        cls = rec.request.job_class
-        if cls.guaranteed and not (m[2] == books.vver[vc] and m[3] and rec.request.allow_opportunistic
-                                   and (cls is not JobClass.TE or self.preemption_policy is None)):
-            return False    # its own cells, or the preemption policy, may answer otherwise now
-        if self._opp_room(rec):
-            return False    # what was freed may hold it: ask the allocator
-        self.stats["attempts"] += 1
-        books.failed_at[jid] = (True, books.gver, m[2], m[3])
-        return True
 
     def _memo_valid(self, rec: JobRecord) -> bool:
         m = self.books.failed_at.get(rec.job_id)

@@ -201,7 +201,7 @@ class EngineBooks:
         if not rec.default_share:
             self.nondefault -= 1
         self.gver += 1
-        self.dirty.add(rec.request.vc)     # the other VCs: Engine.step sees gver move
+        self.dirty.update(self.lanes)
         if rec.started_pending is False and rec.started is not None:  # the current run had started
             rec.run_time += now - rec.started
         rec.started_pending = None

@@ -507,6 +507,11 @@ class Engine:
                 return rec
         return None
 
+    def vc_version(self, vc: str) -> tuple[int, int]:
+        """A token that moves whenever ``vc``'s own cells or the jobs holding them may have changed
+        (a placement or a release in the VC, a health or capacity change): equal tokens, same VC view."""
+        return self.books.held_ver[vc], self.books.vver[vc]
+
     def restore_order(self) -> list[JobRecord]:
         """Every job in the order ``restore`` takes them to rebuild this engine: jobs holding
         cells or ended first, then the queued ones by queue key."""
@@ -521,11 +526,6 @@ class Engine:
         """GPUs of ``vc``'s guaranteed capacity not bound to its guaranteed jobs (in ``chain``,
         or in its best chain)."""
         return self.books.vc_free(vc, chain)
-
-    def vc_version(self, vc: str) -> tuple[int, int]:
-        """A token that moves whenever ``vc``'s own cells or the jobs holding them may have changed
-        (a placement or a release in the VC, a health or capacity change): equal tokens, same VC view."""
-        return self.books.held_ver[vc], self.books.vver[vc]
 
     def lanes(self, vc: str) -> tuple[Mapping[str, None], Mapping[str, None]] | None:
         """``vc``'s queued job ids as kept, read-only (the TE-first lane, the rest; a queue policy

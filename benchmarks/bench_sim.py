@@ -11,7 +11,12 @@ finished jobs pile up shows it as a falling rate. Each run also prints the
 sha256 of its per-job rows (the CSV ``hived simulate`` writes) and of its
 summary without the timings: two trees (say main and a branch, each with its
 own interpreter running this same script) replay identically when these match.
-Usage: ``.venv/bin/python benchmarks/bench_sim.py [--quick] [--repeat N] [--growth 20000,40000]``.
+``--baseline DIR`` (with ``--growth``): DIR is another checkout of hived (say ``git worktree add
+/tmp/main main``); each prefix is replayed by this tree and by DIR in turn, each run in a fresh
+process, ``--repeat`` times, and the medians, their ratio and whether both replayed identically
+are printed (the same run on the same machine: the load others put on it counts for both).
+Usage: ``.venv/bin/python benchmarks/bench_sim.py [--quick] [--repeat N] [--growth 20000,40000
+[--baseline DIR]]``.
 """
 from __future__ import annotations
 
@@ -20,8 +25,12 @@ import csv
 import hashlib
 import io
 import json
+import os
+import re
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 from hived.core.sim.schemes import size_cluster
@@ -59,6 +68,48 @@ def growth(trace_path: str, sizes: list[int], load: float, rep: int) -> int:
     return 0
 
 
+LINE = re.compile(r"first ([\d,]+) jobs .*: ([\d.]+) s CPU, .*rows sha256 (\w+), summary sha256 (\w+)")
+
+
+def _one(tree: str | None, n: int, trace: str, load: float) -> tuple[float, str]:
+    """(CPU seconds, "rows/summary" digests) of one replay of the first ``n`` jobs in a fresh
+    process; ``tree``: a checkout of hived to import instead of this one."""
+    env = dict(os.environ)
+    script = os.path.abspath(__file__)
+    with tempfile.TemporaryDirectory() as tmp:
+        if tree is not None:
+            os.symlink(os.path.abspath(tree), os.path.join(tmp, "hived"))   # ``import hived`` finds DIR
+            env["PYTHONPATH"] = tmp + os.pathsep + env.get("PYTHONPATH", "")
+            script = os.path.join(tree, "benchmarks", "bench_sim.py")
+        out = subprocess.run([sys.executable, script, "--growth", str(n), "--trace", trace, "--load", str(load)],
+                             env=env, cwd=tmp, capture_output=True, text=True, check=True).stdout
+    m = LINE.search(out)
+    if m is None:
+        raise RuntimeError(f"no result line in: {out!r}")
+    return float(m.group(2)), f"{m.group(3)}/{m.group(4)}"
+
+
+def against(base: str, sizes: list[int], trace: str, load: float, rep: int) -> int:
+    """This tree against ``base`` on each prefix, alternating runs; 1 when the replays differ."""
+    differ = False
+    for n in sizes:
+        cpus: dict[str, list[float]] = {"this": [], "base": []}
+        digest: dict[str, set[str]] = {"this": set(), "base": set()}
+        for _ in range(rep):
+            for who, tree in (("base", base), ("this", None)):
+                cpu, d = _one(tree, n, trace, load)
+                cpus[who].append(cpu)
+                digest[who].add(d)
+        this, b = statistics.median(cpus["this"]), statistics.median(cpus["base"])
+        same = digest["this"] == digest["base"] and len(digest["this"]) == 1
+        differ |= not same
+        print(f"first {n:,} jobs, median of {rep}: this tree {n / this:,.0f} jobs/CPU-s ({this:.2f} s), "
+              f"baseline {n / b:,.0f} jobs/CPU-s ({b:.2f} s): {b / this:.2f}x; rows/summary sha256 "
+              f"{'identical' if same else 'DIFFER'} ({', '.join(sorted(digest['this']))} vs "
+              f"{', '.join(sorted(digest['base']))})", flush=True)
+    return 1 if differ else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="first 20,000 jobs, one run each (< 60 s)")
@@ -66,7 +117,12 @@ def main(argv=None) -> int:
     ap.add_argument("--trace", default=PHILLY)
     ap.add_argument("--load", type=float, default=0.9)
     ap.add_argument("--growth", default=None, help="comma list of prefix sizes: jobs/CPU-s of each (HiveD)")
+    ap.add_argument("--baseline", default=None, help="with --growth: another hived checkout, timed in turn")
     a = ap.parse_args(argv)
+    if a.baseline and not a.growth:
+        ap.error("--baseline: give --growth too (the prefixes to compare)")
+    if a.growth and a.baseline:
+        return against(a.baseline, [int(x) for x in a.growth.split(",")], a.trace, a.load, a.repeat or 3)
     if a.growth:
         return growth(a.trace, [int(x) for x in a.growth.split(",")], a.load, a.repeat or 1)
     t0 = time.perf_counter()

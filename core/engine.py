@@ -27,7 +27,9 @@ depended on (``_failed_at``, keyed by job id): a guaranteed attempt under HiveD 
 the VC's own releases (sharing safety: other VCs cannot take its cells), an
 opportunistic attempt (and every attempt under the quota baseline) on any
 release. Until that version moves the job is not tried again, so a round in
-which nothing changed costs one dictionary look-up per VC.
+which nothing changed costs one dictionary look-up per VC. A guaranteed placement
+that failed for want of any VC cell as large as the largest pod is not asked again
+until the VC releases cells (``_fails_untouched``; docs/engine.md "Speed").
 """
 from __future__ import annotations
 
@@ -185,7 +187,7 @@ class Engine:
         m = self.books.failed_at.get(rec.job_id)
         if m is None:
             return False
-        glob, ver = m
+        glob, ver, _, _ = m
         return ver == (self.books.gver if glob else self.books.vver[rec.request.vc])
 
     def _order(self, vc: str, now: float) -> Iterable[str]:
@@ -243,15 +245,24 @@ class Engine:
     def _attempt(self, rec: JobRecord, now: float, out: list[Decision]) -> bool:
         """Try to place ``rec``; on failure remember what would have to change."""
         self.stats["attempts"] += 1
+        books = self.books
         req = rec.request
-        need = rec.gpus
-        glob = not self.books.isolated or not (rec.default_share and self.books.nondefault == 0)
+        # a guaranteed attempt under HiveD depends on the VC's own releases only (sharing safety)
+        local = books.isolated and rec.default_share and books.nondefault == 0
+        glob = not local
+        seen: tuple[int, bool] = (-1, False)   # (vver, the VC had no cell for it then): _fails_untouched
         if req.job_class.guaranteed:
-            if self.vc_free(req.vc, rec.chain) >= need:
+            m = books.failed_at.get(rec.job_id)
+            vver = books.vver[req.vc]
+            if m is not None and m[2] == vver:
+                seen = (vver, m[3])
+            if not seen[1] and self.vc_free(req.vc, rec.chain) >= rec.gpus:
                 grant = self.try_place(rec, opportunistic=False)
                 if grant is not None:
                     self.bind(rec, grant, now, out)
                     return True
+                if local and seen[0] != vver:
+                    seen = (vver, self._fails_untouched(rec))
             if req.job_class is JobClass.TE and self.preemption_policy is not None and self._ask_policy(rec, now, out):
                 pass  # BE victims are leaving for it: wait for them rather than run at low priority
             elif req.allow_opportunistic:
@@ -268,8 +279,25 @@ class Engine:
                 if grant is not None:
                     self.bind(rec, grant, now, out)
                     return True
-        self.books.failed_at[rec.job_id] = (glob, self.books.gver if glob else self.books.vver[req.vc])
+        books.failed_at[rec.job_id] = (glob, books.gver if glob else books.vver[req.vc], seen[0], seen[1])
         return False
+
+    def _fails_untouched(self, rec: JobRecord) -> bool:
+        """True when no free cell of ``rec``'s VC (listed, or preassigned and not bound yet) holds
+        its largest pod: its guaranteed placement fails at that first pod before it moves any cell,
+        and fails so until the VC releases cells (``vver``). Skipping those calls keeps every later
+        placement as it was (a failure after some pods took cells reorders the free lists)."""
+        if rec.level is not None:
+            return False    # within a level: the allocator walks partly used cells first
+        free = getattr(self.alloc.vc_view(rec.request.vc), "free_cells", None)
+        if free is None:
+            return False    # not a cell allocator (the quota baseline is not isolated anyway)
+        big = max(rec.pod_gpus)
+        for (chain, k), n in free.items():
+            lv = self.spec.chains[chain].level_for_gpus(big)
+            if n > 0 and lv is not None and k >= lv:
+                return False
+        return True
 
     def _opp_room(self, rec: JobRecord) -> bool:
         """Necessary condition for an opportunistic placement: enough unbound GPUs,
@@ -475,6 +503,11 @@ class Engine:
             if rec.not_before <= now:
                 return rec
         return None
+
+    def vc_version(self, vc: str) -> tuple[int, int]:
+        """A token that moves whenever ``vc``'s own cells or the jobs holding them may have changed
+        (a placement or a release in the VC, a health or capacity change): equal tokens, same VC view."""
+        return self.books.held_ver[vc], self.books.vver[vc]
 
     def restore_order(self) -> list[JobRecord]:
         """Every job in the order ``restore`` takes them to rebuild this engine: jobs holding

@@ -53,8 +53,9 @@ class EngineBooks:
         self._timer_seq = itertools.count(1)
         # (time, seq, kind, job id, the job's epoch when set): kind "grace", "relax" or "backoff"
         self.timers: list[tuple[float, int, str, str, int]] = []
-        # job id -> (depends on every release?, allocator version) of its last failed attempt
-        self.failed_at: dict[str, tuple[bool, int]] = {}
+        # job id -> (depends on every release?, allocator version) of its last failed attempt, then
+        # (vver, no VC cell held its largest pod then) when its guaranteed placement failed (engine.py)
+        self.failed_at: dict[str, tuple[bool, int, int, bool]] = {}
         self.dirty: set[str] = set(spec.vcs)
         self.ready: list[str] = []         # PLACED jobs whose victims all left: START at next step
         self.waiters: dict[str, set[str]] = {}   # victim -> jobs PLACED waiting on it

@@ -61,8 +61,15 @@ def _bad_pattern(allow: set[str]) -> re.Pattern[str]:
     return pattern
 
 
+_BAD_BYTES: dict[frozenset[str], bytes] = {}
+
+
 def _bad_bytes(allow: set[str]) -> bytes:
-    return "".join(sorted(_CONTROL - allow)).encode("ascii")
+    key = frozenset(allow)
+    found = _BAD_BYTES.get(key)
+    if found is None:
+        found = _BAD_BYTES[key] = "".join(sorted(_CONTROL - allow)).encode("ascii")
+    return found
 
 
 def _text_problem(value: str, allow: set[str]) -> str | None:

@@ -19,25 +19,42 @@ if TYPE_CHECKING:
     from ..engine_records import JobRecord
 
 
-def vc_room(eng: Engine, rec: JobRecord) -> bool:
+def vc_room(eng: Engine, rec: JobRecord, memo: dict[str, tuple[object, bool]] | None = None) -> bool:
     """True if ``rec``'s VC could host it now by its own reservation: its free cells (or
     unused quota GPUs) hold the pods, and nodes have the CPUs and memory the pods ask, as
-    placement counts them (``ClusterView.fits``, what the engine's ``node_ok`` asks)."""
-    alloc = eng.alloc
+    placement counts them (``ClusterView.fits``, what the engine's ``node_ok`` asks).
+
+    ``memo`` (VC -> (key, fits)): the cell part depends on the VC alone, so it is asked again
+    only when the job or the VC's version (``Engine.vc_version``) moved since it last failed."""
     vc = rec.request.vc
-    view = alloc.vc_view(vc)
+    key = None
+    if memo is not None:
+        key = (rec.job_id, eng.vc_version(vc))
+        m = memo.get(vc)
+        if m is not None and m[0] == key and not m[1]:
+            return False     # the VC's cells did not change since they could not hold this job
+    chains, by_cells = _chains_with_room(eng, rec)
+    if memo is not None:
+        memo[vc] = (key, bool(chains))
+    # quota promises a GPU count: nodes too fragmented by others' jobs for the pods are the
+    # breach itself, so only CPUs and memory are asked of the nodes there
+    return any(_hosts(eng, rec, c, gpus=by_cells) for c in chains)
+
+
+def _chains_with_room(eng: Engine, rec: JobRecord) -> tuple[list[str], bool]:
+    """The chains whose free cells of ``rec``'s VC (or unused quota GPUs) hold its pods, and
+    whether they were counted in cells (HiveD) rather than in quota GPUs."""
+    view = eng.alloc.vc_view(rec.request.vc)
     chains = [rec.chain] if rec.chain is not None else list(eng.spec.chains)
     if isinstance(view, dict):      # quota baseline: {chain: {total, used, free}}
-        # quota promises a GPU count: nodes too fragmented by others' jobs for the pods are the
-        # breach itself, so only CPUs and memory are asked of the nodes
-        return any(c in view and view[c]["free"] >= rec.gpus and _hosts(eng, rec, c, gpus=False) for c in chains)
+        return [c for c in chains if c in view and view[c]["free"] >= rec.gpus], False
+    out = []
     for chain_name in chains:
         chain = eng.spec.chains[chain_name]
-        per_level = chain.gpus_per_level
         free = {k: n for (c, k), n in view.free_cells.items() if c == chain_name}
-        if _fits(free, per_level, [chain.level_for_gpus(g) for g in rec.pod_gpus]) and _hosts(eng, rec, chain_name):
-            return True
-    return False
+        if _fits(free, chain.gpus_per_level, [chain.level_for_gpus(g) for g in rec.pod_gpus]):
+            out.append(chain_name)
+    return out, True
 
 
 def _hosts(eng: Engine, rec: JobRecord, chain: str, gpus: bool = True) -> bool:
@@ -83,13 +100,16 @@ def _fits(free: dict[int, int], per_level: list[int], levels: list[int | None]) 
     return True
 
 
-def blocked_heads(eng: Engine, now: float, vcs: Iterable[str] | None = None) -> list[str]:
+def blocked_heads(eng: Engine, now: float, vcs: Iterable[str] | None = None,
+                  memo: dict[str, tuple[object, bool]] | None = None) -> list[str]:
     """Guaranteed jobs heading their VC's queue (the first not in retry back-off)
     that fit their VC's free cells after the round at ``now`` and yet wait.
 
     HiveD's guarantee says this list is always empty. Read after ``step(now)``;
     a count of free GPUs is checked first, the cells only when it passes.
-    ``vcs``: only these VCs (those the round scanned: nothing changed elsewhere)."""
+    ``vcs``: only these VCs (those the round scanned: nothing changed elsewhere).
+    ``memo``: kept by the caller between rounds (``vc_room``), so that a head whose VC's
+    cells could not hold it is not measured again until the head or the VC changes."""
     out: list[str] = []
     for vc in (eng.spec.vcs if vcs is None else vcs):
         head = eng.head(vc, now)
@@ -97,6 +117,6 @@ def blocked_heads(eng: Engine, now: float, vcs: Iterable[str] | None = None) -> 
             continue
         if eng.vc_free(vc, head.chain) < head.gpus:
             continue
-        if vc_room(eng, head):
+        if vc_room(eng, head, memo):
             out.append(head.job_id)
     return out

@@ -160,6 +160,7 @@ class _Replay:
         self.breached: set[str] = set()   # heads of VC queues that fit their VC's free cells after a round and waited
         self.breach_rounds = 0
         self.waiting: set[str] = set()    # VCs whose head breached at the last check
+        self.room: dict[str, tuple[object, bool]] = {}   # safety.vc_room's memo: VC -> (head and version, fits)
 
     def run(self) -> None:
         eng, jobs, launcher = self.eng, self.jobs, self.launcher
@@ -183,7 +184,7 @@ class _Replay:
             if self.check:
                 # a VC the round did not walk changed in nothing since the last check: only
                 # re-check those it walked, and those that breached before
-                heads = blocked_heads(eng, now, eng.scanned | self.waiting)
+                heads = blocked_heads(eng, now, eng.scanned | self.waiting, self.room)
                 self.waiting = {eng.job(h).request.vc for h in heads}
                 if heads:
                     self.breach_rounds += 1

@@ -287,19 +287,25 @@ class PodRunner:
         self.kubelet.confirm_deletion(self.ns, self.name)
 
 
+def kernelspec_for(srv, tmp_path, monkeypatch, start_timeout: int) -> None:
+    """`hived kernelspec install` for VC vca (2 GPUs), found by jupyter_client, and the user's
+    service identity in the environment (no Hub)."""
+    prefix = tmp_path / "prefix"
+    subprocess.run([*HIVED, "kernelspec", "install", "--vc", "vca", "--gpus", "2", "--prefix", str(prefix),
+                    "--start-timeout", str(start_timeout)], check=True, capture_output=True)
+    monkeypatch.setenv("HIVED_URL", srv["url"])
+    monkeypatch.setenv("HIVED_TOKEN", srv["token"])
+    monkeypatch.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
+    for var in ("JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN", "HIVED_USER"):
+        monkeypatch.delenv(var, raising=False)
+
+
 def test_a_kernel_runs_in_its_pod_and_is_reached_at_what_the_pod_reported(kube, core, ns, uid, nodes, kubelet,
                                                                           tmp_path, monkeypatch):
     from jupyter_client import KernelManager
     with served(kube, core, ns, uid, nodes, tmp_path) as srv:
         api, vca = Api(srv), srv["vca"]
-        prefix = tmp_path / "prefix"
-        subprocess.run([*HIVED, "kernelspec", "install", "--vc", "vca", "--gpus", "2", "--prefix", str(prefix),
-                        "--start-timeout", "120"], check=True, capture_output=True)
-        monkeypatch.setenv("HIVED_URL", srv["url"])
-        monkeypatch.setenv("HIVED_TOKEN", srv["token"])
-        monkeypatch.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
-        for var in ("JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN", "HIVED_USER"):
-            monkeypatch.delenv(var, raising=False)
+        kernelspec_for(srv, tmp_path, monkeypatch, start_timeout=120)
         km = KernelManager(kernel_name="hived-vca-2gpu")
         started: list = []
         starter = threading.Thread(target=lambda: started.append(km.start_kernel() or True), daemon=True)
@@ -362,14 +368,7 @@ def test_a_pod_that_never_reports_fails_the_start_at_start_timeout(kube, core, n
     from jupyter_client import KernelManager
     with served(kube, core, ns, uid, nodes, tmp_path) as srv:
         api, vca = Api(srv), srv["vca"]
-        prefix = tmp_path / "prefix"
-        subprocess.run([*HIVED, "kernelspec", "install", "--vc", "vca", "--gpus", "2", "--prefix", str(prefix),
-                        "--start-timeout", "8"], check=True, capture_output=True)
-        monkeypatch.setenv("HIVED_URL", srv["url"])
-        monkeypatch.setenv("HIVED_TOKEN", srv["token"])
-        monkeypatch.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
-        for var in ("JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN", "HIVED_USER"):
-            monkeypatch.delenv(var, raising=False)
+        kernelspec_for(srv, tmp_path, monkeypatch, start_timeout=8)
         km = KernelManager(kernel_name="hived-vca-2gpu")
         failed: list = []
 

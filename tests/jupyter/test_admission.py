@@ -50,7 +50,7 @@ def test_submissions_per_second_are_limited_with_retry_after(server):
     doc = refused(r, "submitsPerSecondPerUser")
     assert doc["error"].startswith("user 'bob' submits more than 0.001 jobs per second"), doc
     assert int(r.headers["Retry-After"]) >= 1
-    assert len(jobs_of(server, "vcb")) == 1            # the refused one is not stored
+    assert [j["user"] for j in jobs_of(server, "vcb")].count("bob") == 1    # the refused one is not stored
 
 
 def test_queued_jobs_and_journal_bytes_are_limited_per_user_and_per_vc(server):
@@ -68,5 +68,8 @@ def test_queued_jobs_and_journal_bytes_are_limited_per_user_and_per_vc(server):
     doc = refused(submit(server, "root", "vca"), "maxQueued")
     assert doc["error"].startswith("VC 'vca' has 3 queued jobs"), doc
     assert len(jobs_of(server, "vca")) == 5
-    # the other team is not held back by vca's limits
-    assert [j["state"] for j in jobs_of(server, "vcb")] == ["running"]
+    # the other team is not held back by vca's limits (root: bob's one submission may be spent
+    # by the rate test, which may run before or after this one)
+    r = submit(server, "root", "vcb")
+    assert r.status_code == 201, r.text
+    assert {j["state"] for j in jobs_of(server, "vcb")} <= {"queued", "placed", "running"}

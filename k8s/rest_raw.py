@@ -107,30 +107,29 @@ class RawApi:
 
     def create_service(self, ns: str, service: dict) -> bytes:
         """Create a Service; one of that name already there (an earlier attempt's) is fine."""
-        try:
-            return self._request("POST", f"/api/v1/namespaces/{quote(ns, safe='')}/services",
-                                 json.dumps(service, separators=(",", ":")).encode(), done_if=(409,))
-        except ApiException as e:
-            if e.status == 409:
-                return _body(e)
-            raise
+        return self._create_named(ns, "services", service)
 
     def delete_service(self, ns: str, name: str) -> bytes:
-        return self._request("DELETE", f"/api/v1/namespaces/{quote(ns, safe='')}/services/{quote(name, safe='')}",
-                             None, done_if=(404,))
+        return self._delete_named(ns, "services", name)
 
     def create_secret(self, ns: str, secret: dict) -> bytes:
         """Create a Secret; one of that name already there (an earlier attempt's, same content) is fine."""
+        return self._create_named(ns, "secrets", secret)
+
+    def delete_secret(self, ns: str, name: str) -> bytes:
+        return self._delete_named(ns, "secrets", name)
+
+    def _create_named(self, ns: str, kind: str, body: dict) -> bytes:
         try:
-            return self._request("POST", f"/api/v1/namespaces/{quote(ns, safe='')}/secrets",
-                                 json.dumps(secret, separators=(",", ":")).encode(), done_if=(409,))
+            return self._request("POST", f"/api/v1/namespaces/{quote(ns, safe='')}/{kind}",
+                                 json.dumps(body, separators=(",", ":")).encode(), done_if=(409,))
         except ApiException as e:
             if e.status == 409:
                 return _body(e)
             raise
 
-    def delete_secret(self, ns: str, name: str) -> bytes:
-        return self._request("DELETE", f"/api/v1/namespaces/{quote(ns, safe='')}/secrets/{quote(name, safe='')}",
+    def _delete_named(self, ns: str, kind: str, name: str) -> bytes:
+        return self._request("DELETE", f"/api/v1/namespaces/{quote(ns, safe='')}/{kind}/{quote(name, safe='')}",
                              None, done_if=(404,))
 
     def create_event(self, ns: str, body: bytes) -> bytes:

@@ -116,7 +116,10 @@ class HivedHandler(APIHandler):
                 raise ApiError(403, "tokens are not accepted in URLs (they end up in logs and browser "
                                     "history); send Authorization: token ...", "query.token")
             raise ApiError(403, self._unauthenticated(), "Authorization")
-        limit = self.hived.config.max_body_bytes
+        self.cap_body(self.hived.config.max_body_bytes)
+
+    def cap_body(self, limit: int) -> None:
+        """Refuse a declared body over ``limit`` bytes before it is read, and cap what is read."""
         declared = self.request.headers.get("Content-Length", "0")
         if not declared.isdigit():
             raise ApiError(400, "Content-Length is not a number", "Content-Length")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hived.service.kernel_connect import NotRunning
 
-from .base import ApiError, HivedHandler, limit_body, service_errors
+from .base import ApiError, HivedHandler, service_errors
 
 SECRET_HEADER = "X-Hived-Kernel-Secret"
 REPORT_BYTES = 4096
@@ -26,12 +26,7 @@ class KernelConnectionHandler(HivedHandler):
         if not self.request.headers.get(SECRET_HEADER):
             raise ApiError(403, f"a kernel connection report needs its job's kernel secret in {SECRET_HEADER}",
                            SECRET_HEADER)
-        declared = self.request.headers.get("Content-Length", "0")
-        if not declared.isdigit():
-            raise ApiError(400, "Content-Length is not a number", "Content-Length")
-        if int(declared) > REPORT_BYTES:
-            raise ApiError(413, f"body is {int(declared)} bytes, the limit is {REPORT_BYTES}", "body")
-        limit_body(self.request, REPORT_BYTES)
+        self.cap_body(REPORT_BYTES)
 
     def check_xsrf_cookie(self) -> None:
         if self.request.method == "POST":

@@ -13,17 +13,31 @@ turns) and wall seconds, medians over the rounds; the close that writes the
 snapshot is timed too. Targets (issue 29): 10,000 jobs in at most 0.5 s of
 CPU, 100,000 in at most 5 s.
 
-Usage: ``bench_restart.py [--jobs N ...] [--rounds R]`` (default 10,000 jobs, 5 rounds).
+``--baseline DIR``: DIR is another checkout of hived (say ``git worktree add /tmp/main main``).
+Instead of the full replay, the snapshot start of this tree and of DIR are timed in turn, each
+start in a fresh process on its own copy of the store (each tree writes and reads its own
+snapshot: one tree refuses the other's), and the medians and their ratio are printed.
+``--store-root DIR`` keeps the stores built (``DIR/<jobs>``) and uses them again in a later
+run (a 100,000-job store takes minutes to write). ``--profile FILE``: cProfile one snapshot
+start of this tree into FILE (``python -m pstats FILE``).
+
+Usage: ``bench_restart.py [--jobs N ...] [--rounds R] [--baseline DIR] [--store-root DIR]
+[--profile FILE]`` (default 10,000 jobs, 5 rounds).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
+import shutil
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 
 from bench_service import payload, spec
 
@@ -45,6 +59,28 @@ def build(n: int, d: str) -> dict:
     return sp
 
 
+@contextlib.contextmanager
+def store(n: int, root: str | None) -> Iterator[tuple[dict, str]]:
+    """(spec, data directory) of a store of ``n`` jobs: built now, or kept under ``root``."""
+    with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
+        keep = os.path.join(root, str(n)) if root else None
+        if keep and os.path.exists(os.path.join(keep, "spec.json")):
+            with open(os.path.join(keep, "spec.json")) as f:
+                sp = json.load(f)
+            print(f"{n:,} jobs: the store kept in {keep}")
+        else:
+            d = keep or os.path.join(tmp, "built")
+            t0 = time.perf_counter()
+            sp = build(n, os.path.join(d, "data"))
+            with open(os.path.join(d, "spec.json"), "w") as f:
+                json.dump(sp, f)
+            print(f"{n:,} jobs stored in {time.perf_counter() - t0:.0f} s")
+        src = os.path.join(keep or os.path.join(tmp, "built"), "data")
+        work = os.path.join(tmp, "data")
+        shutil.copytree(src, work)   # a kept store stays as built
+        yield sp, work
+
+
 def drop_snapshot(d: str) -> None:
     con = sqlite3.connect(os.path.join(d, "hived.db"))
     con.execute("DELETE FROM snapshot")
@@ -52,47 +88,114 @@ def drop_snapshot(d: str) -> None:
     con.close()
 
 
-def one(sp: dict, d: str, snapshot: bool) -> tuple[float, float, float, int]:
-    """(CPU s, wall s, CPU s of the close that writes the snapshot, jobs holding cells)."""
-    if not snapshot:
+def one(sp: dict, d: str, snapshot: bool | None) -> tuple[float, float, float, int]:
+    """(CPU s, wall s, CPU s of the close that writes the snapshot, jobs holding cells).
+    ``snapshot``: whether the start must have used it (None: either)."""
+    if snapshot is False:
         drop_snapshot(d)
     t0, c0 = time.perf_counter(), time.process_time()
     svc = SchedulerService(sp, d, launcher=NoopLauncher(adopt=True), health=None)
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
-    assert svc.recovered["snapshot"] is snapshot, svc.recovered["snapshot"]
+    assert snapshot is None or svc.recovered["snapshot"] is snapshot, svc.recovered["snapshot"]
     held = sum(1 for r in svc.eng.jobs() if r.placement is not None)
     c1 = time.process_time()
     svc.close()
     return cpu, wall, time.process_time() - c1, held
 
 
+def fresh(tree: str | None, sp_file: str, d: str, snapshot: bool | None) -> tuple[float, float, float, int]:
+    """``one`` in a fresh process of this tree (None) or of the checkout ``tree``."""
+    env, script = dict(os.environ), os.path.abspath(__file__)
+    with tempfile.TemporaryDirectory() as tmp:
+        if tree is not None:
+            os.symlink(os.path.abspath(tree), os.path.join(tmp, "hived"))   # ``import hived`` finds DIR
+            env["PYTHONPATH"] = tmp + os.pathsep + os.path.dirname(script)
+        argv = [sys.executable, script, "--one", d, "--spec-file", sp_file]
+        if snapshot is not None:
+            argv.append("--must-use-snapshot")
+        out = subprocess.run(argv, env=env, cwd=tmp, capture_output=True, text=True, check=True).stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    return got[0], got[1], got[2], got[3]
+
+
+def against(base: str, sp: dict, d: str, rounds: int) -> tuple[dict[str, list[float]], int]:
+    """Medians (CPU, wall, close CPU) of this tree's and ``base``'s snapshot starts, alternating."""
+    dirs = {"this": d, "base": d + "-base"}
+    shutil.copytree(d, dirs["base"])
+    sp_file = os.path.join(os.path.dirname(d), "spec.json")
+    with open(sp_file, "w") as f:
+        json.dump(sp, f)
+    trees = {"this": None, "base": base}
+    for who in ("base", "this"):   # each tree's own snapshot (the other's is refused: a full replay)
+        fresh(trees[who], sp_file, dirs[who], None)
+    got: dict[str, list[tuple[float, float, float, int]]] = {"this": [], "base": []}
+    for r in range(rounds):
+        for who in (("base", "this") if r % 2 == 0 else ("this", "base")):
+            got[who].append(fresh(trees[who], sp_file, dirs[who], True))
+    held = {x[3] for v in got.values() for x in v}
+    assert len(held) == 1, held   # both trees rebuild the same bindings
+    return {k: [statistics.median(x[i] for x in v) for i in range(3)] for k, v in got.items()}, held.pop()
+
+
+def profile(sp: dict, d: str, path: str) -> None:
+    import cProfile
+    one(sp, d, True)   # a snapshot of this tree
+    prof = cProfile.Profile()
+    prof.enable()
+    svc = SchedulerService(sp, d, launcher=NoopLauncher(adopt=True), health=None)
+    prof.disable()
+    svc.close()
+    prof.dump_stats(path)
+    print(f"  profile of one snapshot start: {path}")
+
+
+def report(n: int, med: dict, names: dict, held: int) -> bool:
+    for k, name in names.items():
+        cpu, wall, close = med[k]
+        print(f"  {name:16s}: {cpu:.3f} s CPU, {wall:.3f} s wall (median); close {close:.3f} s CPU")
+    target = TARGET_CPU_S_PER_10K * max(1.0, n / 10_000)
+    good = med["this"][0] <= target
+    other = [k for k in names if k != "this"][0]
+    print(f"  {names[other]} / this snapshot CPU ratio {med[other][0] / med['this'][0]:.2f}x; {held:,} jobs "
+          f"holding cells; target <= {target:.1f} s CPU: {'OK' if good else 'MISSED'}", flush=True)
+    return good
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--jobs", type=int, nargs="+", default=[10_000])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--baseline", default=None, help="another hived checkout: its snapshot start, timed in turn")
+    ap.add_argument("--store-root", default=None, help="keep the stores built here and use them again")
+    ap.add_argument("--profile", default=None, help="cProfile one snapshot start into this file")
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)   # a start in this process
+    ap.add_argument("--spec-file", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--must-use-snapshot", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.one:
+        with open(a.spec_file) as f:
+            print(json.dumps(one(json.load(f), a.one, True if a.must_use_snapshot else None)))
+        return 0
     ok = True
     for n in a.jobs:
-        with tempfile.TemporaryDirectory(prefix="bench-restart-") as root:
-            d = os.path.join(root, "data")
-            t0 = time.perf_counter()
-            sp = build(n, d)
-            print(f"{n:,} jobs stored in {time.perf_counter() - t0:.0f} s; {a.rounds} rounds, arms alternating")
-            got: dict[bool, list[tuple[float, float, float, int]]] = {True: [], False: []}
+        with store(n, a.store_root) as (sp, d):
+            if a.profile:
+                profile(sp, d, a.profile)
+                continue
+            if a.baseline:
+                print(f"  {a.rounds} rounds, this tree and {a.baseline} in turn, each start in a fresh process")
+                med, held = against(a.baseline, sp, d, a.rounds)
+                ok = report(n, med, {"base": "baseline", "this": "this tree"}, held) and ok
+                continue
+            print(f"  {a.rounds} rounds, arms alternating")
+            got: dict[str, list[tuple[float, float, float, int]]] = {"this": [], "full": []}
             for r in range(a.rounds):
                 for snap in ((True, False) if r % 2 == 0 else (False, True)):
-                    got[snap].append(one(sp, d, snap))
-            held = {x[3] for v in got.values() for x in v}
-            assert len(held) == 1, held   # both arms rebuild the same bindings
+                    got["this" if snap else "full"].append(one(sp, d, snap))
+            heldset = {x[3] for v in got.values() for x in v}
+            assert len(heldset) == 1, heldset   # both arms rebuild the same bindings
             med = {k: [statistics.median(x[i] for x in v) for i in range(3)] for k, v in got.items()}
-            for k, name in ((False, "full replay"), (True, "snapshot + tail")):
-                cpu, wall, close = med[k]
-                print(f"  {name:16s}: {cpu:.3f} s CPU, {wall:.3f} s wall (median); close {close:.3f} s CPU")
-            target = TARGET_CPU_S_PER_10K * max(1.0, n / 10_000)
-            good = med[True][0] <= target
-            ok = ok and good
-            print(f"  full / snapshot CPU ratio {med[False][0] / med[True][0]:.1f}x; {held.pop():,} jobs holding "
-                  f"cells; target <= {target:.1f} s CPU: {'OK' if good else 'MISSED'}")
+            ok = report(n, med, {"full": "full replay", "this": "snapshot + tail"}, heldset.pop()) and ok
     return 0 if ok else 1
 
 

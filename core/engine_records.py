@@ -7,8 +7,10 @@ is JSON-safe: enums become their values, tuples become lists.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import copyreg
+from dataclasses import dataclass, field, fields
+from operator import itemgetter
+from typing import Any, Callable
 
 from .jobs import Affinity, JobClass, JobRequest, JobState, Placement, PodGroup, PodPlacement
 
@@ -254,3 +256,70 @@ class JobRecord:
         if unknown:
             raise ValueError(f"JobRecord.from_dict: unknown fields {unknown}")
         return cls(**d)
+
+
+# ---------------------------------------------------------------- the lean pickled form
+# The restart snapshot (service/snapshot.py) pickles every record. As a plain dataclass a
+# record pickles as the dicts of its fields, names and values, about 40 objects to build again
+# per record. ``lean_reducer`` pickles it instead as one call of ``lean_record`` with the values
+# in field order (RECORD_FIELDS, REQUEST_FIELDS), and within one dump (one ``pool``) equal
+# names (user, VC, chain, command words), equal history entries and pod demands, and equal pod
+# groups are one object, which the pickle writes once and builds once. The snapshot is keyed by a digest of this source
+# (service/snapshot.py ``code_digest``): a body is only read by the code that wrote it.
+
+RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JobRecord))
+REQUEST_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JobRequest))
+_R_REQUEST, _R_HISTORY, _R_DEMANDS, _R_CHAIN = (RECORD_FIELDS.index(k) for k in ("request", "history", "pod_demands",
+                                                                                  "chain"))
+_Q_USER, _Q_VC, _Q_COMMAND, _Q_GROUPS = (REQUEST_FIELDS.index(k) for k in ("user", "vc", "command", "groups"))
+_record_values, _request_values = itemgetter(*RECORD_FIELDS), itemgetter(*REQUEST_FIELDS)
+_ENTRY, _DEMAND = (float, str, str), (float, float, float)   # a history entry, a pod's demand
+_new = object.__new__
+
+
+def lean_reducer(pool: dict[Any, Any]) -> Callable[[JobRecord], Any]:
+    """The pickle reducer of the lean form (for a ``Pickler.dispatch_table``), sharing through ``pool``."""
+
+    one = pool.setdefault
+
+    def reduce(rec: JobRecord) -> Any:
+        d, req = rec.__dict__, rec.request
+        q = req.__dict__
+        try:
+            if len(d) != len(RECORD_FIELDS) or type(req) is not JobRequest or len(q) != len(REQUEST_FIELDS):
+                raise KeyError
+            rv, qv = list(_record_values(d)), list(_request_values(q))
+        except KeyError:   # an attribute beyond the fields: the plain form keeps it
+            return copyreg.__reduce_ex__(rec, 2)
+        rv[_R_REQUEST] = None   # rebuilt from ``qv``
+        # a tuple is shared only when its item types match exactly and it holds no zero, so that
+        # 1 and 1.0 (equal), and 0.0 and -0.0 (equal), are never made one
+        rv[_R_HISTORY] = [one(h, h) if tuple(map(type, h)) == _ENTRY and h[0] else h for h in rec.history]
+        rv[_R_DEMANDS] = [one(p, p) if tuple(map(type, p)) == _DEMAND and 0.0 not in p else p
+                          for p in rec.pod_demands]
+        if type(rec.chain) is str:
+            rv[_R_CHAIN] = one(rec.chain, rec.chain)
+        if type(req.user) is str and type(req.vc) is str:
+            qv[_Q_USER], qv[_Q_VC] = one(req.user, req.user), one(req.vc, req.vc)
+        if type(req.command) is list:
+            qv[_Q_COMMAND] = [one(c, c) if type(c) is str else c for c in req.command]
+        groups = []
+        for g in req.groups:   # frozen: equal groups can be one
+            gv = tuple(g.__dict__.values()) if type(g) is PodGroup else ()
+            key = (PodGroup, gv, tuple(map(type, gv)))
+            groups.append(one(key, g) if gv and 0.0 not in gv else g)
+        qv[_Q_GROUPS] = groups
+        return lean_record, (tuple(rv), tuple(qv))
+
+    return reduce
+
+
+def lean_record(rv: tuple[Any, ...], qv: tuple[Any, ...]) -> JobRecord:
+    """A record from its lean pickled form (``lean_reducer``)."""
+    req = _new(JobRequest)
+    req.__dict__ = dict(zip(REQUEST_FIELDS, qv))
+    rec = _new(JobRecord)
+    rec.__dict__ = d = dict(zip(RECORD_FIELDS, rv))
+    d["request"] = req
+    return rec
+

@@ -126,7 +126,9 @@ class SchedulerService:
         self.kernel_idle = KernelIdle(self, self.clock())       # service/kernel_idle.py
         self.kernel_connections = KernelConnections(self)       # service/kernel_connect.py
         self.job_control = JobControl(self)                     # service/control.py
-        self.eng = self.new_engine(self.spec)
+        # the snapshot of the last clean stop (snapshot.py) brings its own engine when usable
+        restart = snapshot.early(self)
+        self.eng = restart.eng if isinstance(restart, snapshot.Loaded) else self.new_engine(self.spec)
         self.exchange = CellExchange(self)   # cell exchange (service/exchange.py); _recover loads its state
         # this machine's GPUs, when the spec names this host (a spec from `hived discover`)
         self.local, launcher, health = this_machine(self.spec, self.eng.alloc, launcher, health, jobs_dir,
@@ -148,7 +150,7 @@ class SchedulerService:
         self.live: set[str] = set()             # non-terminal jobs (what a step can change)
         self._launched: set[str] = set()         # jobs the launcher is running (or adopted)
         self.extra: dict[str, dict] = {}        # stored jobs the current spec cannot restore
-        self.recovered = self._recover()
+        self.recovered = self._recover(restart)
         self._admission = AdmissionControl()
         self._admission.rebuild(self.eng.jobs())
 
@@ -282,13 +284,14 @@ class SchedulerService:
 
     # ------------------------------------------------------------------ restart
 
-    def _recover(self) -> dict:
-        """Rebuild the engine from the store; adopt or relaunch the holding jobs."""
+    def _recover(self, restart: snapshot.Loaded | str | None) -> dict:
+        """Rebuild the engine from the store (``restart``: what snapshot.early found); adopt or
+        relaunch the holding jobs."""
         t0 = time.perf_counter()
         now = self.clock()
         # the snapshot of the last clean stop and the rows of the journal's tail, or every row
         # (without a snapshot it restores the exchange first: cells still lent move to their borrowers)
-        held, rows, total, fast = snapshot.start(self)
+        held, rows, total, fast = snapshot.start(self, restart)
         holding, other, queued = restore_order(rows)
         unrestorable: list[str] = []
         for d, _ in holding + other + queued:

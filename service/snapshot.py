@@ -30,16 +30,19 @@ its private data directory): whoever can write there can already change any job.
 """
 from __future__ import annotations
 
+import copyreg
 import dataclasses
 import functools
 import gc
 import hashlib
+import io
 import json
 import logging
 import pickle
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hived.core.engine_records import JobRecord, lean_reducer
 from hived.core.jobs import HOLDING
 
 if TYPE_CHECKING:
@@ -50,7 +53,7 @@ Service = Any
 
 log = logging.getLogger("hived.service")
 
-SNAPSHOT_FORMAT = 2   # 2: the body carries each record's hash
+SNAPSHOT_FORMAT = 3   # 2: the body carries each record's hash; 3: records in their lean form
 _CODE_ROOTS = ("core",)
 
 
@@ -78,6 +81,15 @@ def snapshot_key(svc: Service) -> str | None:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
+def dumps(state: Any) -> bytes:
+    """The snapshot body: a pickle with the job records in their lean form (core/engine_records.py)."""
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.dispatch_table = {**copyreg.dispatch_table, JobRecord: lean_reducer({})}   # type: ignore[misc]
+    pickler.dump(state)
+    return out.getvalue()
+
+
 def save(svc: Service, now: float) -> bool:
     """Store the snapshot of ``svc`` (under its lock, every change written). False when there
     is nothing to trust (degraded, decisions or exchange moves not written, no journaled spec)
@@ -90,8 +102,7 @@ def save(svc: Service, now: float) -> bool:
     if key is None:
         return False
     try:
-        body = pickle.dumps((svc.eng, svc.exchange.arb, svc.extra, svc.store.record_hashes()),
-                            protocol=pickle.HIGHEST_PROTOCOL)
+        body = dumps((svc.eng, svc.exchange.arb, svc.extra, svc.store.record_hashes()))
         return svc.store.save_snapshot(key, svc.store.exchange_digest(), body, now)
     except Exception as exc:   # optional: the next start replays the journal in full
         log.warning("restart snapshot not written (%s: %s); the next start replays the journal",
@@ -159,22 +170,28 @@ def adopt(svc: Service, loaded: Loaded) -> list[str]:
     return holding
 
 
-def start(svc: Service) -> tuple[list[str], list[tuple[dict, float | None]], int, bool]:
-    """Begin a restart: (ids of the snapshot's jobs holding cells, the rows still to restore,
-    stored jobs, whether the snapshot was used). Without a usable snapshot: a fresh engine with
-    the exchange restored, and every stored row."""
+def early(svc: Service) -> Loaded | str | None:
+    """``load``, before the service builds an engine: a usable snapshot brings its own, and the
+    spec's fresh one is not built at all."""
     was = gc.isenabled()
     gc.disable()   # a million objects at once: the collector would walk them again and again
     try:
         loaded = load(svc)
         if isinstance(loaded, Loaded):
-            held = adopt(svc, loaded)
-            # they live as long as the service: keep the collector's full passes off them
+            # they live as long as the service: keep the collector's passes off them
             gc.freeze()
-            return held, loaded.tail, loaded.jobs, True
+        return loaded
     finally:
         if was:
             gc.enable()
+
+
+def start(svc: Service, loaded: Loaded | str | None) -> tuple[list[str], list[tuple[dict, float | None]], int, bool]:
+    """Begin a restart from what ``early`` found: (ids of the snapshot's jobs holding cells, the rows
+    still to restore, stored jobs, whether the snapshot was used). Without a usable snapshot: the
+    service's fresh engine with the exchange restored, and every stored row."""
+    if isinstance(loaded, Loaded):
+        return adopt(svc, loaded), loaded.tail, loaded.jobs, True
     if loaded is not None:
         log.warning("restart snapshot not used, replaying the whole journal: it is %s", loaded)
     svc.exchange.restore()   # before the jobs: cells still lent move to their borrowers again

@@ -36,8 +36,10 @@ class LimitReached(RequestError):
 def journal_bytes(req) -> int:
     """What a job's request adds to the journal that its owner chooses: command, env, name."""
     command = req.command if isinstance(req.command, str) else "\0".join(req.command)
-    text = command + (req.name or "") + "".join(k + v for k, v in (req.env or {}).items())
-    return len(text.encode("utf-8", "surrogatepass"))
+    text = command + (req.name or "")
+    if req.env:
+        text += "".join(k + v for k, v in req.env.items())
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 BURST = 10.0   # seconds' worth of submissions a bucket holds (a burst of 10 x the rate)
@@ -75,12 +77,17 @@ class AdmissionControl:
         self._user_bytes: dict[tuple[str, str], int] = {}
 
     def rebuild(self, records) -> None:
-        """Count the journal bytes of the jobs held (at start, after a reload)."""
-        self._bytes.clear()
-        self._vc_bytes.clear()
-        self._user_bytes.clear()
+        """Count the journal bytes of the jobs held (at start, after a reload), in one pass."""
+        sizes: dict[str, tuple[str, str, int]] = {}
+        vcs: dict[str, int] = {}
+        users: dict[tuple[str, str], int] = {}
         for rec in records:
-            self.add(rec.job_id, rec.request)
+            req = rec.request
+            vc, user, n = req.vc, req.user, journal_bytes(req)
+            sizes[rec.job_id] = (vc, user, n)
+            vcs[vc] = vcs.get(vc, 0) + n
+            users[vc, user] = users.get((vc, user), 0) + n
+        self._bytes, self._vc_bytes, self._user_bytes = sizes, vcs, users
 
     def add(self, job_id: str, req) -> None:
         n = journal_bytes(req)

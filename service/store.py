@@ -250,8 +250,8 @@ class Store(abc.ABC):
         """sha256 of the stored exchange document ("" when none)."""
         return ""
 
-    def record_hashes(self, upto_rev: int | None = None) -> dict[str, str]:
-        """sha256 of each stored job record, as stored (of those written at or before ``upto_rev``)."""
+    def record_hashes(self, upto_rev: int | None = None) -> dict[str, bytes]:
+        """sha256 digest of each stored job record, as stored (of those written at or before ``upto_rev``)."""
         return {}
 
 
@@ -683,16 +683,19 @@ class SqliteStore(Store):
             row = self._db.execute("SELECT state FROM exchange WHERE id=1").fetchone()
         return "" if row is None else hashlib.sha256(row[0].encode()).hexdigest()
 
-    def record_hashes(self, upto_rev: int | None = None) -> dict[str, str]:
+    def record_hashes(self, upto_rev: int | None = None) -> dict[str, bytes]:
         # bytes only, no JSON parse: a record changed or damaged behind the service's back
-        # (a disk fault, a hand edit) shows, at a small part of a full replay's cost
-        sql = "SELECT job_id, record FROM jobs"
+        # (a disk fault, a hand edit) shows, at a small part of a full replay's cost. Read as
+        # stored (a BLOB: no text decoded and encoded again), in one pass over the table
+        # ("+rev": nearly every row qualifies, and the rev index would add a look-up per row)
+        sql = "SELECT job_id, CAST(record AS BLOB) FROM jobs"
         args: tuple[int, ...] = ()
         if upto_rev is not None:
-            sql, args = sql + " WHERE rev <= ?", (upto_rev,)
+            sql, args = sql + " WHERE +rev <= ?", (upto_rev,)
         with self._lock:
             rows = self._db.execute(sql, args).fetchall()
-        return {j: hashlib.sha256(r.encode() if isinstance(r, str) else r).hexdigest() for j, r in rows}
+        sha256 = hashlib.sha256
+        return {j: sha256(r).digest() for j, r in rows}
 
     def count_jobs(self) -> int:
         with self._lock:

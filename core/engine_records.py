@@ -7,7 +7,6 @@ is JSON-safe: enums become their values, tuples become lists.
 """
 from __future__ import annotations
 
-import copyreg
 from dataclasses import dataclass, field, fields
 from operator import itemgetter
 from typing import Any, Callable
@@ -290,7 +289,7 @@ def lean_reducer(pool: dict[Any, Any]) -> Callable[[JobRecord], Any]:
                 raise KeyError
             rv, qv = list(_record_values(d)), list(_request_values(q))
         except KeyError:   # an attribute beyond the fields: the plain form keeps it
-            return copyreg.__reduce_ex__(rec, 2)
+            return object.__reduce_ex__(rec, 2)
         rv[_R_REQUEST] = None   # rebuilt from ``qv``
         # a tuple is shared only when its item types match exactly and it holds no zero, so that
         # 1 and 1.0 (equal), and 0.0 and -0.0 (equal), are never made one

@@ -55,13 +55,14 @@ log = logging.getLogger("hived.service")
 
 SNAPSHOT_FORMAT = 3   # 2: the body carries each record's hash; 3: records in their lean form
 _CODE_ROOTS = ("core",)
+_HIVED = Path(__file__).resolve().parent.parent   # the folder holding core/ and service/
 
 
-@functools.lru_cache(maxsize=1)
-def code_digest() -> str:
-    """sha256 over the sources of ``hived.core``: the classes the body pickles."""
+@functools.lru_cache(maxsize=2)
+def code_digest(here: Path = _HIVED) -> str:
+    """sha256 over the sources of ``hived.core`` (under ``here``): the classes the body pickles,
+    and the lean form of the job records (core/engine_records.py)."""
     h = hashlib.sha256()
-    here = Path(__file__).resolve().parent.parent
     for root in _CODE_ROOTS:
         for f in sorted((here / root).rglob("*.py")):
             h.update(str(f.relative_to(here)).encode())

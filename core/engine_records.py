@@ -7,9 +7,10 @@ is JSON-safe: enums become their values, tuples become lists.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from operator import itemgetter
-from typing import Any, Callable
+from typing import Any
 
 from .jobs import Affinity, JobClass, JobRequest, JobState, Placement, PodGroup, PodPlacement
 

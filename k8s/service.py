@@ -499,6 +499,8 @@ class KubernetesSchedulerService(SchedulerService):
         accepted = self._queue_accepted(self.clock())
         return report, accepted, self._cluster_next_id()
 
+    snapshot_early = False   # the cluster's word is journaled first (_read_cluster): then the snapshot is read
+
     def _recover(self) -> dict:
         if self._standby:      # nothing is read or adopted before this instance leads
             return {"jobs": 0, "adopted": [], "lost": [], "relaunch": [], "unrestorable": [], "standby": True}

@@ -64,6 +64,10 @@ class SchedulerService:
     """The service, composed of parts that each take it as a ``ServiceHost`` (host.py): retention,
     disk quotas, cell exchange, job control and kernel idle release."""
 
+    # read the restart snapshot before building an engine (a usable one brings its own); a subclass
+    # whose ``_recover`` changes the journal first (k8s/service.py) reads it in ``_recover``
+    snapshot_early = True
+
     def __init__(self, spec_path, data_dir, launcher: str | Launcher = "local", tick_seconds: float = 0.5,
                  *, store: Store | None = None, synchronous: str = "FULL",
                  queue_policy: str = "fifo", preemption_policy: str = "fitgpp",
@@ -127,8 +131,10 @@ class SchedulerService:
         self.kernel_connections = KernelConnections(self)       # service/kernel_connect.py
         self.job_control = JobControl(self)                     # service/control.py
         # the snapshot of the last clean stop (snapshot.py) brings its own engine when usable
-        restart = snapshot.early(self)
-        self.eng = restart.eng if isinstance(restart, snapshot.Loaded) else self.new_engine(self.spec)
+        self._restart = snapshot.early(self) if self.snapshot_early else None
+        self._restart_read = self.snapshot_early
+        usable = self._restart if isinstance(self._restart, snapshot.Loaded) else None
+        self.eng = usable.eng if usable is not None else self.new_engine(self.spec)
         self.exchange = CellExchange(self)   # cell exchange (service/exchange.py); _recover loads its state
         # this machine's GPUs, when the spec names this host (a spec from `hived discover`)
         self.local, launcher, health = this_machine(self.spec, self.eng.alloc, launcher, health, jobs_dir,
@@ -150,7 +156,7 @@ class SchedulerService:
         self.live: set[str] = set()             # non-terminal jobs (what a step can change)
         self._launched: set[str] = set()         # jobs the launcher is running (or adopted)
         self.extra: dict[str, dict] = {}        # stored jobs the current spec cannot restore
-        self.recovered = self._recover(restart)
+        self.recovered = self._recover()
         self._admission = AdmissionControl()
         self._admission.rebuild(self.eng.jobs())
 
@@ -284,13 +290,15 @@ class SchedulerService:
 
     # ------------------------------------------------------------------ restart
 
-    def _recover(self, restart: snapshot.Loaded | str | None) -> dict:
-        """Rebuild the engine from the store (``restart``: what snapshot.early found); adopt or
-        relaunch the holding jobs."""
+    def _recover(self) -> dict:
+        """Rebuild the engine from the store (from the snapshot read before the engine was built, or
+        read now); adopt or relaunch the holding jobs."""
         t0 = time.perf_counter()
         now = self.clock()
         # the snapshot of the last clean stop and the rows of the journal's tail, or every row
         # (without a snapshot it restores the exchange first: cells still lent move to their borrowers)
+        restart = self._restart if self._restart_read else snapshot.early(self)
+        self._restart, self._restart_read = None, False   # a standby taking the lead reads it again
         held, rows, total, fast = snapshot.start(self, restart)
         holding, other, queued = restore_order(rows)
         unrestorable: list[str] = []

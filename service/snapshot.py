@@ -86,7 +86,7 @@ def dumps(state: Any) -> bytes:
     """The snapshot body: a pickle with the job records in their lean form (core/engine_records.py)."""
     out = io.BytesIO()
     pickler = pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL)
-    pickler.dispatch_table = {**copyreg.dispatch_table, JobRecord: lean_reducer({})}   # type: ignore[misc]
+    pickler.dispatch_table = {**copyreg.dispatch_table, JobRecord: lean_reducer({})}
     pickler.dump(state)
     return out.getvalue()
 

@@ -29,7 +29,8 @@ def full_record(job_id="j7") -> JobRecord:
         after=["j1", "j2"])
     rec = JobRecord(
         job_id=job_id, request=request, state=JobState.PREEMPTING, submitted=1.5, started=2.5,
-        first_started=2.0, ended=9.0, placement=where, history=[(1.5, "queued", "submitted"), (2, "running", "started")],
+        first_started=2.0, ended=9.0, placement=where,
+        history=[(1.5, "queued", "submitted"), (2, "running", "started")],
         preemptions=1, attempts=2, failures=1, failure_class="oom", exit_code=137, opportunistic=True,
         pod_demands=[(4.0, 16.0, 1.0), (2, 8, 0)], pod_gpus=[1, 0], want_level=2, level=3, relax_at=7.0,
         relaxations=1, not_before=3.0, queued_since=4.0, queued_time=0.5, grace_deadline=8.0, killed=True,

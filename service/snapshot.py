@@ -27,6 +27,10 @@ jobs forgotten by retention; anything else replays in full.
 
 The body is a pickle, loaded only from the service's own database (mode 0600 in
 its private data directory): whoever can write there can already change any job.
+Its job records are in their lean form (core/engine_records.py ``lean_reducer``:
+values in field order, equal names and history entries shared), which only the
+code that wrote it reads: the key holds the digest of ``hived.core``. The service
+reads the snapshot (``early``) before it builds an engine: a usable one brings its own.
 """
 from __future__ import annotations
 

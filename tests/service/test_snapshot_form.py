@@ -8,12 +8,14 @@ import pickle
 import shutil
 from pathlib import Path
 
-from test_snapshot import NOT_USED, busy, service, state, without_snapshot
+from test_snapshot import NOT_USED, SPEC, busy, service, state, without_snapshot
 
 from hived.core.engine_records import RECORD_FIELDS, REQUEST_FIELDS, JobRecord, lean_record
 from hived.core.jobs import Affinity, JobClass, JobRequest, JobState, Placement, PodGroup, PodPlacement
 from hived.service import snapshot
 from hived.service.admission import AdmissionControl, journal_bytes
+from hived.service.scheduler import SchedulerService
+from hived.testing.launcher_noop import NoopLauncher
 
 
 def full_record(job_id="j7") -> JobRecord:
@@ -159,5 +161,34 @@ def test_a_snapshot_written_by_other_code_is_refused(tmp_path, monkeypatch, capl
         assert len(said) == 1 and "hived build" in said[0], said
         assert svc.recovered["snapshot"] is False and state(svc) == want
         assert unpickled == []
+    finally:
+        svc.close()
+
+
+class JournalsFirst(SchedulerService):
+    """A service whose ``_recover`` first writes to the journal, as the Kubernetes one journals
+    what the cluster says (k8s/service.py): here, the cancel of the last queued job of vca."""
+
+    snapshot_early = False
+
+    def _recover(self):
+        last = max((d for d in self.store.load_jobs() if d["state"] == "queued" and d["request"]["vc"] == "vca"),
+                   key=lambda d: d["queue_key"])
+        last.update(state="cancelled", ended=self.clock())
+        self.store.update_job(last, self.clock())
+        self.cancelled = last["job_id"]
+        return super()._recover()
+
+
+def test_a_service_that_journals_before_it_recovers_reads_the_snapshot_after(tmp_path):
+    """The snapshot is read after that write: it is found older than the journal and the start
+    replays the journal, with the job cancelled (read before, it would bring the job back queued)."""
+    busy(tmp_path / "data")
+    svc = JournalsFirst(str(SPEC), tmp_path / "data", launcher=NoopLauncher(adopt=True), health=None,
+                        tick_seconds=0.05, scheme="hived", preemption_policy="none")
+    try:
+        assert svc.recovered["snapshot"] is False
+        assert svc.eng.job(svc.cancelled).state is JobState.CANCELLED
+        assert svc.cancelled not in svc.vc("vca")["queue"]
     finally:
         svc.close()

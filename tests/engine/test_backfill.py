@@ -198,21 +198,56 @@ def test_property_a_head_never_starts_later_than_strict_fifo_would_start_it(esti
     assert passed_any > 0       # backfill did let later jobs pass
 
 
-def test_a_head_that_needs_a_whole_cell_lets_no_long_job_take_spare_gpus():
-    """Cell shapes, not counts, decide where a one-pod 8-GPU head fits, so GPU counts beyond
-    its need are not 'spare': a long job waits; a job that ends before the reservation runs."""
+def test_a_whole_node_head_reserves_a_node_and_a_long_job_starts_on_another():
+    """Issue 28: cell shapes, not counts, decide where a one-pod 8-GPU head fits, so it reserves
+    the node that frees first (node 0 at t=50). A long job starts now on the other node, not on
+    big's; before, it waited although node 1 had room, and those GPUs idled."""
     eng = quota_engine(eight_gpu_spec(2, {"A": 16}))
     eng.submit(req("A", 8, estimate=50.0), 0.0, job_id="r1")      # node 0 until t=50
     eng.submit(req("A", 2, estimate=500.0), 0.0, job_id="r2")     # node 1 until t=500
     run(eng, 0.0)
-    eng.submit(req("A", 8), 1.0, job_id="big")        # reservation t=50; by count 6 GPUs to spare then
+    eng.submit(req("A", 8), 1.0, job_id="big")
     eng.submit(req("A", 1, estimate=900.0), 1.0, job_id="long")
     eng.submit(req("A", 1, estimate=40.0), 1.0, job_id="short")
-    assert kinds(run(eng, 1.0)) == [("start", "short")]
-    assert "after the reservation of big at t=50" in eng.job("long").wait_reason
+    assert kinds(run(eng, 1.0)) == [("start", "long"), ("start", "short")]
+    assert eng.job("long").placement.pods[0].node == eng.job("r2").placement.pods[0].node
+    r1_node = eng.job("r1").placement.pods[0].node
+    assert f"holds a reservation on its VC's cells (node {r1_node}) from t=50" in eng.job("big").wait_reason
     eng.on_finished("short", 41.0, 0)
     eng.on_finished("r1", 50.0, 0)
-    assert kinds(run(eng, 50.0)) == [("start", "big"), ("start", "long")]
+    assert kinds(run(eng, 50.0)) == [("start", "big")]           # not a second later than without backfill
+
+
+def _three_nodes(engine):
+    """A's 24 GPUs on 3 nodes: r3 on all 8 GPUs of one node until t=600; r2a and r2b on 4 GPUs
+    each of another, until t=30 and t=500; r1 on 4 GPUs of the third until t=50 (4 GPUs free
+    there now). big (8 GPUs, one pod) heads the queue from t=1: r1's node frees first, at t=50."""
+    eng = engine(eight_gpu_spec(3, {"A": 24}))
+    for jid, g, est in (("r3", 8, 600.0), ("r2a", 4, 30.0), ("r2b", 4, 500.0), ("r1", 4, 50.0)):
+        eng.submit(req("A", g, estimate=est), 0.0, job_id=jid)
+    run(eng, 0.0)
+    eng.submit(req("A", 8), 1.0, job_id="big")
+    eng.submit(req("A", 1, estimate=900.0), 1.0, job_id="long")
+    return eng
+
+
+@pytest.mark.parametrize("engine", [quota_engine, lambda spec: Engine(load_spec(spec), preemption_policy="none")],
+                         ids=["quota", "hived"])
+def test_a_long_job_never_takes_the_node_a_whole_node_head_reserved(engine):
+    """The only free GPUs are on node 0, which big reserved: long waits though GPUs are free
+    (it would hold one past t=50), starts on node 1 once r2a leaves, and big starts at t=50."""
+    eng = _three_nodes(engine)
+    node = {j: eng.job(j).placement.pods[0].node for j in ("r1", "r2a", "r2b", "r3")}
+    assert node["r2a"] == node["r2b"] and len({node["r1"], node["r2a"], node["r3"]}) == 3
+    r1_node = node["r1"]
+    assert run(eng, 1.0) == []
+    assert eng.job("long").state is JobState.QUEUED
+    eng.on_finished("r2a", 30.0, 0)
+    assert kinds(run(eng, 30.0)) == [("start", "long")]
+    assert eng.job("long").placement.pods[0].node != r1_node
+    eng.on_finished("r1", 50.0, 0)
+    assert kinds(run(eng, 50.0)) == [("start", "big")]
+    assert eng.job("big").placement.pods[0].node == r1_node
 
 
 def test_time_limits_bound_end_times_when_no_estimate_exists():

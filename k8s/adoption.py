@@ -89,14 +89,14 @@ class Adoption:
                        ranks: list[int]) -> None:
         """Create the gang members ``ranks`` at their recorded cells (finishing an interrupted launch);
         all or none of them, like ``launch``."""
-        template = self.host.validate(request)
-        ns = self.host.namespace_for(request.vc)
         host = self.host
+        template = host.validate(request)
+        ns = host.namespace_for(request.vc)
         pods = [p for p in host.sealed(pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
                                                      instance=host.instance, bind=host.bind,
                                                      spec_version=host.spec_version))
                 if int(p["metadata"]["annotations"][pb.A_RANK]) in set(ranks)]
-        self.host.create_all(job_id, ns, pods)
+        host.create_all(job_id, ns, pods)
 
 
     def bind_unbound(self, pods: list[dict]) -> list[str]:

@@ -297,7 +297,7 @@ class KubernetesLauncher:
             return self.sealed(pods)
         names = [pb.pod_name(job_id, attempt, p.rank) for p in placement.pods]
         gang = Gang(job_id, attempt, ns, names, self.grace_of(request.grace_period), launching=True,
-                     nodes=[p.node for p in placement.pods])
+                    nodes=[p.node for p in placement.pods])
         with self.lock:
             self.gangs[job_id] = gang
         if self.pipeline:
@@ -612,7 +612,7 @@ class KubernetesLauncher:
             return "", offset
         try:
             text = send(self.core.read_namespaced_pod_log, names[rank], ns,
-                         container=pb.CONTAINER).decode("utf-8", "replace")
+                        container=pb.CONTAINER).decode("utf-8", "replace")
         except ApiException as e:
             return (f"(no logs from pod {names[rank]}: {e.status} {api_message(e)})\n" if offset == 0 else "",
                     offset)

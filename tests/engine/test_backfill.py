@@ -278,3 +278,105 @@ def test_a_time_limit_longer_than_the_estimate_does_not_replace_it():
     eng.submit(req("A", 2, estimate=50.0, time_limit=5_000.0), 1.0, job_id="short")
     assert kinds(run(eng, 1.0)) == [("start", "short")]
     assert "t=100" in eng.job("big").wait_reason
+
+
+
+def test_a_job_off_the_reserved_node_still_leaves_the_vc_the_gpus_its_head_needs():
+    """GPU quotas A 8, B 16 on three nodes: r1 holds 4 of A's GPUs on one node until t=50; B's
+    b1 fills the second node and b2 takes 6 GPUs of the third. big (8 GPUs) reserves r1's
+    node at t=50, when A has exactly 8 GPUs free: a long 1-GPU job of A may not start on the
+    third node either (2 GPUs free there), or big would find 7 at t=50."""
+    eng = quota_engine(eight_gpu_spec(3, {"A": 8, "B": 16}))
+    eng.submit(req("A", 4, estimate=50.0), 0.0, job_id="r1")
+    eng.submit(req("B", 8, estimate=900.0), 0.0, job_id="b1")
+    eng.submit(req("B", 6, estimate=900.0), 0.0, job_id="b2")
+    run(eng, 0.0)
+    assert len({eng.job(j).placement.pods[0].node for j in ("r1", "b1", "b2")}) == 3
+    eng.submit(req("A", 8), 1.0, job_id="big")
+    eng.submit(req("A", 1, estimate=900.0), 1.0, job_id="long")
+    assert run(eng, 1.0) == []
+    assert "t=50" in eng.job("big").wait_reason
+    eng.on_finished("r1", 50.0, 0)
+    assert kinds(run(eng, 50.0)) == [("start", "big")]
+
+
+# ------------------------------------------- property: whole-node heads on HiveD cells
+
+def _replay_nodes(seed: int) -> tuple[dict[str, float], dict[str, float], int]:
+    """A random single-VC workload on HiveD cells (3 nodes of 8 GPUs) mixing gangs of 1-GPU
+    pods (GPU counts are exact for them) with jobs of one or two whole-node pods (free nodes
+    are exact for them), exact estimates, replayed with the test's own event loop. Returns
+    (job -> start, head -> latest start strict FIFO would give it from the state in which it
+    became the head, jobs that passed an earlier one)."""
+    rng = random.Random(seed)
+    nodes, size = 3, 8
+    eng = Engine(load_spec(eight_gpu_spec(nodes, {"A": nodes * size})), preemption_policy="none",
+                 config=EngineConfig(soft_wait=0.0))
+    jobs = []
+    t = 0.0
+    for k in range(40):
+        t += rng.choice((0.0, 0.0, 5.0, 20.0))
+        shape = rng.choice(("g1", "g1", "g2", "g3", "node", "node", "nodes2"))
+        jobs.append((t, f"j{k:02d}", shape, float(rng.randint(1, 60))))
+    dur = {jid: d for _, jid, _, d in jobs}
+    shape_of = {jid: s for _, jid, s, _ in jobs}
+    events: list[tuple[float, int, str]] = []
+    seq = 0
+    running: dict[str, float] = {}      # job -> its end
+    start: dict[str, float] = {}
+    bound: dict[str, float] = {}
+    i = 0
+    while i < len(jobs) or events:
+        now = min(([jobs[i][0]] if i < len(jobs) else []) + ([events[0][0]] if events else []))
+        while i < len(jobs) and jobs[i][0] <= now:
+            _, jid, shape, d = jobs[i]
+            if shape.startswith("g"):
+                r = req("A", 1, groups=[PodGroup(int(shape[1]), 1)], estimate=d, affinity=Affinity.SOFT)
+            else:
+                r = req("A", size, pods=2 if shape == "nodes2" else 1, estimate=d)
+            eng.submit(r, now, job_id=jid)
+            i += 1
+        while events and events[0][0] <= now:
+            _, _, jid = heapq.heappop(events)
+            running.pop(jid)
+            eng.on_finished(jid, now, 0)
+        for d in eng.step(now):
+            assert d.kind is DecisionKind.START, f"seed {seed}: {d.kind} {d.job_id}: exact estimates need no preemption"
+            eng.on_started(d.job_id, now)
+            start[d.job_id] = now
+            running[d.job_id] = now + dur[d.job_id]
+            heapq.heappush(events, (now + dur[d.job_id], seq, d.job_id))
+            seq += 1
+        eng.alloc.check_invariants()
+        head = eng.head("A", now)
+        if head is not None and head.state is JobState.QUEUED and head.job_id not in bound:
+            shape = shape_of[head.job_id]
+            if shape.startswith("g"):        # strict FIFO: free GPUs cover it when enough jobs end
+                free = nodes * size - sum(eng.job(j).gpus for j in running)
+                when = now
+                for end, g in sorted((e, eng.job(j).gpus) for j, e in running.items()):
+                    if free >= int(shape[1]):
+                        break
+                    free += g
+                    when = end
+            else:                            # strict FIFO: enough nodes free of every job
+                node_end = {f"n{n:04d}": now for n in range(nodes)}
+                for j, e in running.items():
+                    for p in eng.job(j).placement.pods:
+                        node_end[p.node] = max(node_end[p.node], e)
+                when = sorted(node_end.values())[(2 if shape == "nodes2" else 1) - 1]
+            bound[head.job_id] = when
+    assert set(start) == set(dur)
+    order = sorted(start, key=lambda j: (start[j], j))
+    passed = sum(1 for a in order for b in dur if b < a and start[b] > start[a])
+    return start, bound, passed
+
+
+def test_property_whole_node_heads_never_start_later_than_strict_fifo_would_start_them():
+    passed_any = 0
+    for seed in range(30):
+        start, bound, passed = _replay_nodes(seed)
+        late = {h: (start[h], b) for h, b in bound.items() if start[h] > b + 1e-9}
+        assert late == {}, f"seed {seed}: heads started after their strict-FIFO time: {late}"
+        passed_any += passed
+    assert passed_any > 0

@@ -604,7 +604,9 @@ class SqliteStore(Store):
         """The text ``jobs.record`` holds: the record without its request (written once, apart)."""
         if not self._split:
             return _dumps(record)
-        return _dumps({k: v for k, v in record.items() if k != "request"})
+        rest = dict(record)
+        del rest["request"]
+        return _dumps(rest)
 
     def add_job(self, record: dict, now: float) -> None:
         """The request goes to ``job_requests`` once; the rest of the record to ``jobs``."""

@@ -88,7 +88,8 @@ def bench_submit(n: int, sync: str, scheme: str, root: str) -> tuple[float, floa
                                      "FROM jobs WHERE seq > ? ORDER BY seq", (last_seq,)).fetchall()
         last_seq = cols[-1][0]
         # the raw arm writes each job's whole record in one row (the store keeps its request apart)
-        rows = [(*c, json.dumps(d, separators=(",", ":"))) for c, (d, _) in zip(cols, svc.store.load_jobs_by_id([c[1] for c in cols]))]
+        whole = svc.store.load_jobs_by_id([c[1] for c in cols])
+        rows = [(*c, json.dumps(d, separators=(",", ":"))) for c, (d, _) in zip(cols, whole)]
         t0 = time.perf_counter()
         for r in rows:
             raw.execute("BEGIN IMMEDIATE")

@@ -78,6 +78,27 @@ def _write_failure(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) or type(exc) is sqlite3.DatabaseError
 
 
+def _split_requests(db: sqlite3.Connection) -> None:
+    """Migration 7: move each stored record's request to ``job_requests``, leaving the rest in
+    ``jobs.record``. A record that is not JSON stays as it is (opening still refuses it, naming it)."""
+    last = 0
+    while True:
+        rows = db.execute("SELECT seq, record FROM jobs WHERE seq > ? ORDER BY seq LIMIT 500", (last,)).fetchall()
+        if not rows:
+            return
+        for seq, text in rows:
+            last = seq
+            try:
+                record = json.loads(text)
+            except ValueError:
+                continue
+            if not isinstance(record, dict) or not isinstance(record.get("request"), dict):
+                continue
+            request = record.pop("request")
+            db.execute("INSERT INTO job_requests (seq, request) VALUES (?, ?)", (seq, _dumps(request)))
+            db.execute("UPDATE jobs SET record=? WHERE seq=?", (_dumps(record), seq))
+
+
 # Each migration takes the schema from version i to i+1. Append only: a
 # shipped migration is never edited, a change is a new entry.
 # A step is SQL text, or a function of the connection for what SQL alone cannot do.
@@ -148,31 +169,6 @@ MIGRATIONS: list[tuple[str, list[MigrationStep]]] = [
                sha256 TEXT NOT NULL,     -- of body
                body BLOB NOT NULL, taken REAL NOT NULL)""",
     ]),
-]
-
-
-def _split_requests(db: sqlite3.Connection) -> None:
-    """Migration 7: move each stored record's request to ``job_requests``, leaving the rest in
-    ``jobs.record``. A record that is not JSON stays as it is (opening still refuses it, naming it)."""
-    last = 0
-    while True:
-        rows = db.execute("SELECT seq, record FROM jobs WHERE seq > ? ORDER BY seq LIMIT 500", (last,)).fetchall()
-        if not rows:
-            return
-        for seq, text in rows:
-            last = seq
-            try:
-                record = json.loads(text)
-            except ValueError:
-                continue
-            if not isinstance(record, dict) or not isinstance(record.get("request"), dict):
-                continue
-            request = record.pop("request")
-            db.execute("INSERT INTO job_requests (seq, request) VALUES (?, ?)", (seq, _dumps(request)))
-            db.execute("UPDATE jobs SET record=? WHERE seq=?", (_dumps(record), seq))
-
-
-MIGRATIONS.append(
     # A job's request (command, env, name, ...) never changes after submission: it is written
     # once, and a state change rewrites only the rest of the record (a 190 KB request made
     # every state change of its job write 190 KB under the service lock).
@@ -183,7 +179,8 @@ MIGRATIONS.append(
         _split_requests,
         # its record hashes are of whole records: the next start replays the journal in full
         "DELETE FROM snapshot",
-    ]))
+    ]),
+]
 SCHEMA_VERSION = len(MIGRATIONS)
 REV_SCHEMA = 6   # the migration that added jobs.rev and the snapshot table
 REQUEST_SCHEMA = 7   # the migration that moved the requests to job_requests
@@ -223,7 +220,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def update_job(self, record: dict, now: float) -> None:
-        """A stored job's record, replaced whole."""
+        """A stored job's record, replaced; its ``request`` is the one ``add_job`` stored (a job's
+        request never changes after submission, and a store may keep it apart, written once)."""
 
     @abc.abstractmethod
     def load_jobs(self) -> list[dict]:
@@ -691,13 +689,13 @@ class SqliteStore(Store):
     def _select(self, where: str = "") -> str:
         """The rows a record is made of: job id, record, queue key, request (NULL: none apart), seq."""
         if not self._split:
-            return f"SELECT job_id, record, qkey, NULL, seq FROM jobs {where}"
+            return f"SELECT j.job_id, j.record, j.qkey, NULL, j.seq FROM jobs AS j {where}"
         return (f"SELECT j.job_id, j.record, j.qkey, r.request, j.seq FROM jobs AS j "
                 f"LEFT JOIN job_requests AS r ON r.seq = j.seq {where}")
 
     def load_jobs_with_keys(self) -> list[tuple[dict, float | None]]:
         with self._lock:
-            rows = self._db.execute(self._select("ORDER BY j.seq" if self._split else "ORDER BY seq")).fetchall()
+            rows = self._db.execute(self._select("ORDER BY j.seq")).fetchall()
         return [(self._record(job_id, r, k, q), k) for job_id, r, k, q, _ in rows]
 
     def _record(self, job_id: str, text: str, qkey: float | None, request: str | None) -> dict:
@@ -720,11 +718,10 @@ class SqliteStore(Store):
     def load_jobs_by_id(self, job_ids: Iterable[str]) -> list[tuple[dict, float | None]]:
         ids = list(job_ids)
         rows: list[tuple[str, str, float | None, str | None, int]] = []
-        column = "j.job_id" if self._split else "job_id"
         with self._lock:
             for i in range(0, len(ids), 500):
                 chunk = ids[i:i + 500]
-                rows += self._db.execute(self._select(f"WHERE {column} IN ({','.join('?' * len(chunk))})"),
+                rows += self._db.execute(self._select(f"WHERE j.job_id IN ({','.join('?' * len(chunk))})"),
                                          chunk).fetchall()
         rows.sort(key=lambda r: r[4])
         return [(self._record(job_id, r, k, q), k) for job_id, r, k, q, _ in rows]
@@ -761,7 +758,7 @@ class SqliteStore(Store):
         # bytes only, no JSON parse: a record changed or damaged behind the service's back
         # (a disk fault, a hand edit) shows, at a small part of a full replay's cost.
         # Of the stored state part, then of the request (when stored apart).
-        sql = self._select("" if upto_rev is None else ("WHERE j.rev <= ?" if self._split else "WHERE rev <= ?"))
+        sql = self._select("" if upto_rev is None else "WHERE j.rev <= ?")
         args: tuple[int, ...] = () if upto_rev is None else (upto_rev,)
         with self._lock:
             rows = self._db.execute(sql, args).fetchall()

@@ -709,8 +709,7 @@ class SqliteStore(Store):
                 req = json.loads(request)
             except ValueError as exc:
                 raise StoreDamaged(_damaged(self.path, f"the request of job {job_id} is not JSON: {exc}")) from None
-            # in JobRecord.to_dict's order: the request follows the job id
-            record = {"job_id": record.get("job_id", job_id), "request": req, **record}
+            record["request"] = req
         if "queue_key" not in record:   # written before records carried their queue key
             record["queue_key"] = qkey
         return record

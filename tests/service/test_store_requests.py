@@ -78,7 +78,7 @@ def test_a_big_jobs_state_change_writes_only_the_small_part(tmp_path, monkeypatc
     assert old > 185_000, old
 
 
-def test_the_request_is_stored_once_and_joined_back_in_order(tmp_path):
+def test_the_request_is_stored_once_and_joined_back(tmp_path):
     s = SqliteStore(tmp_path)
     rec = big_record("j1")
     s.add_job(rec, now=1.0)
@@ -90,8 +90,8 @@ def test_the_request_is_stored_once_and_joined_back_in_order(tmp_path):
     s.close()
     s = SqliteStore(tmp_path)
     [loaded] = s.load_jobs()
-    # the same record, key order included (JobRecord.to_dict's: the request second)
-    assert json.dumps(loaded) == json.dumps(moved(rec, 3))
+    assert loaded == moved(rec, 3)
+    assert store_mod._dumps(loaded["request"]) == store_mod._dumps(rec["request"])
     assert s.load_jobs_by_id(["j1"]) == [(moved(rec, 3), 3.0)]
 
 
@@ -134,8 +134,7 @@ def test_an_old_journal_is_migrated_record_for_record(tmp_path, monkeypatch):
 
     s = SqliteStore(tmp_path)
     assert s.schema_version() == SCHEMA_VERSION
-    assert [json.dumps(r) for r in s.load_jobs()] == [json.dumps({**r, "queue_key": r.get("queue_key")})
-                                                      for r in recs]
+    assert s.load_jobs() == [{**r, "queue_key": r.get("queue_key")} for r in recs]
     requests = [q for (q,) in s._db.execute("SELECT request FROM job_requests ORDER BY seq")]
     assert requests == [store_mod._dumps(r["request"]) for r in recs]   # byte for byte
     assert all("request" not in json.loads(t) for (t,) in s._db.execute("SELECT record FROM jobs"))

@@ -62,8 +62,8 @@ from kubernetes import client
 from hived.core.engine import Engine
 from hived.core.jobs import DecisionKind, JobClass, JobRequest, PodGroup
 from hived.k8s import pod_builder as pb
-from hived.k8s.launcher import KubernetesLauncher, _send
-from hived.k8s.rest_raw import RawApi
+from hived.k8s.launcher import KubernetesLauncher
+from hived.k8s.rest_raw import RawApi, send
 from hived.k8s.template import JobTemplate
 from hived.k8s.watch import wait_for
 from hived.testing.minikas import Cluster
@@ -111,9 +111,9 @@ def plain_run(core, ns: str, n: int, nodes: int, bind: bool, raw: RawApi | None 
             if bind:
                 raw.bind_pod(ns, name, target)
         else:
-            _send(core.create_namespaced_pod, ns, body)
+            send(core.create_namespaced_pod, ns, body)
             if bind:
-                _send(core.create_namespaced_pod_binding, name, ns, target)
+                send(core.create_namespaced_pod_binding, name, ns, target)
     return time.perf_counter() - t0
 
 
@@ -193,12 +193,12 @@ def hived_run(api, core, ns: str, n: int, nodes: int, bind: bool) -> tuple[float
 def clear(core, ns: str) -> None:
     """Delete the round's pods (bound pods need grace 0: no kubelet confirms)."""
     for p in core.list_namespaced_pod(ns).items:
-        _send(core.delete_namespaced_pod, p.metadata.name, ns, grace_period_seconds=0)
+        send(core.delete_namespaced_pod, p.metadata.name, ns, grace_period_seconds=0)
 
 
 def add_node(core, name: str, cap: dict) -> None:
-    _send(core.create_node, {"metadata": {"name": name}, "status": {"capacity": cap, "allocatable": cap}})
-    _send(core.patch_node_status, name, {"status": {"conditions": [
+    send(core.create_node, {"metadata": {"name": name}, "status": {"capacity": cap, "allocatable": cap}})
+    send(core.patch_node_status, name, {"status": {"conditions": [
         {"type": "Ready", "status": "True", "reason": "KubeletReady",
          "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
 
@@ -224,7 +224,7 @@ def _running_gangs(cluster, core, spec_path, data, ns: str, n: int) -> None:
             {"name": "main", "image": IMAGE, "imageID": "", "ready": True, "restartCount": 0,
              "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}
         for p in svc.launcher.owned_pods(fresh=True):
-            _send(core.patch_namespaced_pod_status, p["metadata"]["name"], ns, {"status": running})
+            send(core.patch_namespaced_pod_status, p["metadata"]["name"], ns, {"status": running})
         assert wait_for(lambda: svc.tick() is not None and svc.status()["jobs"].get("running") == n, 120, 0.05)
     finally:
         svc.close()

@@ -29,4 +29,5 @@ run rest_20 75 benchmarks/bench_rest.py --launcher local --rate 20 --requests 20
 run rest_100 90 benchmarks/bench_rest.py --launcher local --rate 100 --requests 1000 --paced-only
 run flood 120 benchmarks/bench_flood.py --n 80
 run refusal_cost 90 benchmarks/bench_flood.py --refusal-cost 2000
+run store_update 60 benchmarks/bench_store_update.py
 run sim 90 benchmarks/bench_sim.py --quick

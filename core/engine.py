@@ -309,8 +309,9 @@ class Engine:
             return True
         return self.view.can_host(chain, rec.pod_gpus)
 
-    def try_place(self, rec: JobRecord, opportunistic: bool) -> Grant | None:
-        """Ask the allocator for ``rec``'s cells (for a round and for backfill); None when they do not fit."""
+    def try_place(self, rec: JobRecord, opportunistic: bool, avoid: frozenset[str] = frozenset()) -> Grant | None:
+        """Ask the allocator for ``rec``'s cells (for a round and for backfill); None when they do
+        not fit. ``avoid``: nodes it may not use (a blocked head's reserved nodes)."""
         node_ok: Callable[[str, int], bool] | None = None  # only when some job states its own CPU/RAM
         if not (rec.default_share and self.books.nondefault == 0):
             by_gpus: dict[int, tuple[float, float]] = {}
@@ -321,7 +322,10 @@ class Engine:
 
             def node_ok(node: str, pod_gpus: int, _d: dict[int, tuple[float, float]] = by_gpus) -> bool:
                 c, m = _d.get(pod_gpus, (0.0, 0.0))
-                return view.fits(node, c, m)
+                return node not in avoid and view.fits(node, c, m)
+        elif avoid:
+            def node_ok(node: str, pod_gpus: int) -> bool:
+                return node not in avoid
         return self.alloc.place(rec.job_id, rec.request.vc, rec.pod_gpus, opportunistic=opportunistic,
                                 priority=0 if opportunistic else (2 if rec.request.job_class is JobClass.TE else 1),
                                 chain=rec.chain, within_level=rec.level, node_ok=node_ok)

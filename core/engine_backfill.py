@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from .engine_reasons import explain as explain_job
 from .estimator import Estimator
-from .jobs import HOLDING, Decision, JobState
+from .jobs import HOLDING, Decision, JobClass, JobState
+from .policies.preemption_order import preemption_cap, under_cap
 from .timefmt import at
 
 if TYPE_CHECKING:
@@ -60,6 +61,9 @@ class Reservation:
     # a PCIe pair), and a job on "spare" GPUs may split the very cell the head waits for.
     counts: bool = False
     key: tuple[int, int] = (0, 0)
+    # the head's pods each need a whole node: the nodes it will take at ``start``. Later jobs
+    # that would end after ``start`` may still start now on other nodes ("elsewhere").
+    nodes: frozenset[str] = frozenset()
 
 
 class Placer(Protocol):
@@ -67,7 +71,8 @@ class Placer(Protocol):
 
     books: EngineBooks
 
-    def try_place(self, rec: JobRecord, opportunistic: bool) -> Grant | None: ...
+    def try_place(self, rec: JobRecord, opportunistic: bool,
+                  avoid: frozenset[str] = frozenset()) -> Grant | None: ...
 
     def bind(self, rec: JobRecord, grant: Grant, now: float, out: list[Decision]) -> None: ...
 
@@ -86,7 +91,8 @@ class Backfill:
         # holds that placement (a later run of the same job is an ordinary one)
         self.preemptible: dict[str, dict[str, object]] = {}
         self._res: dict[str, Reservation] = {}    # VC -> reservation of its blocked head
-        self._failed: dict[str, tuple[bool, int]] = {}   # job -> memo of its last failed backfill placement
+        # job -> memo of its last failed backfill placement (scope, version, nodes it avoided)
+        self._failed: dict[str, tuple[bool, int, frozenset[str]]] = {}
         self._walked: dict[str, tuple[str, int, int, int]] = {}   # VC -> what its last walk read
 
     # ------------------------------------------------------------------ estimates
@@ -125,20 +131,76 @@ class Backfill:
             if why:
                 res.never = why
         if not res.never:
-            best: tuple[float, int] | None = None
+            best: tuple[float, int, frozenset[str]] | None = None
             for c in chains:
-                got = self._shadow(head, c, now)
+                got = self._chain_start(head, c, now)
                 if got is not None and (best is None or got[0] < best[0]):
                     best = got
             if best is not None:
-                res.start, res.extra = best
+                res.start, res.extra, res.nodes = best
         self._res[vc] = res
         return res
 
-    def _shadow(self, head: JobRecord, chain: str, now: float) -> tuple[float, int] | None:
+    def _chain_start(self, head: JobRecord, chain: str, now: float) -> tuple[float, int, frozenset[str]] | None:
+        """(start, extra GPUs then, reserved nodes) of the head in ``chain``. A head whose pods
+        each fill a whole node counts nodes too, since GPUs free across nodes do not make a free
+        node: it starts once enough nodes are free of the VC's holders, and names them."""
+        got = self._shadow(head, chain, now)
+        if got is None:
+            return None
+        nodes = self._node_shadow(head, chain, now)
+        if nodes is None or nodes[0] <= got[0]:
+            return got[0], got[1], frozenset() if nodes is None else nodes[1]
+        later = self._shadow(head, chain, now, until=nodes[0])
+        return (nodes[0], later[1], nodes[1]) if later is not None else None
+
+    def _node_shadow(self, head: JobRecord, chain: str, now: float) -> tuple[float, frozenset[str]] | None:
+        """(time ``len(head.pod_gpus)`` nodes of ``chain`` are free of the VC's holders, those
+        nodes), or None when the pods are not whole nodes or no estimate decides it. A BE
+        holder the head's preemption policy may still take counts as gone after its grace."""
+        books = self.eng.books
+        view = books.view
+        vc = head.request.vc
+        size = view.node_size(chain)
+        need = len(head.pod_gpus)
+        if size is None or any(g != size for g in head.pod_gpus):
+            return None
+        if view.free_nodes(chain) >= need:
+            return now, frozenset()     # nodes are free now: GPU counts (the VC's cap) decide
+        te = head.request.job_class is JobClass.TE and books.preemption_policy is not None
+        cap = preemption_cap(books.config, books.spec, vc) if te else 0
+        marks = self.preemptible.get(vc, {})
+        ends: dict[str, float] = {}
+        mine: dict[str, int] = {}
+        for jid in books.held[vc]:
+            r = books.jobs[jid]
+            if r.opportunistic or r.bound_chain != chain:
+                continue
+            mark = marks.get(jid)
+            left: float | None
+            if mark is not None and mark is r.placement:
+                left = 0.0                  # the head takes these back when it can run
+            elif te and r.request.job_class is JobClass.BE and r.state is JobState.RUNNING \
+                    and under_cap(r.preemptions, cap):
+                left = float(r.request.grace_period)    # the policy may preempt it for the head
+            else:
+                left = self.remaining(r, now)
+            for node, (g, _c, _m) in view.usage.get(jid, {}).items():
+                mine[node] = mine.get(node, 0) + g
+                t = float("inf") if left is None else now + left
+                ends[node] = max(ends.get(node, now), t)
+        usable = [(t, n) for n, t in ends.items() if view.nodes[n].guaranteed_gpus <= mine[n]]
+        if view.free_nodes(chain):       # a gang that needs more nodes than are free now
+            usable += [(now, n) for n, st in view.nodes.items() if st.chain == chain and st.guaranteed_gpus == 0]
+        times = sorted(usable)
+        if len(times) < need or times[need - 1][0] == float("inf"):
+            return None
+        return times[need - 1][0], frozenset(n for _, n in times[:need])
+
+    def _shadow(self, head: JobRecord, chain: str, now: float, until: float | None = None) -> tuple[float, int] | None:
         """(time the VC's free GPUs in ``chain`` first cover the head, GPUs free then beyond
         its need), from the estimated ends of the VC's guaranteed holders there; None when
-        a holder without an estimate could change it."""
+        a holder without an estimate could change it. ``until``: that later time instead."""
         eng = self.eng
         vc = head.request.vc
         free = eng.books.vc_cap[vc][chain] - eng.books.vc_used[vc][chain]
@@ -157,6 +219,8 @@ class Backfill:
                 return None
             ends.append((now + left, r.gpus))
         ends.sort()
+        if until is not None:
+            return until, free + sum(g for t, g in ends if t <= until) - head.gpus
         k = 0
         while free < head.gpus and k < len(ends):
             t = ends[k][0]
@@ -171,8 +235,8 @@ class Backfill:
     # ------------------------------------------------------------------ later jobs
 
     def admit(self, res: Reservation, rec: JobRecord, now: float) -> tuple[str, str]:
-        """How ``rec`` (behind ``res``'s head) may start now: ("plain" | "preemptible" | "",
-        why). "" means it waits."""
+        """How ``rec`` (behind ``res``'s head) may start now: ("plain" | "elsewhere" (off the
+        head's reserved nodes) | "preemptible" | "", why). "" means it waits."""
         if res.never:
             return "plain", ""
         left = self.remaining(rec, now)
@@ -181,6 +245,8 @@ class Backfill:
                 return "plain", ""
             if rec.gpus <= res.extra and res.counts:
                 return "plain", ""
+            if rec.gpus <= res.extra and res.nodes:
+                return "elsewhere", ""     # on GPUs the head will not need, off its nodes
             if left is not None:
                 return "", (f"backfill: it would end at {at(now + left, now)}, after the reservation of "
                             f"{res.head} at {at(res.start, now)}, and the VC has {res.extra} GPUs to spare then")
@@ -200,12 +266,14 @@ class Backfill:
             return why
         glob = not eng.books.isolated or not (rec.default_share and eng.books.nondefault == 0)
         ver = eng.books.gver if glob else eng.books.vver[vc]
-        if self._failed.get(rec.job_id) == (glob, ver):
+        avoid = res.nodes if how == "elsewhere" else frozenset()
+        memo = (glob, ver, avoid)
+        if self._failed.get(rec.job_id) == memo:
             return ""
         eng.books.stats["attempts"] += 1
-        grant = eng.try_place(rec, opportunistic=False)
+        grant = eng.try_place(rec, opportunistic=False, avoid=avoid)
         if grant is None:
-            self._failed[rec.job_id] = (glob, ver)
+            self._failed[rec.job_id] = memo
             return ""
         self._failed.pop(rec.job_id, None)
         eng.bind(rec, grant, now, out)
@@ -337,7 +405,11 @@ def holds(res: Reservation, now: float) -> str:
     if res.start is None:
         return ("it holds a reservation on its VC's cells (end times unknown): later jobs may start "
                 "ahead of it only as jobs it preempts when it can run")
-    return (f"it holds a reservation on its VC's cells from {at(res.start, now)}: later jobs start ahead "
+    where = ""
+    if res.nodes:
+        names = sorted(res.nodes)
+        where = f" (node{'s' if len(names) > 1 else ''} {', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+    return (f"it holds a reservation on its VC's cells{where} from {at(res.start, now)}: later jobs start ahead "
             "of it only if they end by then or use GPUs it will not need")
 
 

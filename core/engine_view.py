@@ -28,15 +28,27 @@ class NodeState:
 
 
 @dataclass
+class ChainNodes:
+    """A chain's nodes as backfill's whole-node reservations count them."""
+    nodes: int = 0
+    busy: int = 0                                # nodes with guaranteed_gpus > 0
+    sizes: set[int] = field(default_factory=set)  # GPUs per node
+
+
+@dataclass
 class ClusterView:
     nodes: dict[str, NodeState] = field(default_factory=dict)
     usage: dict[str, dict[str, NodeUsage]] = field(default_factory=dict)   # job -> {node: its usage}
     busy_nodes: int = 0                         # nodes with guaranteed_gpus > 0
+    chains: dict[str, ChainNodes] = field(default_factory=dict)
     # chain -> [nodes with k GPUs unbound] (k clamped to 0..total)
     hist: dict[str, list[int]] = field(default_factory=dict)
 
     def add_node(self, node: str, chain: str, gpus: int, cpus: float, memory_gb: float) -> None:
         self.nodes[node] = NodeState(chain, gpus, gpus, float(cpus), float(cpus), float(memory_gb), float(memory_gb))
+        ch = self.chains.setdefault(chain, ChainNodes())
+        ch.nodes += 1
+        ch.sizes.add(gpus)
         h = self.hist.setdefault(chain, [0] * (gpus + 1))
         if len(h) < gpus + 1:
             h.extend([0] * (gpus + 1 - len(h)))
@@ -79,6 +91,7 @@ class ClusterView:
             if guaranteed:
                 if st.guaranteed_gpus == 0 and g > 0:
                     self.busy_nodes += 1
+                    self.chains[st.chain].busy += 1
                 st.guaranteed_gpus += g
 
     def unbind(self, job_id: str, guaranteed: bool) -> None:
@@ -96,6 +109,17 @@ class ClusterView:
                 st.guaranteed_gpus -= g
                 if st.guaranteed_gpus == 0 and g > 0:
                     self.busy_nodes -= 1
+                    self.chains[st.chain].busy -= 1
+
+    def free_nodes(self, chain: str) -> int:
+        """Nodes of ``chain`` no guaranteed work holds a GPU of."""
+        ch = self.chains.get(chain)
+        return 0 if ch is None else ch.nodes - ch.busy
+
+    def node_size(self, chain: str) -> int | None:
+        """GPUs per node of ``chain`` when all its nodes have the same number, else None."""
+        ch = self.chains.get(chain)
+        return next(iter(ch.sizes)) if ch is not None and len(ch.sizes) == 1 else None
 
     def fits(self, node: str, cpus: float, memory_gb: float) -> bool:
         st = self.nodes.get(node)

@@ -1,20 +1,23 @@
 """After a restart: which pods are hived's, and how their gangs are taken up again.
 
-The part of ``KubernetesLauncher`` (launcher.py) that recovery (recovery.py) and
-the service's start-up call: the pods of this instance (``owned_pods``, only
-those hived signed, trust.py), the gangs adopted from them (``adopt``), the
-repairs of an interrupted launch (``create_members``, ``bind_unbound``), the
-teardown of what the journal already ended (``delete_gang``, ``drain``), and
-the relabelling of a downgraded gang (``mark_opportunistic``). A mixin: it
-works on the launcher's own state (``_gangs``, the watch, the API clients).
+``Adoption`` is a part of ``KubernetesLauncher`` (launcher.py): the launcher builds it
+(``launcher.adoption``) and hands its methods on, so recovery (recovery.py) and the
+service's start-up call them on the launcher. It holds the pods of this instance
+(``owned_pods``, only those hived signed, trust.py), the gangs adopted from them
+(``adopt``), the repairs of an interrupted launch (``create_members``, ``bind_unbound``),
+the teardown of what the journal already ended (``delete_gang``, ``drain``), and the
+relabelling of a downgraded gang (``mark_opportunistic``). It keeps its own state (the
+draining jobs, the cache grouped by job) and reaches the launcher only through
+``LauncherHost``: public members of the launcher, nothing else.
 """
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from kubernetes.client.rest import ApiException
 
@@ -22,120 +25,101 @@ from hived.core.jobs import KERNEL_LABEL, JobRequest, Placement
 
 from . import kernel_pod as kp
 from . import pod_builder as pb
-from .watch import DELETED, EXIT_DELETED, PENDING, RUNNING, SUCCEEDED, PodState, pod_key, pod_state
+from .events import EventRecorder
+from .gang import Gang
+from .rest_raw import RawApi, api_message, send
+from .template import JobTemplate
+from .trust import PodSigner
+from .watch import DELETED, EXIT_DELETED, PENDING, RUNNING, SUCCEEDED, ListWatch, PodState, pod_key, pod_state
 
 log = logging.getLogger("hived.k8s.launcher")
 
 FRESH_LIST_S = 2.0               # a full list younger than this is as fresh as a new one
 
 
-@dataclass(eq=False)            # identity: gangs sit in sets
-class _Gang:
-    job_id: str
-    attempt: int
-    namespace: str
-    names: list
-    grace: float
-    states: dict = field(default_factory=dict)     # rank -> PodState
-    started: bool = False
-    ended: bool = False
-    terminating: bool = False
-    launching: bool = False
-    skipped: bool = False          # terminated before its pods were created (pipeline mode)
-    failing: tuple | None = None    # (rank, PodState) of the member that ended the gang badly
-    release_at: float = 0.0        # monotonic time after which a failing gang is over regardless
-    pending_since: float = 0.0     # monotonic time its pods were created (or adopted), for the Pending timeout
-    nodes: list = field(default_factory=list)     # rank -> the node its pod is bound to
-    forced: set = field(default_factory=set)      # pod names force-deleted (their node is not Ready)
-    stuck: str = ""                # why a member outlives its grace period on a Ready node (REST shows it)
+class LauncherHost(Protocol):
+    """What ``KubernetesLauncher`` lends its adoption part: public members only."""
 
-
-def _send(call, *args, **kw) -> bytes:
-    """One API call without the client's model decoding; the body is read and the connection
-    handed back to the pool (an unread response would cost a new TLS handshake per call)."""
-    resp = call(*args, _preload_content=False, **kw)
-    try:
-        return resp.read()
-    finally:
-        resp.release_conn()
-
-
-def _api_message(e: ApiException) -> str:
-    try:
-        return json.loads(e.body or "").get("message") or str(e.reason)
-    except Exception:
-        return str(e.reason)
-
-
-class Adoption:
-    """Recovery's half of KubernetesLauncher (see the module's docstring)."""
-
-    # provided by KubernetesLauncher
-    _gangs: dict
-    _lock: Any
-    _services: dict
-    _secrets: dict
-    _delete_secret: Any
-    _draining: dict
-    _by_job: dict
-    _by_job_key: tuple | None
-    signer: Any
-    _drain_forced: set
-    core: Any
-    raw: Any
+    core: Any                        # the client's CoreV1Api
+    raw: RawApi
+    events: EventRecorder
+    watch: ListWatch
+    signer: PodSigner
     instance: str
     bind: str
     spec_version: str
     watch_namespace: str | None
     teardown_margin: float
-    validate: Any
-    namespace_for: Any
-    start: Any
-    grace_of: Any
-    _sealed: Any
-    _create_all: Any
-    _node_ready: Any
-    _force_delete: Any
-    _delete_pods: Any
-    _delete_service: Any
-    _evaluate: Any
-    events: Any
-    watch: Any
+    # the gang book (under ``lock``): job -> its gang, and the gang's headless Service and kernel Secret
+    gangs: dict[str, Gang]
+    services: dict[str, tuple[str, str]]
+    secrets: dict[str, tuple[str, str]]
+
+    @property
+    def lock(self) -> threading.RLock: ...
+
+    def start(self) -> Any: ...
+    def validate(self, request: JobRequest) -> JobTemplate: ...
+    def namespace_for(self, vc: str) -> str: ...
+    def grace_of(self, requested: float) -> float: ...
+    def evaluate(self, gang: Gang) -> None: ...
+    def node_is_ready(self, node: str) -> bool: ...
+
+    # the steps that create and delete
+    def sealed(self, pods: list[dict]) -> list[dict]: ...
+    def create_all(self, job_id: str, ns: str, pods: list[dict]) -> None: ...
+    def delete_pods(self, ns: str, names: list[str], grace_period: float, what: str,
+                    on_deleted: Callable[[str, int], None] | None = None, job_id: str = "") -> bool: ...
+    def force_delete(self, ns: str, names: list[str], job_id: str) -> None: ...
+    def delete_service(self, ns: str, name: str) -> None: ...
+    def delete_secret(self, ns: str, name: str) -> None: ...
+
+
+class Adoption:
+    """Recovery's part of KubernetesLauncher, which builds it with itself as the host (see the module's docstring)."""
+
+    def __init__(self, host: LauncherHost):
+        self.host = host
+        self._draining: dict[str, tuple[str, set, float]] = {}   # job -> (ns, pod names, give-up time)
+        self._drain_forced: set = set()      # (ns, pod) force-deleted while draining
+        self._by_job: dict[str, list[dict]] = {}
+        self._by_job_key: tuple | None = None
 
     def create_members(self, job_id: str, request: JobRequest, placement: Placement, attempt: int,
                        ranks: list[int]) -> None:
         """Create the gang members ``ranks`` at their recorded cells (finishing an interrupted launch);
         all or none of them, like ``launch``."""
-        template = self.validate(request)
-        ns = self.namespace_for(request.vc)
-        pods = [p for p in self._sealed(pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
-                                                          instance=self.instance, bind=self.bind,
-                                                          spec_version=self.spec_version))
+        host = self.host
+        template = host.validate(request)
+        ns = host.namespace_for(request.vc)
+        pods = [p for p in host.sealed(pb.build_pods(job_id, request, placement, attempt, template, namespace=ns,
+                                                     instance=host.instance, bind=host.bind,
+                                                     spec_version=host.spec_version))
                 if int(p["metadata"]["annotations"][pb.A_RANK]) in set(ranks)]
-        self._create_all(job_id, ns, pods)
+        host.create_all(job_id, ns, pods)
 
 
     def bind_unbound(self, pods: list[dict]) -> list[str]:
         """Binding mode: bind the pods a crash left created but unbound (their node is in their
         gang-binding annotation); returns their names. Nothing to do in node_name mode."""
-        if self.bind != "binding":
+        if self.host.bind != "binding":
             return []
         done = []
         for pod in pods:
             md = pod["metadata"]
             if (pod.get("spec") or {}).get("nodeName") or md.get("deletionTimestamp"):
                 continue
-            self.raw.bind_pod(md["namespace"], md["name"], pb.binding_body(pod))
+            self.host.raw.bind_pod(md["namespace"], md["name"], pb.binding_body(pod))
             done.append(md["name"])
         return done
 
 
     def drain(self, job_id: str, ns: str, names: list[str], grace_period: float) -> None:
         """Follow pods of a job hived no longer tracks until they are gone (see ``drained``)."""
-        self.start()
-        with self._lock:
+        self.host.start()
+        with self.host.lock:
             self._draining[job_id] = (ns, set(names),
-                                      time.monotonic() + self.grace_of(grace_period) + self.teardown_margin)
+                                      time.monotonic() + self.host.grace_of(grace_period) + self.host.teardown_margin)
 
 
     def drained(self) -> list[str]:
@@ -143,9 +127,9 @@ class Adoption:
         on a node that is not Ready is force-deleted; one on a Ready node is waited for, however long."""
         if not self._draining:
             return []
-        present = {pod_key(p): p for p in self.watch.snapshot()}
+        present = {pod_key(p): p for p in self.host.watch.snapshot()}
         now, out, force = time.monotonic(), [], []
-        with self._lock:
+        with self.host.lock:
             for jid, (ns, names, give_up) in list(self._draining.items()):
                 live = [n for n in names if (ns, n) in present and not pod_state(present[(ns, n)]).terminal]
                 if not live:
@@ -154,25 +138,25 @@ class Adoption:
                 elif now >= give_up:
                     nodes = {n: (present[(ns, n)].get("spec") or {}).get("nodeName") or "" for n in live}
                     force += [(ns, n, jid) for n in live if (ns, n) not in self._drain_forced
-                              and not (nodes[n] and self._node_ready(nodes[n]))]
+                              and not (nodes[n] and self.host.node_is_ready(nodes[n]))]
             self._drain_forced.update((ns, n) for ns, n, _ in force)
         for ns, n, jid in force:
-            self._force_delete(ns, [n], jid)
+            self.host.force_delete(ns, [n], jid)
         return out
 
     def delete_gang(self, job_id: str, ns: str, names: list[str], grace_period: float) -> None:
         """Delete pods hived no longer tracks (recovery: leftovers of a job that ended), with the job's grace,
         and the gang's headless Service (if it had one)."""
-        self._delete_pods(ns, names, self.grace_of(grace_period), f"delete {job_id}")
-        self._delete_service(ns, pb.service_name(job_id))
-        self._delete_secret(ns, kp.secret_name(job_id))     # a kernel job's (k8s/kernel_pod.py), if any
+        self.host.delete_pods(ns, names, self.host.grace_of(grace_period), f"delete {job_id}")
+        self.host.delete_service(ns, pb.service_name(job_id))
+        self.host.delete_secret(ns, kp.secret_name(job_id))     # a kernel job's (k8s/kernel_pod.py), if any
 
 
     def relabel_opportunistic(self, job_id: str) -> None:
         """A tracked gang was downgraded (spec reload): relabel its pods."""
-        with self._lock:
-            gang = self._gangs.get(job_id)
-        pods = [p for p in self.watch.snapshot()
+        with self.host.lock:
+            gang = self.host.gangs.get(job_id)
+        pods = [p for p in self.host.watch.snapshot()
                 if (p["metadata"].get("annotations") or {}).get(pb.A_JOB) == job_id
                 and gang is not None and p["metadata"]["name"] in gang.names]
         if pods and gang is not None:
@@ -187,15 +171,15 @@ class Adoption:
                              "annotations": {pb.A_BINDING: binding}}}
         for name in names:
             try:
-                _send(self.core.patch_namespaced_pod, name, ns, body)
+                send(self.host.core.patch_namespaced_pod, name, ns, body)
             except ApiException as e:
-                log.error("relabel %s/%s as opportunistic: %s", ns, name, _api_message(e))
+                log.error("relabel %s/%s as opportunistic: %s", ns, name, api_message(e))
 
 
     def adopt(self, job_id: str, placement: Placement) -> bool:
         """After a restart: track the job's pods again. True when its pods exist in the cluster
         (a gang that ended while hived was down is adopted too; its ``exited`` follows in poll)."""
-        self.start()
+        self.host.start()
 
         def of_job(items):
             return [p for p in items if (p["metadata"].get("annotations") or {}).get(pb.A_JOB) == job_id]
@@ -210,18 +194,18 @@ class Adoption:
         if len(pods) < len(binding["pods"]):
             # The cache may lag behind members created a moment ago (recovery completing a
             # gang): ask the server before calling a member missing.
-            pods = [p for p in of_job(self.trusted(self.watch.list_now()[0]))
+            pods = [p for p in of_job(self.trusted(self.host.watch.list_now()[0]))
                     if int(p["metadata"]["annotations"].get(pb.A_ATTEMPT, 0)) == attempt]
         names = [pb.pod_name(job_id, attempt, q["rank"]) for q in binding["pods"]]
-        gang = _Gang(job_id, attempt, ns, names, self.grace_of(float(request.get("grace_period", 0.0))),
-                     nodes=[q["node"] for q in sorted(binding["pods"], key=lambda q: q["rank"])])
+        gang = Gang(job_id, attempt, ns, names, self.host.grace_of(float(request.get("grace_period", 0.0))),
+                    nodes=[q["node"] for q in sorted(binding["pods"], key=lambda q: q["rank"])])
         present = {p["metadata"]["name"]: p for p in pods}
-        with self._lock:
-            self._gangs[job_id] = gang
+        with self.host.lock:
+            self.host.gangs[job_id] = gang
             if len(names) > 1:     # created before the restart: deleted when the gang ends
-                self._services[job_id] = (ns, pb.service_name(job_id))
+                self.host.services[job_id] = (ns, pb.service_name(job_id))
             if KERNEL_LABEL in (request.get("labels") or {}):     # likewise its kernel Secret
-                self._secrets[job_id] = (ns, kp.secret_name(job_id))
+                self.host.secrets[job_id] = (ns, kp.secret_name(job_id))
             for rank, name in enumerate(names):
                 pod = present.get(name)
                 gang.states[rank] = pod_state(pod) if pod else PodState(DELETED, "missing after restart",
@@ -230,30 +214,30 @@ class Adoption:
             gang.started = all(s.state in (RUNNING, SUCCEEDED) or s.terminal for s in gang.states.values()) \
                 and any(s.state != PENDING for s in gang.states.values())
             gang.pending_since = time.monotonic()    # not started yet: the Pending timeout counts from now
-            self._evaluate(gang)
+            self.host.evaluate(gang)
         return True
 
 
     def has_live_gang(self, job_id: str) -> bool:
         """hived follows pods of ``job_id`` that have not ended (launched, or adopted after a restart)."""
-        with self._lock:
-            gang = self._gangs.get(job_id)
+        with self.host.lock:
+            gang = self.host.gangs.get(job_id)
             return gang is not None and not gang.ended
 
     def gang_started(self, job_id: str) -> bool:
         """The gang of ``job_id`` has been seen with every member Running (an adopted gang still
         Pending has not: its ``started`` event comes when it has)."""
-        with self._lock:
-            gang = self._gangs.get(job_id)
+        with self.host.lock:
+            gang = self.host.gangs.get(job_id)
             return gang is not None and gang.started
 
     def _cache_by_job(self) -> dict[str, list[dict]]:
         """The pod cache grouped by job, rebuilt only when the cache changed: a restart adopts every
         gang in turn, and scanning all pods for each would cost O(pods^2)."""
-        key = (self.watch.resource_version, self.watch.relists, len(self.watch.pods))
+        key = (self.host.watch.resource_version, self.host.watch.relists, len(self.host.watch.pods))
         if self._by_job_key != key:
             index: dict[str, list[dict]] = {}
-            for p in self.trusted(self.watch.snapshot()):
+            for p in self.trusted(self.host.watch.snapshot()):
                 jid = (p["metadata"].get("annotations") or {}).get(pb.A_JOB)
                 if jid is not None:
                     index.setdefault(jid, []).append(p)
@@ -266,17 +250,17 @@ class Adoption:
         once (log and a Warning Event on it)."""
         out = []
         for p in pods:
-            why = self.signer.problem(p)
+            why = self.host.signer.problem(p)
             if why is None:
                 out.append(p)
-            elif self.signer.first_report(p):
+            elif self.host.signer.first_report(p):
                 md = p["metadata"]
                 job = (md.get("annotations") or {}).get(pb.A_JOB)
                 log.warning("pod %s/%s carries hived's labels (job %s) but is not hived's: %s; left alone",
                             md.get("namespace"), md.get("name"), job, why)
-                self.events.pod(md.get("namespace", ""), md.get("name", ""), "UntrustedPod",
-                                f"carries hived's labels (job {job}) but hived did not make it: {why}; "
-                                "hived neither adopts nor deletes it", warning=True)
+                self.host.events.pod(md.get("namespace", ""), md.get("name", ""), "UntrustedPod",
+                                     f"carries hived's labels (job {job}) but hived did not make it: {why}; "
+                                     "hived neither adopts nor deletes it", warning=True)
         return out
 
     def owned_pods(self, fresh: bool = False) -> list[dict]:
@@ -284,23 +268,24 @@ class Adoption:
         new list returns them (recovery wants the latest word, not the cache's). A cache that was
         listed in full a moment ago (the watch just started) is that word already, with the watch's
         events since on top: listing thousands of pods twice would double a restart's cost."""
-        self.start()
-        if fresh and time.monotonic() - self.watch.listed_at > FRESH_LIST_S:
-            return self.trusted(self.watch.list_now()[0])
-        return self.trusted(self.watch.snapshot())
+        self.host.start()
+        if fresh and time.monotonic() - self.host.watch.listed_at > FRESH_LIST_S:
+            return self.trusted(self.host.watch.list_now()[0])
+        return self.trusted(self.host.watch.snapshot())
 
 
     def cluster_job_ids(self) -> list[str]:
         """The job ids on every hived pod in the watched namespaces, of *any* hived instance:
         a new job id must not name an old pod (pod names derive from it)."""
         # this instance's pods are in the watch cache; the list fetches only other instances'
-        sel = f"{pb.L_MANAGED}=hived,{pb.L_INSTANCE}!={pb.label_value(self.instance)}"
+        sel = f"{pb.L_MANAGED}=hived,{pb.L_INSTANCE}!={pb.label_value(self.host.instance)}"
         own = [a[pb.A_JOB] for p in self.owned_pods() if pb.A_JOB in (a := (p["metadata"].get("annotations") or {}))]
         resp: Any   # with _preload_content=False: the raw urllib3 response, not a V1PodList
-        if self.watch_namespace is None:
-            resp = self.core.list_pod_for_all_namespaces(label_selector=sel, _preload_content=False)
+        if self.host.watch_namespace is None:
+            resp = self.host.core.list_pod_for_all_namespaces(label_selector=sel, _preload_content=False)
         else:
-            resp = self.core.list_namespaced_pod(self.watch_namespace, label_selector=sel, _preload_content=False)
+            resp = self.host.core.list_namespaced_pod(self.host.watch_namespace, label_selector=sel,
+                                                      _preload_content=False)
         try:
             items = json.loads(resp.read()).get("items") or []
         finally:

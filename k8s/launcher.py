@@ -50,15 +50,17 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from hived.core.jobs import JobRequest, Placement
+from hived.service.host import HandOn
 
 from . import kernel_pod as kp
 from . import pod_builder as pb
-from .adoption import Adoption, _api_message, _Gang, _send
+from .adoption import Adoption
 from .events import EventRecorder
+from .gang import Gang
 from .gc import FinishedPods
 from .nodes import NodeHealth, node_ready
 from .policy import DEFAULT_PREFIX, DEFAULT_SCHEDULER_NAMESPACE, AdminPolicy
-from .rest_raw import TRANSIENT, RawApi
+from .rest_raw import TRANSIENT, RawApi, api_message, send
 from .template import JobTemplate, TemplateError, check_for_vc
 from .trust import PodSigner
 from .watch import DELETED, EXIT_DELETED, FAILED, PENDING, RUNNING, SUCCEEDED, PodState, pod_state, pod_watch
@@ -122,11 +124,25 @@ def _namespace_missing(e: ApiException, ns: str) -> bool:
     return details.get("kind") == "namespaces" and details.get("name") == ns
 
 
-class KubernetesLauncher(Adoption):
+class KubernetesLauncher:
     """Launch gangs as pods. ``template`` is the default job template (dict or JobTemplate);
     a job may add overrides as ``request.k8s_template`` (validated the same way)."""
 
     kind = "kubernetes"   # what people are told runs the jobs (service/launcher.py)
+    # recovery's part (adoption.py's Adoption, built in __init__): its methods are the launcher's
+    adopt = HandOn("adoption", "adopt")
+    has_live_gang = HandOn("adoption", "has_live_gang")
+    gang_started = HandOn("adoption", "gang_started")
+    owned_pods = HandOn("adoption", "owned_pods")
+    trusted = HandOn("adoption", "trusted")
+    cluster_job_ids = HandOn("adoption", "cluster_job_ids")
+    create_members = HandOn("adoption", "create_members")
+    bind_unbound = HandOn("adoption", "bind_unbound")
+    delete_gang = HandOn("adoption", "delete_gang")
+    drain = HandOn("adoption", "drain")
+    drained = HandOn("adoption", "drained")
+    relabel_opportunistic = HandOn("adoption", "relabel_opportunistic")
+    mark_opportunistic = HandOn("adoption", "mark_opportunistic")
 
     def __init__(self, kubeconfig: str | None = None, *, api_client: client.ApiClient | None = None,
                  template: Any = None, namespace_prefix: str = DEFAULT_PREFIX, instance: str = "hived",
@@ -180,30 +196,27 @@ class KubernetesLauncher(Adoption):
         self.watch = pod_watch(self.core, self.selector, self._on_pod, timeout_seconds=watch_timeout,
                                namespace=self.watch_namespace)
         self.node_health = NodeHealth(self.core, nodes, timeout_seconds=watch_timeout) if nodes else None
-        self._gangs: dict[str, _Gang] = {}
+        self.gangs: dict[str, Gang] = {}    # the gang book (under ``lock``): job -> the gang hived follows
         self._events: list[JobEvent] = []
         self._failing: set = set()       # gangs waiting for their other members to be gone
         self._retired: OrderedDict[str, tuple[str, list]] = OrderedDict()   # job -> (namespace, pod names)
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()
         self._started = False
         # pods whose deletion failed even after retries (API server down): (ns, name) -> (grace, job id);
         # retried from poll() until done, so no half gang and no cancelled gang outlives an outage
         self._undeleted: dict[tuple[str, str], tuple[float, str]] = {}
         self._reaper: threading.Thread | None = None
-        self._draining: dict[str, tuple[str, set, float]] = {}   # job -> (ns, pod names, give-up time)
-        self._services: dict[str, tuple[str, str]] = {}   # job -> its gang's headless Service (ns, name)
-        self._by_job: dict[str, list[dict]] = {}
-        self._by_job_key: tuple | None = None
+        self.services: dict[str, tuple[str, str]] = {}   # job -> its gang's headless Service (ns, name)
         self.gc = FinishedPods(finished_pod_ttl, self._delete_finished, every=gc_every)
-        # node -> Ready? (the service's node watch sets it; else _node_ready reads the Node)
+        # node -> Ready? (the service's node watch sets it; else node_is_ready reads the Node)
         self.node_ready: Callable[[str], bool | None] | None = None
         self._ready_cache: dict[str, tuple[bool, float]] = {}
-        self._drain_forced: set = set()      # (ns, pod) force-deleted while draining (recovery)
         # Jupyter kernel jobs (kernel_pod.py): where their pods report to, the image's Python, and
         # job id -> kernel secret (the service sets it); job -> the Secret holding it (ns, name)
         self.kernel_report_url, self.kernel_python = kernel_report_url, kernel_python
         self.kernel_secret: Callable[[str], str] | None = None
-        self._secrets: dict[str, tuple[str, str]] = {}
+        self.secrets: dict[str, tuple[str, str]] = {}
+        self.adoption = Adoption(self)
 
     # -- lifecycle -------------------------------------------------------
     def start(self) -> KubernetesLauncher:
@@ -262,7 +275,7 @@ class KubernetesLauncher(Adoption):
         force delete: the API object goes at once, while the container may still use the GPUs)."""
         return float(requested) if requested and requested > 0 else self.default_grace
 
-    def _sealed(self, pods: list[dict]) -> list[dict]:
+    def sealed(self, pods: list[dict]) -> list[dict]:
         """``pods`` with their grace period set and hived's signature on them (trust.py)."""
         for pod in pods:
             spec = pod["spec"]
@@ -281,29 +294,29 @@ class KubernetesLauncher(Adoption):
             pods = pb.build_pods(job_id, request, placement, attempt, template, namespace=ns, instance=self.instance,
                                  bind=self.bind, spec_version=self.spec_version, priority=priority)
             kp.prepare(pods, job_id, request, self.kernel_report_url, self.kernel_python)
-            return self._sealed(pods)
+            return self.sealed(pods)
         names = [pb.pod_name(job_id, attempt, p.rank) for p in placement.pods]
-        gang = _Gang(job_id, attempt, ns, names, self.grace_of(request.grace_period), launching=True,
-                     nodes=[p.node for p in placement.pods])
-        with self._lock:
-            self._gangs[job_id] = gang
+        gang = Gang(job_id, attempt, ns, names, self.grace_of(request.grace_period), launching=True,
+                    nodes=[p.node for p in placement.pods])
+        with self.lock:
+            self.gangs[job_id] = gang
         if self.pipeline:
             # Built on the sender too: launch stays O(1) for the scheduler, which decides on.
             self._submit(self._create_queued, gang, build)
         else:
             self._create_gang(gang, build())
 
-    def _create_gang(self, gang: _Gang, pods: list[dict]) -> None:
+    def _create_gang(self, gang: Gang, pods: list[dict]) -> None:
         try:
-            self._create_all(gang.job_id, gang.namespace, pods)
+            self.create_all(gang.job_id, gang.namespace, pods)
         except LaunchError:
-            with self._lock:
-                self._gangs.pop(gang.job_id, None)
+            with self.lock:
+                self.gangs.pop(gang.job_id, None)
             raise
-        with self._lock:
+        with self.lock:
             gang.launching = False
             gang.pending_since = time.monotonic()
-            self._evaluate(gang)
+            self.evaluate(gang)
 
     # -- the sender (pipeline mode) --------------------------------------
     def _submit(self, fn: Callable, *args) -> None:
@@ -325,8 +338,8 @@ class KubernetesLauncher(Adoption):
             finally:
                 self._queue.task_done()
 
-    def _create_queued(self, gang: _Gang, build: Callable[[], list[dict]]) -> None:
-        with self._lock:
+    def _create_queued(self, gang: Gang, build: Callable[[], list[dict]]) -> None:
+        with self.lock:
             if gang.terminating:
                 # Preempted or cancelled before its turn: nothing was created, so it is over now.
                 gang.launching = False
@@ -338,8 +351,8 @@ class KubernetesLauncher(Adoption):
             pods = build()
         except Exception as e:    # a bug, not the job's fault: the job must not hang in "placed"
             log.exception("job %s: building its pods failed", gang.job_id)
-            with self._lock:
-                self._gangs.pop(gang.job_id, None)
+            with self.lock:
+                self.gangs.pop(gang.job_id, None)
             self._refused(gang, LaunchError(gang.job_id, None, f"building the pods failed: {e!r}"))
             return
         try:
@@ -348,14 +361,14 @@ class KubernetesLauncher(Adoption):
             self._refused(gang, e)
         except Exception as e:   # never leave the job "placed" with a gang stuck half launched
             log.exception("job %s: launching its gang failed", gang.job_id)
-            with self._lock:
-                self._gangs.pop(gang.job_id, None)
+            with self.lock:
+                self.gangs.pop(gang.job_id, None)
             self._refused(gang, LaunchError(gang.job_id, None, f"{e.__class__.__name__}: {e}"))
 
-    def _refused(self, gang: _Gang, e: LaunchError) -> None:
+    def _refused(self, gang: Gang, e: LaunchError) -> None:
         """What ``launch`` raises in sync mode, as the job's exited event (pipeline mode)."""
         self.events.job(gang.namespace, gang.job_id, "LaunchRefused", str(e), warning=True)
-        with self._lock:
+        with self.lock:
             self._events.append(JobEvent(gang.job_id, "exited", EXIT_LAUNCH_REFUSED,
                                          f"LaunchRefused: hived: launch failed: {e}", FAILED, "LaunchRefused",
                                          None, gang.attempt, ran=False))
@@ -375,20 +388,20 @@ class KubernetesLauncher(Adoption):
         vc = (pods[0]["metadata"].get("labels") or {}).get(pb.L_VC, "")
         return build(job_id, ns, instance=self.instance, vc=vc)
 
-    def _create_all(self, job_id: str, ns: str, pods: list[dict]) -> None:
+    def create_all(self, job_id: str, ns: str, pods: list[dict]) -> None:
         """Create (and in binding mode bind) ``pods``; on any refusal delete the ones created."""
         created: list[str] = []
         try:
             secret = kp.secret_manifest(job_id, ns, pods, self.kernel_secret, self.instance)
             if secret is not None:   # before the pods, whose env reads it
                 self.raw.create_secret(ns, secret)
-                with self._lock:
-                    self._secrets[job_id] = (ns, secret["metadata"]["name"])
+                with self.lock:
+                    self.secrets[job_id] = (ns, secret["metadata"]["name"])
             svc = self._gang_service(job_id, ns, pods)
             if svc is not None:      # before the pods: peers must resolve from their first moment
                 self.raw.create_service(ns, svc)
-                with self._lock:
-                    self._services[job_id] = (ns, svc["metadata"]["name"])
+                with self.lock:
+                    self.services[job_id] = (ns, svc["metadata"]["name"])
             for pod in pods:
                 self.raw.create_pod(ns, pod)
                 created.append(pod["metadata"]["name"])
@@ -400,7 +413,7 @@ class KubernetesLauncher(Adoption):
                 raise LaunchError(job_id, e.status, f"namespace {ns!r} does not exist; an admin creates each "
                                   f"VC's namespace: {APPLY_NAMESPACES}") from None
             if isinstance(e, ApiException):
-                raise LaunchError(job_id, e.status, _api_message(e)) from None
+                raise LaunchError(job_id, e.status, api_message(e)) from None
             raise LaunchError(job_id, None, f"{e.__class__.__name__}: {e}") from e
         self._scheduled_events(job_id, ns, pods)
 
@@ -422,9 +435,9 @@ class KubernetesLauncher(Adoption):
     # -- deleting pods ----------------------------------------------------
     def _rollback(self, ns: str, names: list[str], job_id: str = "") -> None:
         """Delete the pods of a gang that could not be created whole (grace 0: they never ran)."""
-        self._delete_pods(ns, names, 0, "rollback", job_id=job_id)
+        self.delete_pods(ns, names, 0, "rollback", job_id=job_id)
 
-    def _delete_pods(self, ns: str, names: list[str], grace_period: float, what: str,
+    def delete_pods(self, ns: str, names: list[str], grace_period: float, what: str,
                      on_deleted: Callable[[str, int], None] | None = None, job_id: str = "") -> bool:
         """Delete ``names`` with the grace period (whole seconds); one already gone is fine. A pod that
         cannot be deleted now (API server unreachable past the retries) is retried from ``poll``.
@@ -433,7 +446,7 @@ class KubernetesLauncher(Adoption):
         ok, down = True, False
         for name in names:
             if down:       # unreachable past the retries: the rest waits for the reaper, not for timeouts
-                with self._lock:
+                with self.lock:
                     self._undeleted[(ns, name)] = (grace, job_id)
                 continue
             try:
@@ -441,20 +454,20 @@ class KubernetesLauncher(Adoption):
             except ApiException as e:
                 if e.status == 404:
                     continue
-                log.error("%s: could not delete pod %s/%s: %s", what, ns, name, _api_message(e))
+                log.error("%s: could not delete pod %s/%s: %s", what, ns, name, api_message(e))
                 ok = False
                 if e.status in TRANSIENT:
-                    with self._lock:
+                    with self.lock:
                         self._undeleted[(ns, name)] = (grace, job_id)
                 continue
             except Exception as e:    # connection refused/reset past the retries: try again later
                 log.error("%s: could not delete pod %s/%s: %s; retrying later", what, ns, name,
                           e.__class__.__name__)
                 ok, down = False, True
-                with self._lock:
+                with self.lock:
                     self._undeleted[(ns, name)] = (grace, job_id)
                 continue
-            with self._lock:
+            with self.lock:
                 self._undeleted.pop((ns, name), None)
             if on_deleted is not None:
                 on_deleted(name, grace)
@@ -462,12 +475,12 @@ class KubernetesLauncher(Adoption):
 
     def _reap(self) -> None:
         """Retry the deletions an outage stopped (on its own thread: poll must not block)."""
-        with self._lock:
+        with self.lock:
             todo = dict(self._undeleted)
         for (ns, name), (grace, job_id) in todo.items():
-            if self._delete_pods(ns, [name], grace, f"retry delete {job_id}", job_id=job_id):
-                with self._lock:
-                    gang = self._gangs.get(job_id)
+            if self.delete_pods(ns, [name], grace, f"retry delete {job_id}", job_id=job_id):
+                with self.lock:
+                    gang = self.gangs.get(job_id)
                     if gang is not None and gang.terminating and not any(
                             j == job_id for _, j in self._undeleted.values()):
                         gang.release_at = time.monotonic() + grace + self.teardown_margin
@@ -478,8 +491,8 @@ class KubernetesLauncher(Adoption):
         period when some never is (a lost node's kubelet confirms nothing). A second call (the engine's
         KILL when the grace ran out) changes nothing: pods are never force-deleted under a live kubelet."""
         self.start()
-        with self._lock:
-            gang = self._gangs.get(job_id)
+        with self.lock:
+            gang = self.gangs.get(job_id)
             if gang is None or gang.terminating or gang.ended:
                 return
             grace_period = grace_period if grace_period and grace_period > 0 else gang.grace
@@ -491,8 +504,8 @@ class KubernetesLauncher(Adoption):
         else:
             self._delete_gang_pods(gang, grace_period)
 
-    def _delete_gang_pods(self, gang: _Gang, grace_period: float) -> None:
-        with self._lock:
+    def _delete_gang_pods(self, gang: Gang, grace_period: float) -> None:
+        with self.lock:
             if gang.skipped:
                 return
             names, ns = list(gang.names), gang.namespace
@@ -503,24 +516,24 @@ class KubernetesLauncher(Adoption):
         def record(name: str, grace: int) -> None:
             self.events.pod(ns, name, "Preempting" if grace else "Killing",
                             f"hived deletes the gang of job {gang.job_id} (grace period {grace}s)")
-        accepted = self._delete_pods(ns, names, grace_period, f"terminate {gang.job_id}", record,
+        accepted = self.delete_pods(ns, names, grace_period, f"terminate {gang.job_id}", record,
                                      job_id=gang.job_id)
-        with self._lock:
+        with self.lock:
             if accepted:
                 gang.release_at = time.monotonic() + grace_period + self.teardown_margin
-            self._evaluate(gang)
+            self.evaluate(gang)
 
     def poll(self) -> list[JobEvent]:
         self.start()
-        with self._lock:
+        with self.lock:
             if self._undeleted and (self._reaper is None or not self._reaper.is_alive()):
                 self._reaper = threading.Thread(target=self._reap, name="hived-k8s-reaper", daemon=True)
                 self._reaper.start()
             now = time.monotonic()
             for gang in [g for g in self._failing if now >= g.release_at]:
-                self._evaluate(gang)
+                self.evaluate(gang)
             late = now - self.pending_timeout
-            for gang in [g for g in self._gangs.values() if g.pending_since and g.pending_since <= late
+            for gang in [g for g in self.gangs.values() if g.pending_since and g.pending_since <= late
                          and not (g.started or g.ended or g.terminating or g.launching or g.failing)]:
                 self._pending_timed_out(gang)
             out, self._events = self._events, []
@@ -530,16 +543,16 @@ class KubernetesLauncher(Adoption):
         self.gc.maybe_run(lambda: self.trusted(self.watch.snapshot()), self._tracked)
         return out
 
-    def _delete_service(self, ns: str, name: str) -> None:
+    def delete_service(self, ns: str, name: str) -> None:
         try:
             self.raw.delete_service(ns, name)
         except ApiException as e:
             if e.status != 404:
-                log.warning("could not delete Service %s/%s: %s", ns, name, _api_message(e))
+                log.warning("could not delete Service %s/%s: %s", ns, name, api_message(e))
         except Exception as e:    # best effort: a leftover headless Service holds no GPU
             log.warning("could not delete Service %s/%s: %s", ns, name, e)
 
-    def _delete_secret(self, ns: str, name: str) -> None:
+    def delete_secret(self, ns: str, name: str) -> None:
         try:
             self.raw.delete_secret(ns, name)
         except Exception as e:    # the secret opens only this job's report route, which refuses once it ended
@@ -547,16 +560,16 @@ class KubernetesLauncher(Adoption):
 
     def pod_names(self, job_id: str) -> list[str]:
         """The pods of the job's live gang (a kernel pod's report must name one: service/kernel_connect.py)."""
-        with self._lock:
-            gang = self._gangs.get(job_id)
+        with self.lock:
+            gang = self.gangs.get(job_id)
             return [] if gang is None or gang.ended or gang.terminating else list(gang.names)
 
     def _tracked(self, pod: dict) -> bool:
         """The pod belongs to a gang hived still follows (its finished members wait for the gang)."""
         ann = pod["metadata"].get("annotations") or {}
-        with self._lock:
+        with self.lock:
             job_id = ann.get(pb.A_JOB)
-            gang = self._gangs.get(job_id) if job_id is not None else None
+            gang = self.gangs.get(job_id) if job_id is not None else None
             return gang is not None and not gang.ended and int(ann.get(pb.A_ATTEMPT, -1)) == gang.attempt
 
     def _delete_finished(self, ns: str, name: str) -> bool:
@@ -564,7 +577,7 @@ class KubernetesLauncher(Adoption):
             self.raw.delete_pod(ns, name, 0)     # it has ended: no container left to stop
         except ApiException as e:
             if e.status != 404:
-                log.warning("could not collect finished pod %s/%s: %s", ns, name, _api_message(e))
+                log.warning("could not collect finished pod %s/%s: %s", ns, name, api_message(e))
                 return False
         except Exception as e:
             log.warning("could not collect finished pod %s/%s: %s", ns, name, e.__class__.__name__)
@@ -574,34 +587,34 @@ class KubernetesLauncher(Adoption):
     def _retire(self, job_id: str) -> None:
         """An ended gang whose exit was reported keeps only what ``logs`` needs, for the last
         RETIRED_KEPT jobs: a long-running service must not grow with every job it ever ran (lock held)."""
-        gang = self._gangs.get(job_id)
+        gang = self.gangs.get(job_id)
         if gang is None or not gang.ended:
             return
-        del self._gangs[job_id]
+        del self.gangs[job_id]
         self._retired[job_id] = (gang.namespace, gang.names)
-        svc = self._services.pop(job_id, None)
+        svc = self.services.pop(job_id, None)
         if svc is not None:     # a retry creates it again; off this thread (API call)
-            threading.Thread(target=self._delete_service, args=svc, name="hived-k8s-svc-delete",
+            threading.Thread(target=self.delete_service, args=svc, name="hived-k8s-svc-delete",
                              daemon=True).start()
-        secret = self._secrets.pop(job_id, None)
+        secret = self.secrets.pop(job_id, None)
         if secret is not None:
-            threading.Thread(target=self._delete_secret, args=secret, name="hived-k8s-secret-delete",
+            threading.Thread(target=self.delete_secret, args=secret, name="hived-k8s-secret-delete",
                              daemon=True).start()
         self._retired.move_to_end(job_id)
         while len(self._retired) > RETIRED_KEPT:
             self._retired.popitem(last=False)
 
     def logs(self, job_id: str, rank: int = 0, offset: int = 0) -> tuple[str, int]:
-        with self._lock:
-            gang = self._gangs.get(job_id)
+        with self.lock:
+            gang = self.gangs.get(job_id)
             ns, names = (gang.namespace, gang.names) if gang else self._retired.get(job_id, ("", []))
         if not 0 <= rank < len(names):
             return "", offset
         try:
-            text = _send(self.core.read_namespaced_pod_log, names[rank], ns,
-                         container=pb.CONTAINER).decode("utf-8", "replace")
+            text = send(self.core.read_namespaced_pod_log, names[rank], ns,
+                        container=pb.CONTAINER).decode("utf-8", "replace")
         except ApiException as e:
-            return (f"(no logs from pod {names[rank]}: {e.status} {_api_message(e)})\n" if offset == 0 else "",
+            return (f"(no logs from pod {names[rank]}: {e.status} {api_message(e)})\n" if offset == 0 else "",
                     offset)
         return text[offset:], len(text)
 
@@ -611,8 +624,8 @@ class KubernetesLauncher(Adoption):
         return self.node_health.changes() if self.node_health else []
 
     def gang_states(self, job_id: str) -> dict[int, PodState]:
-        with self._lock:
-            gang = self._gangs.get(job_id)
+        with self.lock:
+            gang = self.gangs.get(job_id)
             return dict(gang.states) if gang else {}
 
     # -- watch -> events -------------------------------------------------
@@ -621,17 +634,17 @@ class KubernetesLauncher(Adoption):
         job_id = ann.get(pb.A_JOB)
         if job_id is None:
             return
-        with self._lock:
-            gang = self._gangs.get(job_id)
+        with self.lock:
+            gang = self.gangs.get(job_id)
             md = pod["metadata"]
             if gang is None or int(ann.get(pb.A_ATTEMPT, -1)) != gang.attempt or \
                     md.get("namespace") != gang.namespace or md.get("name") not in gang.names:
                 return      # not a member of a gang hived runs (an old attempt, or not hived's pod)
             gang.states[int(ann.get(pb.A_RANK, 0))] = pod_state(pod, deleted=(kind == "DELETED"))
             if not gang.launching:
-                self._evaluate(gang)
+                self.evaluate(gang)
 
-    def _evaluate(self, gang: _Gang) -> None:
+    def evaluate(self, gang: Gang) -> None:
         """Turn the gang's pod states into at most one started and one exited event (lock held)."""
         if gang.ended:
             return
@@ -678,13 +691,13 @@ class KubernetesLauncher(Adoption):
             gang.ended = True
             self._emit(gang, "exited", PodState(SUCCEEDED, "Completed", 0), None, "")
 
-    def _lingering(self, gang: _Gang, states: list) -> None:
+    def _lingering(self, gang: Gang, states: list) -> None:
         """Members outlive grace period + margin (lock held). On a Ready node the kubelet may still
         run them: their cells stay held however long (``stuck``, shown by REST). On a node that is
         NotReady, unreachable or gone, nothing confirms the end: those pods are force-deleted (an
         Event says so), and the gang ends once the API server has them gone."""
         left = [r for r, s in enumerate(states) if not (s is not None and s.terminal)]
-        stuck = [r for r in left if r < len(gang.nodes) and self._node_ready(gang.nodes[r])]
+        stuck = [r for r in left if r < len(gang.nodes) and self.node_is_ready(gang.nodes[r])]
         if stuck and not gang.stuck:
             gang.stuck = (f"terminating (stuck): pod {gang.names[stuck[0]]} on Ready node {gang.nodes[stuck[0]]} has "
                           f"not stopped {gang.grace + self.teardown_margin:g}s after deletion (grace period "
@@ -694,18 +707,18 @@ class KubernetesLauncher(Adoption):
         force = [gang.names[r] for r in left if r not in stuck and gang.names[r] not in gang.forced]
         if force:
             gang.forced.update(force)
-            threading.Thread(target=self._force_delete, args=(gang.namespace, force, gang.job_id),
+            threading.Thread(target=self.force_delete, args=(gang.namespace, force, gang.job_id),
                              name="hived-force-delete", daemon=True).start()
 
-    def _force_delete(self, ns: str, names: list[str], job_id: str) -> None:
+    def force_delete(self, ns: str, names: list[str], job_id: str) -> None:
         for name in names:
             self.events.pod(ns, name, "ForceDeleted", f"hived force-deletes pod {name} of job {job_id}: its node is "
                             "NotReady or unreachable and confirmed nothing within the grace period + margin",
                             warning=True)
             log.warning("job %s: force-deleting pod %s/%s (its node is not Ready)", job_id, ns, name)
-        self._delete_pods(ns, names, 0, f"force delete {job_id}", job_id=job_id)
+        self.delete_pods(ns, names, 0, f"force delete {job_id}", job_id=job_id)
 
-    def _node_ready(self, node: str) -> bool:
+    def node_is_ready(self, node: str) -> bool:
         """The node's kubelet reports Ready (the service's node watch, else a read, cached briefly)."""
         known = self.node_ready(node) if self.node_ready is not None else None
         if known is None and self.node_health is not None:
@@ -717,7 +730,7 @@ class KubernetesLauncher(Adoption):
         if hit is not None and now - hit[1] < NODE_READ_EVERY:
             return hit[0]
         try:
-            ready = node_ready(json.loads(_send(self.core.read_node, node)))
+            ready = node_ready(json.loads(send(self.core.read_node, node)))
         except Exception:       # gone (404) or unreachable: nothing there confirms anything
             ready = False
         self._ready_cache[node] = (ready, now)
@@ -725,8 +738,8 @@ class KubernetesLauncher(Adoption):
 
     def gang_note(self, job_id: str) -> str | None:
         """What REST shows of a launched gang beyond its job state: stuck, or still starting."""
-        with self._lock:
-            gang = self._gangs.get(job_id)
+        with self.lock:
+            gang = self.gangs.get(job_id)
             if gang is None or gang.ended:
                 return None
             if gang.stuck:
@@ -739,7 +752,7 @@ class KubernetesLauncher(Adoption):
             return (f"starting: {running} of {len(states)} pods Running"
                     + (f" (waiting: {', '.join(waiting)})" if waiting else ""))
 
-    def _emit(self, gang: _Gang, kind: str, s: PodState, rank: int | None, note: str) -> None:
+    def _emit(self, gang: Gang, kind: str, s: PodState, rank: int | None, note: str) -> None:
         tail = ""
         if kind == "exited" and s.state != SUCCEEDED:
             where = f"pod {gang.names[rank]} (rank {rank})" if rank is not None else "gang"
@@ -747,7 +760,7 @@ class KubernetesLauncher(Adoption):
         self._events.append(JobEvent(gang.job_id, kind, s.exit_code if kind == "exited" else None, tail,
                                      s.state, s.reason, rank, gang.attempt))
 
-    def _pending_timed_out(self, gang: _Gang) -> None:
+    def _pending_timed_out(self, gang: Gang) -> None:
         """Its pods never all started: fail the gang (lock held); its cells go once the pods are gone."""
         waiting = sorted({s.reason or s.state for s in gang.states.values() if s.state == PENDING}) or ["missing"]
         why = (f"pods not all running {self.pending_timeout:.0f}s after creation "
@@ -760,15 +773,15 @@ class KubernetesLauncher(Adoption):
         gang.release_at = time.monotonic() + gang.grace + self.teardown_margin
         self._failing.add(gang)
         self._teardown(gang)
-        self._evaluate(gang)
+        self.evaluate(gang)
 
-    def _teardown(self, gang: _Gang) -> None:
+    def _teardown(self, gang: Gang) -> None:
         """One member failed: delete the others (a gang runs whole or not at all)."""
         names = [n for r, n in enumerate(gang.names)
                  if not (gang.states.get(r) and gang.states[r].terminal)]
         if not names:
             return
         # Not on the watch thread's lock: API calls there would stall every other event.
-        threading.Thread(target=self._delete_pods, name="hived-teardown", daemon=True,
+        threading.Thread(target=self.delete_pods, name="hived-teardown", daemon=True,
                          args=(gang.namespace, names, gang.grace, f"teardown {gang.job_id}"),
                          kwargs={"job_id": gang.job_id}).start()

@@ -45,6 +45,24 @@ def _body(e: ApiException) -> bytes:
     return (body or "{}").encode()
 
 
+def send(call, *args, **kw) -> bytes:
+    """One call of the generated client without its model decoding; the body is read and the connection
+    handed back to the pool (an unread response would cost a new TLS handshake per call)."""
+    resp = call(*args, _preload_content=False, **kw)
+    try:
+        return resp.read()
+    finally:
+        resp.release_conn()
+
+
+def api_message(e: ApiException) -> str:
+    """What the API server said when it refused a call (its Status message, else the HTTP reason)."""
+    try:
+        return json.loads(e.body or "").get("message") or str(e.reason)
+    except Exception:
+        return str(e.reason)
+
+
 class RawApi:
     """POST/DELETE of namespaced pods (and their bindings) with pre-serialized JSON bodies."""
 

@@ -4,7 +4,9 @@
 is the embedded default: one SQLite file (stdlib ``sqlite3``, WAL journal)
 under the service's data directory. It holds the jobs (their JSON record as
 ``JobRecord.to_dict`` gives it, in submission order: the record carries the
-job's cells, its queue key and its history), the cell exchange's board,
+job's cells, its queue key and its history; its ``request``, which never
+changes after submission, is stored once in a table of its own, so that a
+state change rewrites only the rest), the cell exchange's board,
 exchanges and GPU-hour ledger (one document), requests acknowledged before
 their job's record says so (intents) and a few settings (meta).
 
@@ -36,7 +38,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +78,32 @@ def _write_failure(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) or type(exc) is sqlite3.DatabaseError
 
 
+def _split_requests(db: sqlite3.Connection) -> None:
+    """Migration 7: move each stored record's request to ``job_requests``, leaving the rest in
+    ``jobs.record``. A record that is not JSON stays as it is (opening still refuses it, naming it)."""
+    last = 0
+    while True:
+        rows = db.execute("SELECT seq, record FROM jobs WHERE seq > ? ORDER BY seq LIMIT 500", (last,)).fetchall()
+        if not rows:
+            return
+        for seq, text in rows:
+            last = seq
+            try:
+                record = json.loads(text)
+            except ValueError:
+                continue
+            if not isinstance(record, dict) or not isinstance(record.get("request"), dict):
+                continue
+            request = record.pop("request")
+            db.execute("INSERT INTO job_requests (seq, request) VALUES (?, ?)", (seq, _dumps(request)))
+            db.execute("UPDATE jobs SET record=? WHERE seq=?", (_dumps(record), seq))
+
+
 # Each migration takes the schema from version i to i+1. Append only: a
 # shipped migration is never edited, a change is a new entry.
-MIGRATIONS: list[tuple[str, list[str]]] = [
+# A step is SQL text, or a function of the connection for what SQL alone cannot do.
+MigrationStep = str | Callable[[sqlite3.Connection], None]
+MIGRATIONS: list[tuple[str, list[MigrationStep]]] = [
     ("jobs, history, bindings, preemptions, exchange ledger", [
         """CREATE TABLE jobs (
                seq INTEGER PRIMARY KEY AUTOINCREMENT,   -- submission order = queue order
@@ -144,9 +169,21 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
                sha256 TEXT NOT NULL,     -- of body
                body BLOB NOT NULL, taken REAL NOT NULL)""",
     ]),
+    # A job's request (command, env, name, ...) never changes after submission: it is written
+    # once, and a state change rewrites only the rest of the record (a 190 KB request made
+    # every state change of its job write 190 KB under the service lock).
+    ("job requests stored once (job_requests), apart from the record each state change rewrites", [
+        """CREATE TABLE job_requests (
+               seq INTEGER PRIMARY KEY,      -- jobs.seq of its job
+               request TEXT NOT NULL)        -- the request as JSON, written at submission only""",
+        _split_requests,
+        # its record hashes are of whole records: the next start replays the journal in full
+        "DELETE FROM snapshot",
+    ]),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 REV_SCHEMA = 6   # the migration that added jobs.rev and the snapshot table
+REQUEST_SCHEMA = 7   # the migration that moved the requests to job_requests
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +220,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def update_job(self, record: dict, now: float) -> None:
-        """A stored job's record, replaced whole."""
+        """A stored job's record, replaced; its ``request`` is the one ``add_job`` stored (a job's
+        request never changes after submission, and a store may keep it apart, written once)."""
 
     @abc.abstractmethod
     def load_jobs(self) -> list[dict]:
@@ -349,6 +387,7 @@ class SqliteStore(Store):
         self._sync_cond = threading.Condition()
         self._rev = 0                  # the journal revision of the last job write (after _migrate)
         self._has_rev = True
+        self._split = True             # requests in job_requests (False: a pinned older schema)
         existed = path.exists() and path.stat().st_size > 0
         if existed:
             _check_header(path)
@@ -374,6 +413,7 @@ class SqliteStore(Store):
             self._rev = self._last_rev()
             # False only where a test pins an older schema: job writes then leave the revision out
             self._has_rev = self.schema_version() >= REV_SCHEMA
+            self._split = self.schema_version() >= REQUEST_SCHEMA
         except sqlite3.Error as exc:
             self._db.close()
             if type(exc) is sqlite3.DatabaseError:   # damage found past the checks ("malformed")
@@ -444,7 +484,7 @@ class SqliteStore(Store):
                         continue
                     try:
                         for sql in statements:
-                            self._db.execute(sql)
+                            sql(self._db) if callable(sql) else self._db.execute(sql)
                     except sqlite3.Error as exc:
                         raise StoreError(
                             f"{self.path}: migration {number} ({description}) failed: {exc}; "
@@ -558,23 +598,37 @@ class SqliteStore(Store):
         self._rev += 1
         return (self._rev,) if self._has_rev else ()
 
+    def _mutable(self, record: dict) -> str:
+        """The text ``jobs.record`` holds: the record without its request (written once, apart)."""
+        if not self._split:
+            return _dumps(record)
+        rest = dict(record)
+        del rest["request"]
+        return _dumps(rest)
+
     def add_job(self, record: dict, now: float) -> None:
+        """The request goes to ``job_requests`` once; the rest of the record to ``jobs``."""
         req = record["request"]
         with self.transaction():
-            self._db.execute(
+            cur = self._db.execute(
                 "INSERT INTO jobs (job_id, user, vc, state, submitted, updated, qkey, record, rev) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)" if self._has_rev else
                 "INSERT INTO jobs (job_id, user, vc, state, submitted, updated, qkey, record) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (record["job_id"], req["user"], req["vc"], record["state"],
-                 record.get("submitted") or now, now, record.get("queue_key"), _dumps(record),
+                 record.get("submitted") or now, now, record.get("queue_key"), self._mutable(record),
                  *self._next_rev()))
+            if self._split:
+                self._db.execute("INSERT INTO job_requests (seq, request) VALUES (?, ?)",
+                                 (cur.lastrowid, _dumps(req)))
 
     def update_job(self, record: dict, now: float) -> None:
+        """Rewrite the record's state part. Its ``request`` is not written again: a job's
+        request never changes after ``add_job`` (it is not read here either)."""
         with self.transaction():
             cur = self._db.execute(f"UPDATE jobs SET state=?, updated=?, qkey=?, record=?"
                                    f"{', rev=?' if self._has_rev else ''} WHERE job_id=?",
-                                   (record["state"], now, record.get("queue_key"), _dumps(record),
+                                   (record["state"], now, record.get("queue_key"), self._mutable(record),
                                     *self._next_rev(), record["job_id"]))
             if cur.rowcount != 1:
                 raise StoreError(f"update_job: job {record['job_id']!r} is not stored")
@@ -608,6 +662,8 @@ class SqliteStore(Store):
         """Forget finished jobs: their record and intents."""
         rows = [(j,) for j in job_ids]
         with self.transaction():
+            if self._split:
+                self._db.executemany("DELETE FROM job_requests WHERE seq=(SELECT seq FROM jobs WHERE job_id=?)", rows)
             for table in ("jobs", "intents"):
                 self._db.executemany(f"DELETE FROM {table} WHERE job_id=?", rows)
 
@@ -630,30 +686,44 @@ class SqliteStore(Store):
     def load_jobs(self) -> list[dict]:
         return [record for record, _ in self.load_jobs_with_keys()]
 
+    def _select(self, where: str = "") -> str:
+        """The rows a record is made of: job id, record, queue key, request (NULL: none apart), seq."""
+        if not self._split:
+            return f"SELECT j.job_id, j.record, j.qkey, NULL, j.seq FROM jobs AS j {where}"
+        return (f"SELECT j.job_id, j.record, j.qkey, r.request, j.seq FROM jobs AS j "
+                f"LEFT JOIN job_requests AS r ON r.seq = j.seq {where}")
+
     def load_jobs_with_keys(self) -> list[tuple[dict, float | None]]:
         with self._lock:
-            rows = self._db.execute("SELECT job_id, record, qkey FROM jobs ORDER BY seq").fetchall()
-        return [(self._record(job_id, r, k), k) for job_id, r, k in rows]
+            rows = self._db.execute(self._select("ORDER BY j.seq")).fetchall()
+        return [(self._record(job_id, r, k, q), k) for job_id, r, k, q, _ in rows]
 
-    def _record(self, job_id: str, text: str, qkey: float | None) -> dict:
+    def _record(self, job_id: str, text: str, qkey: float | None, request: str | None) -> dict:
+        """The record as ``add_job``/``update_job`` were given it: state part and request joined."""
         try:
             record = json.loads(text)
         except ValueError as exc:   # sound pages, unreadable content: refused like damage
             raise StoreDamaged(_damaged(self.path, f"the record of job {job_id} is not JSON: {exc}")) from None
+        if request is not None:
+            try:
+                req = json.loads(request)
+            except ValueError as exc:
+                raise StoreDamaged(_damaged(self.path, f"the request of job {job_id} is not JSON: {exc}")) from None
+            record["request"] = req
         if "queue_key" not in record:   # written before records carried their queue key
             record["queue_key"] = qkey
         return record
 
     def load_jobs_by_id(self, job_ids: Iterable[str]) -> list[tuple[dict, float | None]]:
         ids = list(job_ids)
-        rows: list[tuple[str, str, float | None, int]] = []
+        rows: list[tuple[str, str, float | None, str | None, int]] = []
         with self._lock:
             for i in range(0, len(ids), 500):
                 chunk = ids[i:i + 500]
-                rows += self._db.execute(f"SELECT job_id, record, qkey, seq FROM jobs WHERE job_id IN "
-                                         f"({','.join('?' * len(chunk))})", chunk).fetchall()
-        rows.sort(key=lambda r: r[3])
-        return [(self._record(job_id, r, k), k) for job_id, r, k, _ in rows]
+                rows += self._db.execute(self._select(f"WHERE j.job_id IN ({','.join('?' * len(chunk))})"),
+                                         chunk).fetchall()
+        rows.sort(key=lambda r: r[4])
+        return [(self._record(job_id, r, k, q), k) for job_id, r, k, q, _ in rows]
 
     def job_ids(self) -> set[str]:
         with self._lock:
@@ -685,17 +755,26 @@ class SqliteStore(Store):
 
     def record_hashes(self, upto_rev: int | None = None) -> dict[str, bytes]:
         # bytes only, no JSON parse: a record changed or damaged behind the service's back
-        # (a disk fault, a hand edit) shows, at a small part of a full replay's cost. Read as
-        # stored (a BLOB: no text decoded and encoded again), in one pass over the table
-        # ("+rev": nearly every row qualifies, and the rev index would add a look-up per row)
-        sql = "SELECT job_id, CAST(record AS BLOB) FROM jobs"
+        # (a disk fault, a hand edit) shows, at a small part of a full replay's cost.
+        # Of the stored state part, then of the request (when stored apart), read as stored
+        # (BLOBs: no text decoded and encoded again) in one pass over the table ("+j.rev":
+        # nearly every row qualifies, and the rev index would add a look-up per row)
+        sql = ("SELECT j.job_id, CAST(j.record AS BLOB), CAST(r.request AS BLOB) FROM jobs AS j "
+               "LEFT JOIN job_requests AS r ON r.seq = j.seq" if self._split else
+               "SELECT j.job_id, CAST(j.record AS BLOB), NULL FROM jobs AS j")
         args: tuple[int, ...] = ()
         if upto_rev is not None:
-            sql, args = sql + " WHERE +rev <= ?", (upto_rev,)
+            sql, args = sql + " WHERE +j.rev <= ?", (upto_rev,)
         with self._lock:
             rows = self._db.execute(sql, args).fetchall()
-        sha256 = hashlib.sha256
-        return {j: sha256(r).digest() for j, r in rows}
+        sha256, out = hashlib.sha256, {}
+        for j, r, q in rows:
+            h = sha256(r)
+            if q is not None:
+                h.update(b"\n")
+                h.update(q)
+            out[j] = h.digest()
+        return out
 
     def count_jobs(self) -> int:
         with self._lock:

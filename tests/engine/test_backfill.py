@@ -198,21 +198,56 @@ def test_property_a_head_never_starts_later_than_strict_fifo_would_start_it(esti
     assert passed_any > 0       # backfill did let later jobs pass
 
 
-def test_a_head_that_needs_a_whole_cell_lets_no_long_job_take_spare_gpus():
-    """Cell shapes, not counts, decide where a one-pod 8-GPU head fits, so GPU counts beyond
-    its need are not 'spare': a long job waits; a job that ends before the reservation runs."""
+def test_a_whole_node_head_reserves_a_node_and_a_long_job_starts_on_another():
+    """Issue 28: cell shapes, not counts, decide where a one-pod 8-GPU head fits, so it reserves
+    the node that frees first (node 0 at t=50). A long job starts now on the other node, not on
+    big's; before, it waited although node 1 had room, and those GPUs idled."""
     eng = quota_engine(eight_gpu_spec(2, {"A": 16}))
     eng.submit(req("A", 8, estimate=50.0), 0.0, job_id="r1")      # node 0 until t=50
     eng.submit(req("A", 2, estimate=500.0), 0.0, job_id="r2")     # node 1 until t=500
     run(eng, 0.0)
-    eng.submit(req("A", 8), 1.0, job_id="big")        # reservation t=50; by count 6 GPUs to spare then
+    eng.submit(req("A", 8), 1.0, job_id="big")
     eng.submit(req("A", 1, estimate=900.0), 1.0, job_id="long")
     eng.submit(req("A", 1, estimate=40.0), 1.0, job_id="short")
-    assert kinds(run(eng, 1.0)) == [("start", "short")]
-    assert "after the reservation of big at t=50" in eng.job("long").wait_reason
+    assert kinds(run(eng, 1.0)) == [("start", "long"), ("start", "short")]
+    assert eng.job("long").placement.pods[0].node == eng.job("r2").placement.pods[0].node
+    r1_node = eng.job("r1").placement.pods[0].node
+    assert f"holds a reservation on its VC's cells (node {r1_node}) from t=50" in eng.job("big").wait_reason
     eng.on_finished("short", 41.0, 0)
     eng.on_finished("r1", 50.0, 0)
-    assert kinds(run(eng, 50.0)) == [("start", "big"), ("start", "long")]
+    assert kinds(run(eng, 50.0)) == [("start", "big")]           # not a second later than without backfill
+
+
+def _three_nodes(engine):
+    """A's 24 GPUs on 3 nodes: r3 on all 8 GPUs of one node until t=600; r2a and r2b on 4 GPUs
+    each of another, until t=30 and t=500; r1 on 4 GPUs of the third until t=50 (4 GPUs free
+    there now). big (8 GPUs, one pod) heads the queue from t=1: r1's node frees first, at t=50."""
+    eng = engine(eight_gpu_spec(3, {"A": 24}))
+    for jid, g, est in (("r3", 8, 600.0), ("r2a", 4, 30.0), ("r2b", 4, 500.0), ("r1", 4, 50.0)):
+        eng.submit(req("A", g, estimate=est), 0.0, job_id=jid)
+    run(eng, 0.0)
+    eng.submit(req("A", 8), 1.0, job_id="big")
+    eng.submit(req("A", 1, estimate=900.0), 1.0, job_id="long")
+    return eng
+
+
+@pytest.mark.parametrize("engine", [quota_engine, lambda spec: Engine(load_spec(spec), preemption_policy="none")],
+                         ids=["quota", "hived"])
+def test_a_long_job_never_takes_the_node_a_whole_node_head_reserved(engine):
+    """The only free GPUs are on node 0, which big reserved: long waits though GPUs are free
+    (it would hold one past t=50), starts on node 1 once r2a leaves, and big starts at t=50."""
+    eng = _three_nodes(engine)
+    node = {j: eng.job(j).placement.pods[0].node for j in ("r1", "r2a", "r2b", "r3")}
+    assert node["r2a"] == node["r2b"] and len({node["r1"], node["r2a"], node["r3"]}) == 3
+    r1_node = node["r1"]
+    assert run(eng, 1.0) == []
+    assert eng.job("long").state is JobState.QUEUED
+    eng.on_finished("r2a", 30.0, 0)
+    assert kinds(run(eng, 30.0)) == [("start", "long")]
+    assert eng.job("long").placement.pods[0].node != r1_node
+    eng.on_finished("r1", 50.0, 0)
+    assert kinds(run(eng, 50.0)) == [("start", "big")]
+    assert eng.job("big").placement.pods[0].node == r1_node
 
 
 def test_time_limits_bound_end_times_when_no_estimate_exists():
@@ -243,3 +278,105 @@ def test_a_time_limit_longer_than_the_estimate_does_not_replace_it():
     eng.submit(req("A", 2, estimate=50.0, time_limit=5_000.0), 1.0, job_id="short")
     assert kinds(run(eng, 1.0)) == [("start", "short")]
     assert "t=100" in eng.job("big").wait_reason
+
+
+
+def test_a_job_off_the_reserved_node_still_leaves_the_vc_the_gpus_its_head_needs():
+    """GPU quotas A 8, B 16 on three nodes: r1 holds 4 of A's GPUs on one node until t=50; B's
+    b1 fills the second node and b2 takes 6 GPUs of the third. big (8 GPUs) reserves r1's
+    node at t=50, when A has exactly 8 GPUs free: a long 1-GPU job of A may not start on the
+    third node either (2 GPUs free there), or big would find 7 at t=50."""
+    eng = quota_engine(eight_gpu_spec(3, {"A": 8, "B": 16}))
+    eng.submit(req("A", 4, estimate=50.0), 0.0, job_id="r1")
+    eng.submit(req("B", 8, estimate=900.0), 0.0, job_id="b1")
+    eng.submit(req("B", 6, estimate=900.0), 0.0, job_id="b2")
+    run(eng, 0.0)
+    assert len({eng.job(j).placement.pods[0].node for j in ("r1", "b1", "b2")}) == 3
+    eng.submit(req("A", 8), 1.0, job_id="big")
+    eng.submit(req("A", 1, estimate=900.0), 1.0, job_id="long")
+    assert run(eng, 1.0) == []
+    assert "t=50" in eng.job("big").wait_reason
+    eng.on_finished("r1", 50.0, 0)
+    assert kinds(run(eng, 50.0)) == [("start", "big")]
+
+
+# ------------------------------------------- property: whole-node heads on HiveD cells
+
+def _replay_nodes(seed: int) -> tuple[dict[str, float], dict[str, float], int]:
+    """A random single-VC workload on HiveD cells (3 nodes of 8 GPUs) mixing gangs of 1-GPU
+    pods (GPU counts are exact for them) with jobs of one or two whole-node pods (free nodes
+    are exact for them), exact estimates, replayed with the test's own event loop. Returns
+    (job -> start, head -> latest start strict FIFO would give it from the state in which it
+    became the head, jobs that passed an earlier one)."""
+    rng = random.Random(seed)
+    nodes, size = 3, 8
+    eng = Engine(load_spec(eight_gpu_spec(nodes, {"A": nodes * size})), preemption_policy="none",
+                 config=EngineConfig(soft_wait=0.0))
+    jobs = []
+    t = 0.0
+    for k in range(40):
+        t += rng.choice((0.0, 0.0, 5.0, 20.0))
+        shape = rng.choice(("g1", "g1", "g2", "g3", "node", "node", "nodes2"))
+        jobs.append((t, f"j{k:02d}", shape, float(rng.randint(1, 60))))
+    dur = {jid: d for _, jid, _, d in jobs}
+    shape_of = {jid: s for _, jid, s, _ in jobs}
+    events: list[tuple[float, int, str]] = []
+    seq = 0
+    running: dict[str, float] = {}      # job -> its end
+    start: dict[str, float] = {}
+    bound: dict[str, float] = {}
+    i = 0
+    while i < len(jobs) or events:
+        now = min(([jobs[i][0]] if i < len(jobs) else []) + ([events[0][0]] if events else []))
+        while i < len(jobs) and jobs[i][0] <= now:
+            _, jid, shape, d = jobs[i]
+            if shape.startswith("g"):
+                r = req("A", 1, groups=[PodGroup(int(shape[1]), 1)], estimate=d, affinity=Affinity.SOFT)
+            else:
+                r = req("A", size, pods=2 if shape == "nodes2" else 1, estimate=d)
+            eng.submit(r, now, job_id=jid)
+            i += 1
+        while events and events[0][0] <= now:
+            _, _, jid = heapq.heappop(events)
+            running.pop(jid)
+            eng.on_finished(jid, now, 0)
+        for d in eng.step(now):
+            assert d.kind is DecisionKind.START, f"seed {seed}: {d.kind} {d.job_id}: exact estimates need no preemption"
+            eng.on_started(d.job_id, now)
+            start[d.job_id] = now
+            running[d.job_id] = now + dur[d.job_id]
+            heapq.heappush(events, (now + dur[d.job_id], seq, d.job_id))
+            seq += 1
+        eng.alloc.check_invariants()
+        head = eng.head("A", now)
+        if head is not None and head.state is JobState.QUEUED and head.job_id not in bound:
+            shape = shape_of[head.job_id]
+            if shape.startswith("g"):        # strict FIFO: free GPUs cover it when enough jobs end
+                free = nodes * size - sum(eng.job(j).gpus for j in running)
+                when = now
+                for end, g in sorted((e, eng.job(j).gpus) for j, e in running.items()):
+                    if free >= int(shape[1]):
+                        break
+                    free += g
+                    when = end
+            else:                            # strict FIFO: enough nodes free of every job
+                node_end = {f"n{n:04d}": now for n in range(nodes)}
+                for j, e in running.items():
+                    for p in eng.job(j).placement.pods:
+                        node_end[p.node] = max(node_end[p.node], e)
+                when = sorted(node_end.values())[(2 if shape == "nodes2" else 1) - 1]
+            bound[head.job_id] = when
+    assert set(start) == set(dur)
+    order = sorted(start, key=lambda j: (start[j], j))
+    passed = sum(1 for a in order for b in dur if b < a and start[b] > start[a])
+    return start, bound, passed
+
+
+def test_property_whole_node_heads_never_start_later_than_strict_fifo_would_start_them():
+    passed_any = 0
+    for seed in range(30):
+        start, bound, passed = _replay_nodes(seed)
+        late = {h: (start[h], b) for h, b in bound.items() if start[h] > b + 1e-9}
+        assert late == {}, f"seed {seed}: heads started after their strict-FIFO time: {late}"
+        passed_any += passed
+    assert passed_any > 0

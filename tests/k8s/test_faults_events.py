@@ -56,5 +56,6 @@ def test_finished_pods_are_collected_after_their_ttl(hv):
     hv.tick_until(svc, lambda: svc.get_job(a)["state"] == "succeeded")
     assert len(hv.pods(a)) == 1                      # kept for a while (logs)
     hv.tick_until(svc, lambda: hv.pods(a) == [], timeout=30)
+    svc.launcher.gc.join()      # the pod is gone once the API server answered; the count follows on gc's thread
     assert svc.launcher.gc.collected == 1
     assert len(hv.pods(b)) == 1 and svc.get_job(b)["state"] == "running"   # a running gang is never touched

@@ -27,7 +27,15 @@ def read_store(data_dir: Path):
     con = sqlite3.connect(data_dir / "hived.db")
     if not con.execute("SELECT name FROM sqlite_master WHERE name='jobs'").fetchone():
         return {}, {}     # killed before its first migration committed
-    jobs = {j: json.loads(r) for j, r in con.execute("SELECT job_id, record FROM jobs")}
+    # a job's request is stored apart (job_requests), once, in its submission's transaction
+    split = con.execute("SELECT name FROM sqlite_master WHERE name='job_requests'").fetchone()
+    jobs = {}
+    for j, r, q in con.execute("SELECT j.job_id, j.record, q.request FROM jobs AS j "
+                               "LEFT JOIN job_requests AS q ON q.seq = j.seq" if split else
+                               "SELECT job_id, record, NULL FROM jobs"):
+        jobs[j] = json.loads(r)
+        if q is not None:
+            jobs[j]["request"] = json.loads(q)
     con.close()
     # the cells each job holds, as its record says (the record is the binding)
     bindings = {j: r["placement"] for j, r in jobs.items() if r["state"] in HOLDING}

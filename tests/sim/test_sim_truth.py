@@ -114,3 +114,19 @@ def test_idle_gpu_hours_while_a_job_that_fits_waits():
     assert filled["idle_gpu_hours_job_fits"] < 1.0                  # small ran at once (ends before a)
     private = simulate(tr, "private", sizing=sz).summary()
     assert 19.0 <= private["idle_gpu_hours_job_fits"] <= 20.0
+
+
+def test_a_whole_node_head_does_not_idle_the_other_node():
+    """Issue 28's shape on two 8-GPU nodes: x holds 7 GPUs of one node for 10 h, y 4 GPUs of
+    the other for 20 h; big (8 GPUs) waits for x's node. long (1 GPU, 15 h) would end after
+    big's reservation, but fits beside y: it starts at once there, and big still starts when
+    x ends. Counting GPUs only, big's reservation (8 free GPUs at 10 h) held long back for
+    10 h next to 4 idle GPUs."""
+    from hived.core.engine import EngineConfig
+    tr = _trace("job_id,tenant,submit,duration,gpus",
+                ["x,t1,0,36000,7", "y,t1,0,72000,4", "big,t1,1,3600,8", "long,t1,2,54000,1"])
+    sz = size_cluster(tr, nodes=2)
+    res = simulate(tr, "hived", sizing=sz, config=EngineConfig(backfill=True, backfill_estimates="oracle"))
+    start = {r["job_id"]: r["submit"] + r["queue_delay"] for r in res.rows}
+    assert start["long"] == 2 and start["big"] == 36000
+    assert res.summary()["idle_gpu_hours_job_fits"] < 1.0

@@ -65,6 +65,15 @@ def without_snapshot(data, copy):
     return copy
 
 
+def replayed_state(tmp_path, spec=SPEC):
+    """The state a start that replays the whole journal of tmp_path/data reaches (on a copy)."""
+    expected = service(without_snapshot(tmp_path / "data", tmp_path / "full"), spec)
+    try:
+        return state(expected)
+    finally:
+        expected.close()
+
+
 def test_a_clean_restart_loads_the_snapshot_and_places_the_same_next(tmp_path):
     running, before = busy(tmp_path / "data")
     full_dir = without_snapshot(tmp_path / "data", tmp_path / "full")
@@ -114,11 +123,7 @@ def _another_spec(data):
 def test_a_snapshot_that_cannot_be_trusted_replays_the_journal_with_one_log_line(tmp_path, caplog, spoil, words):
     busy(tmp_path / "data")
     spec = spoil(tmp_path / "data")
-    expected = service(without_snapshot(tmp_path / "data", tmp_path / "full"), spec)
-    try:
-        want = state(expected)
-    finally:
-        expected.close()
+    want = replayed_state(tmp_path, spec)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="hived.service"):
         svc = service(tmp_path / "data", spec)

@@ -8,7 +8,7 @@ import pickle
 import shutil
 from pathlib import Path
 
-from test_snapshot import NOT_USED, SPEC, busy, service, state, without_snapshot
+from test_snapshot import NOT_USED, SPEC, busy, replayed_state, service, state
 
 from hived.core.engine_records import RECORD_FIELDS, REQUEST_FIELDS, JobRecord, lean_record
 from hived.core.jobs import Affinity, JobClass, JobRequest, JobState, Placement, PodGroup, PodPlacement
@@ -148,11 +148,7 @@ def test_a_snapshot_written_by_other_code_is_refused(tmp_path, monkeypatch, capl
         busy(tmp_path / "data")   # its clean stop writes the other build's snapshot
     unpickled, loads = [], pickle.loads
     monkeypatch.setattr(snapshot.pickle, "loads", lambda body: unpickled.append(body) or loads(body))
-    expected = service(without_snapshot(tmp_path / "data", tmp_path / "full"))
-    try:
-        want = state(expected)
-    finally:
-        expected.close()
+    want = replayed_state(tmp_path)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="hived.service"):
         svc = service(tmp_path / "data")

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 from service_helpers import wait_until
+from test_snapshot import crash, service
 
 from hived.core.engine_records import request_to_dict
 from hived.service import store as store_mod
-from hived.service.scheduler import SchedulerService
 from hived.service.store import SCHEMA_VERSION, SqliteStore, StoreDamaged
-from hived.testing.launcher_noop import NoopLauncher
 
 SPEC = Path(__file__).with_name("spec_small.yaml")
 BIG_ENV = {f"BLOB{k}": "x" * 60_000 + "é\u2028\"\\" for k in range(3)}   # ~190 KB, with escapes
@@ -160,19 +159,6 @@ def test_a_damaged_record_stays_refused_after_the_migration(tmp_path, monkeypatc
 
 
 # ---------------------------------------------------------------- through the service
-
-
-def service(data):
-    return SchedulerService(str(SPEC), data, launcher=NoopLauncher(adopt=True), health=None, tick_seconds=0.05,
-                            scheme="hived", preemption_policy="none")
-
-
-def crash(svc):
-    """Gone without a clean stop (no snapshot), as after kill -9."""
-    svc.stop()
-    svc.store.close()
-    svc._lockfile.close()
-    svc._lockfile = None
 
 
 BIG_JOB = {"vc": "vca", "command": "python train.py " + "--flag " * 2_000, "env": BIG_ENV, "name": "big one",

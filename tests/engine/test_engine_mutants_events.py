@@ -1,0 +1,63 @@
+"""What the engine's event part (core/engine_events.py) books, asserted where `make mutants
+MUTANT_SCOPE=engine-events` found a planted bug that no other test noticed.
+
+Each test drives a real engine on Figure 2's cluster through its public methods; time is the
+engine's ``now``, never the wall clock."""
+from __future__ import annotations
+
+import pytest
+from engine_helpers import fig2_spec, kinds, req, run
+
+from hived.core.engine import Engine, EngineConfig, RequestError
+from hived.core.jobs import DecisionKind, JobClass, JobState
+from hived.core.spec import load_spec
+
+
+def _engine() -> Engine:
+    return Engine(load_spec(fig2_spec()), config=EngineConfig(preemption_cap=10))
+
+
+def _borrowed() -> Engine:
+    """B's opportunistic job runs on A's idle node; A's guaranteed job ``g`` then wants the node
+    back: ``opp`` is told to stop and ``g`` is placed, waiting for it."""
+    eng = _engine()
+    eng.submit(req(vc="B", gpus=4, cls=JobClass.BE, user="bob"), 0.0, job_id="bfill")
+    eng.submit(req(vc="B", gpus=4, cls=JobClass.OPPORTUNISTIC, user="bob", grace_period=60.0), 0.0, job_id="opp")
+    run(eng, 0.0)
+    eng.submit(req(gpus=4), 10.0, job_id="g")
+    assert kinds(eng.step(10.0)) == [("preempt", "opp")]
+    return eng
+
+
+def _refused(call) -> RequestError:
+    with pytest.raises(RequestError) as e:
+        call()
+    return e.value
+
+
+# ---------------------------------------------------------------- on_started
+
+def test_a_queued_job_cannot_be_reported_started():
+    eng = _engine()
+    eng.submit(req(gpus=1), 0.0, job_id="q")
+    e = _refused(lambda: eng.on_started("q", 1.0))
+    assert (e.field, e.problem) == ("job_id", "q cannot start: it is queued")
+    assert eng.job("q").state is JobState.QUEUED and eng.job("q").attempts == 0
+
+
+def test_a_job_placed_on_cells_still_held_by_a_victim_cannot_start_and_the_error_names_the_victim():
+    eng = _borrowed()
+    assert eng.job("g").state is JobState.PLACED and eng.job("g").waiting_for == ["opp"]
+    e = _refused(lambda: eng.on_started("g", 11.0))
+    assert (e.field, e.problem) == ("job_id", "g cannot start: it is placed, waiting for ['opp']")
+    assert eng.job("g").started is None and eng.job("g").attempts == 0
+
+
+def test_a_running_job_told_to_stop_cannot_be_reported_started_again():
+    eng = _borrowed()
+    before = eng.job("opp").attempts
+    e = _refused(lambda: eng.on_started("opp", 11.0))
+    assert (e.field, e.problem) == ("job_id", "opp cannot start: it is preempting")
+    rec = eng.job("opp")
+    assert rec.state is JobState.PREEMPTING and rec.attempts == before and rec.started == 0.0
+

@@ -61,3 +61,17 @@ def test_a_running_job_told_to_stop_cannot_be_reported_started_again():
     rec = eng.job("opp")
     assert rec.state is JobState.PREEMPTING and rec.attempts == before and rec.started == 0.0
 
+
+
+def test_each_run_adds_its_time_and_the_first_start_is_kept_across_runs():
+    eng = _engine()
+    eng.submit(req(gpus=2), 0.0, job_id="j")
+    run(eng, 5.0)
+    assert kinds(eng.requeue("j", 30.0, "alice")) == [("preempt", "j")]
+    eng.on_preempted("j", 35.0)                     # the first run: 5 .. 35
+    rec = eng.job("j")
+    assert rec.state is JobState.QUEUED and rec.run_time == 30.0
+    assert ("start", "j") in kinds(run(eng, 40.0))  # the second run: 40 .. 100
+    assert (rec.first_started, rec.started, rec.attempts) == (5.0, 40.0, 2)
+    eng.on_finished("j", 100.0, 0)
+    assert rec.state is JobState.SUCCEEDED and rec.run_time == 90.0 and rec.first_started == 5.0

@@ -9,7 +9,7 @@ import pytest
 from engine_helpers import fig2_spec, kinds, req, run
 
 from hived.core.engine import Engine, RequestError
-from hived.core.jobs import JobState
+from hived.core.jobs import JobClass, JobState
 from hived.core.spec import load_spec
 
 
@@ -19,7 +19,7 @@ def _engine() -> Engine:
 
 @pytest.mark.parametrize("limit, said", [
     (3600.0, "1h"), (7200.0, "2h"), (5400.0, "90m"), (3660.0, "61m"), (60.0, "1m"), (120.0, "2m"),
-    (90.0, "90s"), (30.0, "30s"), (1.5, "1.5s"), (59.6, "1m"),
+    (90.0, "90s"), (30.0, "30s"), (1.5, "1.5s"), (59.6, "1m"), (0.0, "0s"),
 ])
 def test_the_time_limit_is_named_in_the_largest_whole_unit(limit, said):
     eng = _engine()
@@ -29,3 +29,63 @@ def test_the_time_limit_is_named_in_the_largest_whole_unit(limit, said):
     assert kinds(ds) == [("preempt", "j")] and ds[0].reason == f"time limit {said} reached"
     eng.on_finished("j", limit + 1.0, -15)
     assert eng.job("j").last_error == f"time limit {said} reached"
+
+
+def test_where_the_last_run_ran_is_kept_after_it_ended():
+    eng = _engine()
+    eng.submit(req(gpus=2), 0.0, job_id="j")
+    (start,) = run(eng, 0.0)
+    eng.on_finished("j", 10.0, 0)
+    rec = eng.job("j")
+    assert rec.placement is None and rec.last_placement == start.placement
+
+
+def test_a_time_limit_reached_while_the_job_is_already_stopping_ends_it_as_timed_out():
+    """Started and asked to stop in one round (B's borrower on A's node, then A's job): its
+    time limit, due during the grace period, decides how it ends: failed as timed out, not
+    queued again as preempted."""
+    eng = _engine()
+    eng.submit(req(vc="B", gpus=4, cls=JobClass.BE, user="bob"), 0.0, job_id="bfill")
+    run(eng, 0.0)
+    eng.submit(req(vc="B", gpus=4, cls=JobClass.OPPORTUNISTIC, user="bob", grace_period=600.0,
+                   time_limit=10.0), 0.0, job_id="opp")
+    assert kinds(eng.step(0.0)) == [("start", "opp")]          # the launcher has not reported it yet
+    eng.submit(req(gpus=4), 1.0, job_id="g")
+    assert kinds(eng.step(1.0)) == [("preempt", "opp")]
+    eng.on_started("opp", 2.0)
+    rec = eng.job("opp")
+    assert rec.state is JobState.PREEMPTING and rec.grace_deadline == 31.0
+    assert eng.step(12.0) == []                                 # the limit: nothing more to tell
+    eng.on_preempted("opp", 20.0)
+    assert rec.state is JobState.FAILED and rec.failure_class == "timeout"
+    assert rec.history[-1][2].startswith("time limit 10s reached: timeout: not retried")
+
+
+def test_a_timed_out_run_records_its_exit_and_a_retry_runs_under_a_fresh_limit():
+    eng = _engine()
+    eng.submit(req(time_limit=10.0, grace_period=5.0, max_retries=1), 0.0, job_id="j")
+    run(eng, 0.0)
+    assert kinds(run(eng, 10.0)) == [("preempt", "j")]
+    eng.on_finished("j", 11.0, 0)                  # it saved and exited cleanly at the SIGTERM
+    rec = eng.job("j")
+    assert rec.state is JobState.QUEUED and (rec.exit_code, rec.failure_class, rec.failures) == (0, "timeout", 1)
+    assert rec.last_error == "time limit 10s reached"
+    t = max(rec.not_before or 0.0, 20.0)           # after the retry's back-off
+    assert ("start", "j") in kinds(run(eng, t))
+    assert rec.limit_at == t + 10.0 and kinds(run(eng, t + 10.0)) == [("preempt", "j")]   # the retry's own limit
+    eng.on_finished("j", t + 11.0, -15)
+    assert rec.state is JobState.FAILED and rec.failures == 2 and rec.limit_at is None
+
+
+def test_a_retried_run_that_ends_well_before_its_limit_succeeds():
+    eng = _engine()
+    eng.submit(req(time_limit=10.0, grace_period=5.0, max_retries=1), 0.0, job_id="j")
+    run(eng, 0.0)
+    run(eng, 10.0)
+    eng.on_finished("j", 11.0, 0)                  # a clean exit at the SIGTERM: still timed out
+    assert eng.job("j").state is JobState.QUEUED
+    t = max(eng.job("j").not_before or 0.0, 20.0)  # after the retry's back-off
+    assert ("start", "j") in kinds(run(eng, t))
+    eng.on_finished("j", t + 5.0, 0)
+    rec = eng.job("j")
+    assert rec.state is JobState.SUCCEEDED and rec.failure_class == "success" and rec.exit_code == 0

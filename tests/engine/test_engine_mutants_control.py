@@ -89,3 +89,14 @@ def test_a_retried_run_that_ends_well_before_its_limit_succeeds():
     eng.on_finished("j", t + 5.0, 0)
     rec = eng.job("j")
     assert rec.state is JobState.SUCCEEDED and rec.failure_class == "success" and rec.exit_code == 0
+
+
+def test_a_timed_out_job_that_is_retried_queues_again_behind_the_jobs_waiting():
+    eng = _engine()
+    eng.submit(req(gpus=4, time_limit=10.0, grace_period=5.0, max_retries=1), 0.0, job_id="j")
+    run(eng, 0.0)
+    eng.submit(req(gpus=4), 1.0, job_id="k")
+    run(eng, 10.0)
+    eng.on_finished("j", 11.0, 0)
+    assert eng.queue("A", 11.0) == ["k", "j"]
+    assert kinds(run(eng, 11.0)) == [("start", "k")]

@@ -17,6 +17,12 @@ def _engine() -> Engine:
     return Engine(load_spec(fig2_spec()))
 
 
+def _refused(call) -> RequestError:
+    with pytest.raises(RequestError) as e:
+        call()
+    return e.value
+
+
 @pytest.mark.parametrize("limit, said", [
     (3600.0, "1h"), (7200.0, "2h"), (5400.0, "90m"), (3660.0, "61m"), (60.0, "1m"), (120.0, "2m"),
     (90.0, "90s"), (30.0, "30s"), (1.5, "1.5s"), (59.6, "1m"), (0.0, "0s"),
@@ -70,6 +76,7 @@ def test_a_timed_out_run_records_its_exit_and_a_retry_runs_under_a_fresh_limit()
     rec = eng.job("j")
     assert rec.state is JobState.QUEUED and (rec.exit_code, rec.failure_class, rec.failures) == (0, "timeout", 1)
     assert rec.last_error == "time limit 10s reached"
+    assert rec.history[-1][2].startswith("time limit 10s reached: timeout: retry 1/1")
     t = max(rec.not_before or 0.0, 20.0)           # after the retry's back-off
     assert ("start", "j") in kinds(run(eng, t))
     assert rec.limit_at == t + 10.0 and kinds(run(eng, t + 10.0)) == [("preempt", "j")]   # the retry's own limit
@@ -100,3 +107,67 @@ def test_a_timed_out_job_that_is_retried_queues_again_behind_the_jobs_waiting():
     eng.on_finished("j", 11.0, 0)
     assert eng.queue("A", 11.0) == ["k", "j"]
     assert kinds(run(eng, 11.0)) == [("start", "k")]
+
+
+# ---------------------------------------------------------------- dependencies
+
+def test_a_job_waiting_for_a_job_that_does_not_exist_fails_naming_it():
+    eng = _engine()
+    eng.submit(req(after=["nope"]), 0.0, job_id="d")
+    assert run(eng, 0.0) == []
+    rec = eng.job("d")
+    assert rec.state is JobState.FAILED and rec.failure_class == "dependency" and rec.started is None
+    assert rec.history[-1][2] == "dependency nope is gone: never started (--after)"
+
+
+def test_a_job_waiting_for_two_jobs_names_both_until_each_succeeded():
+    eng = _engine()
+    eng.submit(req(gpus=2), 0.0, job_id="a")
+    eng.submit(req(gpus=2), 0.0, job_id="b")
+    eng.submit(req(after=["a", "b"]), 0.0, job_id="d")
+    run(eng, 0.0)
+    assert eng.job("d").wait_reason == "waits for a, b to succeed (--after)"
+    eng.on_finished("a", 5.0, 0)
+    run(eng, 5.0)
+    assert eng.job("d").wait_reason == "waits for b to succeed (--after)"
+
+
+# ---------------------------------------------------------------- hold, unhold, requeue
+
+def test_hold_and_unhold_refuse_with_the_field_and_the_state():
+    eng = _engine()
+    eng.submit(req(gpus=2), 0.0, job_id="r")
+    run(eng, 0.0)
+    eng.submit(req(gpus=2), 0.0, job_id="q")
+    e = _refused(lambda: eng.hold("r", 1.0, "alice"))
+    assert (e.field, e.problem) == ("job_id", "r is running; only queued jobs can be held")
+    e = _refused(lambda: eng.unhold("q", 1.0, "alice"))
+    assert (e.field, e.problem) == ("job_id", "q is not held")
+    eng.hold("q", 1.0, "alice")
+    e = _refused(lambda: eng.hold("q", 2.0, "root"))
+    assert (e.field, e.problem) == ("job_id", "q is already held (by alice)")
+    e = _refused(lambda: eng.requeue("q", 2.0, "alice"))
+    assert (e.field, e.problem) == ("job_id", "q is queued; only running or placed jobs can be requeued")
+
+
+def test_hold_and_unhold_say_why_the_job_waits_at_once():
+    eng = _engine()
+    eng.submit(req(gpus=2), 0.0, job_id="q")
+    eng.hold("q", 0.0, "alice")
+    rec = eng.job("q")
+    assert (rec.held_by, rec.wait_reason) == ("alice", "held by alice: hived release q lets it start")
+    eng.unhold("q", 1.0, "root")
+    assert (rec.held_by, rec.wait_reason) == ("", "released: tried at the next scheduling round")
+
+
+def test_holding_the_head_that_blocked_its_queue_unblocks_the_jobs_submitted_behind_it():
+    eng = _engine()
+    eng.submit(req(gpus=4), 0.0, job_id="r")
+    run(eng, 0.0)
+    eng.submit(req(gpus=4), 1.0, job_id="h")
+    run(eng, 1.0)                                   # h heads A's queue and cannot fit: it blocks
+    eng.submit(req(gpus=1), 2.0, job_id="x")
+    assert eng.job("x").wait_reason.startswith("behind h")
+    eng.hold("h", 3.0, "alice")
+    eng.submit(req(gpus=1), 4.0, job_id="y")
+    assert eng.job("y").wait_reason == "submitted: tried at the next scheduling round"

@@ -171,3 +171,31 @@ def test_holding_the_head_that_blocked_its_queue_unblocks_the_jobs_submitted_beh
     eng.hold("h", 3.0, "alice")
     eng.submit(req(gpus=1), 4.0, job_id="y")
     assert eng.job("y").wait_reason == "submitted: tried at the next scheduling round"
+
+
+def test_requeueing_a_job_placed_but_not_started_frees_its_cells_and_puts_it_first_without_a_stop():
+    """A's job ``g`` is placed on its node while B's borrower leaves; requeued, nothing runs
+    that must be stopped: it goes back to the head of A's queue."""
+    eng = _engine()
+    eng.submit(req(vc="B", gpus=4, cls=JobClass.BE, user="bob"), 0.0, job_id="bfill")
+    eng.submit(req(vc="B", gpus=4, cls=JobClass.OPPORTUNISTIC, user="bob", grace_period=60.0), 0.0, job_id="opp")
+    run(eng, 0.0)
+    eng.submit(req(gpus=4), 10.0, job_id="g")
+    assert kinds(eng.step(10.0)) == [("preempt", "opp")]
+    eng.submit(req(gpus=4), 11.0, job_id="x")
+    assert eng.job("g").state is JobState.PLACED
+    assert eng.requeue("g", 12.0, "alice") == []
+    rec = eng.job("g")
+    assert rec.state is JobState.QUEUED and rec.placement is None and rec.history[-1][2] == "requeued by alice"
+    assert eng.queue("A", 12.0) == ["g", "x"]
+
+
+def test_requeueing_a_job_whose_start_was_just_decided_stops_it():
+    """The START is out (the launcher is creating its pods) but not yet reported: the job
+    must be stopped like a running one."""
+    eng = _engine()
+    eng.submit(req(gpus=2, grace_period=5.0), 0.0, job_id="j")
+    assert kinds(eng.step(0.0)) == [("start", "j")]
+    ds = eng.requeue("j", 1.0, "alice")
+    assert kinds(ds) == [("preempt", "j")] and ds[0].reason == "requeued by alice"
+    assert eng.job("j").state is JobState.PREEMPTING

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from engine_helpers import fig2_spec, kinds, req, run
 
-from hived.core.engine import Engine
+from hived.core.engine import Engine, EngineConfig, RequestError
+from hived.core.jobs import JobClass, JobState
 from hived.core.spec import load_spec
 
 
@@ -49,3 +50,81 @@ def test_the_queues_walked_are_known_before_the_first_round_and_after_each():
     eng.submit(req(gpus=4), 0.0, job_id="a")
     assert kinds(run(eng, 0.0)) == [("start", "a")]
     assert eng.scanned == {"A"}
+
+
+def _refused(call) -> RequestError:
+    with pytest.raises(RequestError) as e:
+        call()
+    return e.value
+
+
+def test_a_job_id_given_empty_or_already_taken_is_refused_naming_the_field():
+    eng = _engine()
+    eng.submit(req(), 0.0, job_id="a")
+    e = _refused(lambda: eng.submit(req(), 0.0, job_id=""))
+    assert (e.field, e.problem) == ("job_id", "must be a non-empty string, got ''")
+    e = _refused(lambda: eng.submit(req(), 0.0, job_id="a"))
+    assert (e.field, e.problem) == ("job_id", "'a' already exists")
+    assert eng.job_ids() == ["a"]
+
+
+def test_a_submitted_job_says_it_was_submitted_and_when_it_will_be_tried():
+    eng = _engine()
+    eng.submit(req(), 3.0, job_id="a")
+    rec = eng.job("a")
+    assert rec.history[-1][1:] == ("queued", "submitted")
+    assert rec.wait_reason == "submitted: tried at the next scheduling round"
+
+
+def _borrowed() -> Engine:
+    """B's opportunistic job runs on A's idle node; A's job ``g`` then wants the node back."""
+    eng = _engine(config=EngineConfig(preemption_cap=10))
+    eng.submit(req(vc="B", gpus=4, cls=JobClass.BE, user="bob"), 0.0, job_id="bfill")
+    eng.submit(req(vc="B", gpus=4, cls=JobClass.OPPORTUNISTIC, user="bob", grace_period=20.0), 0.0, job_id="opp")
+    run(eng, 0.0)
+    eng.submit(req(gpus=4), 10.0, job_id="g")
+    assert kinds(eng.step(10.0)) == [("preempt", "opp")]
+    assert eng.job("opp").grace_deadline == 30.0
+    return eng
+
+
+def test_the_kill_at_the_end_of_a_grace_period_says_so():
+    eng = _borrowed()
+    assert eng.step(29.0) == []
+    ds = eng.step(30.0)
+    assert kinds(ds) == [("kill", "opp")] and ds[0].reason == "grace period over"
+
+
+def test_a_grace_timer_made_void_by_a_cancel_is_no_reason_to_wake():
+    eng = _borrowed()
+    assert kinds(eng.cancel("opp", 12.0, "bob")) == [("kill", "opp")]
+    assert eng.next_wakeup() is None
+
+
+def test_a_void_timer_does_not_hide_the_timers_due_after_it():
+    eng = _borrowed()
+    eng.submit(req(vc="B", gpus=1, user="bob", time_limit=25.0), 11.0, job_id="lim")
+    eng.cancel("opp", 12.0, "bob")                 # its grace timer (30) is void now
+    eng.on_preempted("opp", 13.0)
+    eng.on_finished("bfill", 13.0, 0)
+    assert ("start", "lim") in kinds(run(eng, 13.0))   # its limit is due at 38
+    assert kinds(eng.step(40.0))[:1] == [("preempt", "lim")]
+
+
+def test_a_job_cancelled_after_its_victim_left_is_not_started():
+    eng = _borrowed()
+    eng.on_preempted("opp", 15.0)                  # the cells are free: g is ready to start
+    eng.cancel("g", 15.0, "alice")
+    assert ("start", "g") not in kinds(eng.step(15.0))
+    assert eng.job("g").started is None
+
+
+def test_a_job_submitted_after_a_back_off_ended_is_queued_normally():
+    eng = _engine()
+    eng.submit(req(gpus=4), 0.0, job_id="f")
+    run(eng, 0.0)
+    eng.on_finished("f", 1.0, 1, "NCCL error")     # infrastructure: retried after a back-off
+    due = eng.job("f").not_before
+    assert ("start", "f") in kinds(run(eng, due))
+    eng.submit(req(gpus=4), due + 1.0, job_id="n")
+    assert eng.job("n").wait_reason == "submitted: tried at the next scheduling round"

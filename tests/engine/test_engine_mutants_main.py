@@ -128,3 +128,19 @@ def test_a_job_submitted_after_a_back_off_ended_is_queued_normally():
     assert ("start", "f") in kinds(run(eng, due))
     eng.submit(req(gpus=4), due + 1.0, job_id="n")
     assert eng.job("n").wait_reason == "submitted: tried at the next scheduling round"
+
+
+def test_a_head_that_did_not_fit_is_not_tried_again_until_its_vc_releases_cells():
+    """The failed-attempt memo (docs/engine.md, "Speed"): a submission behind the head marks the
+    queue for a round, but the head is not placed again while nothing it depends on changed."""
+    eng = _engine(config=EngineConfig(backfill=False))
+    eng.submit(req(gpus=4), 0.0, job_id="r")
+    run(eng, 0.0)
+    eng.submit(req(gpus=4), 1.0, job_id="h")
+    assert run(eng, 1.0) == []
+    tries = eng.stats["attempts"]
+    eng.submit(req(gpus=1), 2.0, job_id="x")
+    assert run(eng, 2.0) == [] and eng.scanned == {"A"}
+    assert eng.stats["attempts"] == tries
+    eng.on_finished("r", 3.0, 0)
+    assert kinds(run(eng, 3.0)) == [("start", "h")] and eng.stats["attempts"] == tries + 2

@@ -144,3 +144,89 @@ def test_a_head_that_did_not_fit_is_not_tried_again_until_its_vc_releases_cells(
     assert eng.stats["attempts"] == tries
     eng.on_finished("r", 3.0, 0)
     assert kinds(run(eng, 3.0)) == [("start", "h")] and eng.stats["attempts"] == tries + 2
+
+
+# ---------------------------------------------------------------- the scan
+
+class _PlainPolicy:
+    """A queue policy with only what a policy must have: the engine's defaults fill in the rest
+    (not in queue order, no TE-first, no blunt backfill)."""
+
+    name = "plain"
+
+    def order(self, vc, queued, view, now):
+        return list(queued)
+
+
+class _InOrderPolicy(_PlainPolicy):
+    preserves_order = True     # walks the engine's queue in place; says nothing about TE-first
+
+
+def _blocked_head(eng: Engine) -> None:
+    """A's node: ``r`` holds 2 GPUs, ``h`` (4 GPUs) heads the queue, ``x`` (2 GPUs) is behind it."""
+    eng.submit(req(gpus=2), 0.0, job_id="r")
+    run(eng, 0.0)
+    eng.submit(req(gpus=4), 1.0, job_id="h")
+    eng.submit(req(gpus=2), 1.0, job_id="x")
+
+
+def test_a_queue_policy_that_asks_for_blunt_backfill_has_every_job_tried_past_the_head():
+    from hived.core.policies.fifo import FifoPolicy
+    eng = _engine(queue_policy=FifoPolicy(backfill=True), config=EngineConfig(backfill=False))
+    _blocked_head(eng)
+    assert kinds(run(eng, 1.0)) == [("start", "x")]
+
+
+@pytest.mark.parametrize("policy", [_PlainPolicy, _InOrderPolicy])
+def test_a_queue_policy_that_says_nothing_of_backfill_keeps_strict_order_without_the_engines(policy):
+    eng = _engine(queue_policy=policy(), config=EngineConfig(backfill=False))
+    _blocked_head(eng)
+    assert run(eng, 1.0) == [] and eng.job("x").wait_reason.startswith("behind h")
+
+
+def test_a_queue_policy_in_queue_order_that_says_nothing_of_te_first_is_not_given_it():
+    eng = _engine(queue_policy=_InOrderPolicy(), preemption_policy=None)
+    eng.submit(req(gpus=4, cls=JobClass.BE), 0.0, job_id="be")
+    eng.submit(req(gpus=4), 0.0, job_id="te")
+    assert kinds(run(eng, 0.0)) == [("start", "be")]
+
+
+def test_a_job_in_retry_back_off_does_not_hold_up_the_jobs_behind_it():
+    eng = _engine()
+    eng.submit(req(gpus=2), 0.0, job_id="f")
+    run(eng, 0.0)
+    eng.on_finished("f", 1.0, 1, "NCCL error")     # infrastructure: retried after a back-off
+    assert eng.job("f").not_before > 2.0
+    eng.submit(req(gpus=2), 2.0, job_id="k")
+    assert eng.queue("A", 2.0) == ["f", "k"]
+    assert kinds(run(eng, 2.0)) == [("start", "k")]
+
+
+def test_a_job_that_starts_has_no_reason_to_wait():
+    eng = _engine()
+    eng.submit(req(gpus=2), 0.0, job_id="a")
+    run(eng, 0.0)
+    assert eng.job("a").state is JobState.RUNNING and eng.job("a").wait_reason == ""
+
+
+def test_with_wait_reasons_off_a_job_that_did_not_fit_keeps_the_line_it_was_given():
+    """The simulator turns wait reasons off (EngineConfig.wait_reasons): a failed attempt then
+    writes nothing."""
+    eng = _engine(config=EngineConfig(wait_reasons=False))
+    eng.submit(req(gpus=4), 0.0, job_id="r")
+    run(eng, 0.0)
+    eng.submit(req(gpus=4), 1.0, job_id="h")
+    assert run(eng, 1.0) == []
+    assert eng.job("h").wait_reason == "submitted: tried at the next scheduling round"
+
+
+def test_jobs_behind_a_new_head_in_a_full_vc_are_told_what_they_wait_for_in_that_round():
+    eng = _engine()
+    eng.submit(req(gpus=4), 0.0, job_id="r")
+    run(eng, 0.0)
+    eng.submit(req(gpus=4), 1.0, job_id="h")
+    eng.submit(req(gpus=1), 1.0, job_id="x")
+    assert run(eng, 1.0) == []
+    assert eng.job("h").wait_reason.endswith("it holds a reservation on its VC's cells (end times unknown): later "
+                                             "jobs may start ahead of it only as jobs it preempts when it can run")
+    assert eng.job("x").wait_reason.startswith("behind h, the head of VC A's queue, which holds a reservation")

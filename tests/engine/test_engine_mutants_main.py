@@ -6,7 +6,7 @@ engine's ``now``, never the wall clock."""
 from __future__ import annotations
 
 import pytest
-from engine_helpers import fig2_spec, kinds, req, run
+from engine_helpers import fig2_spec, kinds, quota_engine, req, run
 
 from hived.core.engine import Engine, EngineConfig, RequestError
 from hived.core.jobs import JobClass, JobState
@@ -230,3 +230,21 @@ def test_jobs_behind_a_new_head_in_a_full_vc_are_told_what_they_wait_for_in_that
     assert eng.job("h").wait_reason.endswith("it holds a reservation on its VC's cells (end times unknown): later "
                                              "jobs may start ahead of it only as jobs it preempts when it can run")
     assert eng.job("x").wait_reason.startswith("behind h, the head of VC A's queue, which holds a reservation")
+
+
+def test_under_the_quota_baseline_a_job_that_found_the_gpus_fragmented_is_tried_when_another_vc_frees_some():
+    """The quota baseline shares nodes between VCs (not isolated): A's whole-node job waits while
+    B's jobs hold half of each node, and goes as soon as B frees one, with no change in A."""
+    eng = quota_engine(fig2_spec())
+    eng.submit(req(gpus=2), 0.0, job_id="a0")
+    run(eng, 0.0)
+    eng.submit(req(vc="B", gpus=2, user="bob"), 0.0, job_id="b1")
+    eng.submit(req(vc="B", gpus=2, user="bob"), 0.0, job_id="b2")
+    ds = run(eng, 0.0)
+    assert sorted(d.placement.pods[0].node for d in ds) == ["node1", "node2"]
+    eng.on_finished("a0", 1.0, 0)
+    run(eng, 1.0)
+    eng.submit(req(gpus=4), 2.0, job_id="a")
+    assert run(eng, 2.0) == [] and "fragmented" in eng.job("a").wait_reason
+    eng.on_finished("b2", 3.0, 0)
+    assert kinds(run(eng, 3.0)) == [("start", "a")]

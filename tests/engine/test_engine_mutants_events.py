@@ -75,3 +75,64 @@ def test_each_run_adds_its_time_and_the_first_start_is_kept_across_runs():
     assert (rec.first_started, rec.started, rec.attempts) == (5.0, 40.0, 2)
     eng.on_finished("j", 100.0, 0)
     assert rec.state is JobState.SUCCEEDED and rec.run_time == 90.0 and rec.first_started == 5.0
+
+
+def test_a_start_reported_after_the_job_was_told_to_stop_is_noted_as_such():
+    eng = _engine()
+    eng.submit(req(vc="B", gpus=4, cls=JobClass.BE, user="bob"), 0.0, job_id="bfill")
+    run(eng, 0.0)
+    eng.submit(req(vc="B", gpus=4, cls=JobClass.OPPORTUNISTIC, user="bob", grace_period=60.0), 0.0, job_id="opp")
+    assert kinds(eng.step(0.0)) == [("start", "opp")]           # not reported yet
+    eng.submit(req(gpus=4), 1.0, job_id="g")
+    assert kinds(eng.step(1.0)) == [("preempt", "opp")]
+    eng.on_started("opp", 2.0)
+    rec = eng.job("opp")
+    assert rec.state is JobState.PREEMPTING and rec.history[-1][1:] == ("preempting", "started (already asked to stop)")
+    eng.on_preempted("opp", 3.0)
+    assert rec.state is JobState.QUEUED and rec.history[-1][2] == "preempted"
+
+
+def test_a_placed_job_the_launcher_reports_preempted_before_it_started_goes_back_saying_so():
+    eng = _engine()
+    eng.submit(req(gpus=2), 0.0, job_id="j")
+    assert kinds(eng.step(0.0)) == [("start", "j")]
+    assert eng.job("j").state is JobState.PLACED
+    eng.on_preempted("j", 1.0)                     # its pods were evicted before it reported a start
+    rec = eng.job("j")
+    assert rec.state is JobState.QUEUED and rec.history[-1][2] == "preempted before start"
+
+
+def test_events_for_a_job_that_is_not_running_are_refused_naming_the_field():
+    eng = _engine()
+    eng.submit(req(gpus=1), 0.0, job_id="q")
+    e = _refused(lambda: eng.on_preempted("q", 1.0))
+    assert (e.field, e.problem) == ("job_id", "q is queued, not running")
+    e = _refused(lambda: eng.on_finished("q", 1.0, 0))
+    assert (e.field, e.problem) == ("job_id", "q is queued, not running")
+    assert eng.job("q").state is JobState.QUEUED
+
+
+def test_a_cancelled_running_job_ends_cancelled_once_it_is_gone():
+    eng = _engine()
+    eng.submit(req(gpus=1, grace_period=5.0), 0.0, job_id="j")
+    run(eng, 0.0)
+    assert kinds(eng.cancel("j", 1.0, "alice")) == [("preempt", "j")]
+    eng.on_preempted("j", 2.0)
+    rec = eng.job("j")
+    assert rec.state is JobState.CANCELLED and rec.history[-1][2] == "cancelled"
+
+
+def test_gpus_preempted_add_up_per_job_and_over_the_engine():
+    eng = _engine()
+    eng.submit(req(gpus=2), 0.0, job_id="j")
+    eng.submit(req(gpus=1), 0.0, job_id="k")
+    run(eng, 0.0)
+    before = eng.stats["preempted_gpus"]
+    for t in (1.0, 3.0):
+        eng.requeue("j", t, "alice")
+        eng.on_preempted("j", t)
+        run(eng, t + 1.0)
+    eng.requeue("k", 5.0, "alice")
+    eng.on_preempted("k", 5.0)
+    assert (eng.job("j").preemptions, eng.job("j").gpus_preempted) == (2, 4)
+    assert eng.stats["preempted_gpus"] == before + 5

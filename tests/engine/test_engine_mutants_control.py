@@ -199,3 +199,31 @@ def test_requeueing_a_job_whose_start_was_just_decided_stops_it():
     ds = eng.requeue("j", 1.0, "alice")
     assert kinds(ds) == [("preempt", "j")] and ds[0].reason == "requeued by alice"
     assert eng.job("j").state is JobState.PREEMPTING
+
+
+def test_a_job_in_another_vc_waiting_for_a_cancelled_queued_job_fails_at_the_next_round():
+    """Nothing is released when a queued job is cancelled; the VC of a job that depends on it
+    is looked at anyway, and the job ends failed."""
+    eng = _engine()
+    eng.submit(req(gpus=1), 0.0, job_id="a")
+    eng.hold("a", 0.0, "alice")
+    eng.submit(req(vc="B", gpus=1, user="bob", after=["a"]), 0.0, job_id="d")
+    assert run(eng, 0.0) == []
+    assert eng.job("d").wait_reason == "waits for a to succeed (--after)"
+    eng.cancel("a", 1.0, "alice")
+    run(eng, 1.0)
+    rec = eng.job("d")
+    assert rec.state is JobState.FAILED and rec.history[-1][2] == "dependency a cancelled: never started (--after)"
+
+
+def test_a_failed_dependent_forgotten_before_the_next_round_is_no_trouble():
+    eng = _engine()
+    eng.submit(req(gpus=1), 0.0, job_id="a")
+    eng.submit(req(gpus=1, after=["a"]), 0.0, job_id="d")
+    run(eng, 0.0)
+    eng.on_finished("a", 1.0, 1)
+    run(eng, 1.0)
+    assert eng.job("d").state is JobState.FAILED
+    eng.forget("d")
+    eng.submit(req(gpus=1), 2.0, job_id="n")
+    assert kinds(run(eng, 2.0)) == [("start", "n")]

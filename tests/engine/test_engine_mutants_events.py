@@ -136,3 +136,34 @@ def test_gpus_preempted_add_up_per_job_and_over_the_engine():
     eng.on_preempted("k", 5.0)
     assert (eng.job("j").preemptions, eng.job("j").gpus_preempted) == (2, 4)
     assert eng.stats["preempted_gpus"] == before + 5
+
+
+@pytest.mark.parametrize("behind", [[], ["x"], ["x", "y"]])
+def test_a_victim_moved_behind_its_preemptor_keeps_that_place_across_a_restart(behind):
+    """FIFO without TE-first: the preempted BE job goes back behind the TE job it made room for
+    (not at the head, where it would take the cells back), and its queue key says so, so a
+    restarted engine rebuilds the same queue."""
+    from engine_helpers import eight_gpu_spec
+
+    from hived.core.engine_records import JobRecord
+    from hived.core.policies.fifo import FifoPolicy
+
+    def engine() -> Engine:
+        return Engine(eight_gpu_spec(2, {"A": 8, "B": 8}), queue_policy=FifoPolicy(te_first=False),
+                      preemption_policy="fitgpp")
+
+    eng = engine()
+    eng.submit(req(gpus=4, cls=JobClass.BE), 0.0, job_id="b1")
+    eng.submit(req(gpus=4, cls=JobClass.BE), 0.0, job_id="b2")
+    run(eng, 0.0)
+    eng.submit(req(gpus=4), 1.0, job_id="t")
+    (v,) = [d.job_id for d in run(eng, 1.0) if d.kind is DecisionKind.PREEMPT]
+    for j in behind:
+        eng.submit(req(gpus=4, cls=JobClass.BE), 1.5, job_id=j)
+    eng.on_preempted(v, 2.0)
+    assert eng.queue("A", 2.0) == ["t", v] + behind
+    new = engine()
+    for rec in eng.restore_order():
+        new.restore(JobRecord.from_dict(rec.to_dict()))
+    assert new.queue("A", 2.0) == ["t", v] + behind
+

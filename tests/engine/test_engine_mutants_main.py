@@ -248,3 +248,29 @@ def test_under_the_quota_baseline_a_job_that_found_the_gpus_fragmented_is_tried_
     assert run(eng, 2.0) == [] and "fragmented" in eng.job("a").wait_reason
     eng.on_finished("b2", 3.0, 0)
     assert kinds(run(eng, 3.0)) == [("start", "a")]
+
+
+
+@pytest.mark.parametrize("cls, allow", [(JobClass.TE, True), (JobClass.OPPORTUNISTIC, False)])
+def test_a_job_that_may_borrow_is_tried_again_when_another_vc_frees_gpus(cls, allow):
+    """B's job may run opportunistically: its failed attempt depends on every VC, so A's
+    release has it tried again, and it runs on A's node."""
+    eng = _engine(config=EngineConfig(backfill=False))
+    eng.submit(req(gpus=4), 0.0, job_id="a0")
+    eng.submit(req(vc="B", gpus=4, user="bob"), 0.0, job_id="b0")
+    run(eng, 0.0)
+    eng.submit(req(vc="B", gpus=4, user="bob", cls=cls, allow_opportunistic=allow), 1.0, job_id="w")
+    assert run(eng, 1.0) == []
+    eng.on_finished("a0", 2.0, 0)
+    ds = run(eng, 2.0)
+    assert kinds(ds) == [("start", "w")] and ds[0].placement.opportunistic
+
+
+@pytest.mark.parametrize("cls, allow", [(JobClass.TE, True), (JobClass.OPPORTUNISTIC, False)])
+def test_borrowers_placed_one_after_the_other_all_start_in_one_round(cls, allow):
+    eng = _engine(config=EngineConfig(backfill=False))
+    eng.submit(req(vc="B", gpus=4, user="bob"), 0.0, job_id="b0")
+    for j in ("o1", "o2"):
+        eng.submit(req(vc="B", gpus=2, user="bob", cls=cls, allow_opportunistic=allow), 0.0, job_id=j)
+    assert kinds(run(eng, 0.0)) == [("start", "b0"), ("start", "o1"), ("start", "o2")]
+    assert eng.queue("B", 0.0) == []

@@ -167,3 +167,85 @@ def test_a_victim_moved_behind_its_preemptor_keeps_that_place_across_a_restart(b
         new.restore(JobRecord.from_dict(rec.to_dict()))
     assert new.queue("A", 2.0) == ["t", v] + behind
 
+
+
+# ---------------------------------------------------------------- on_finished
+
+def test_how_a_run_ended_is_kept_in_last_error_and_the_history():
+    eng = _engine()
+    for j in ("ok", "infra", "user", "bare"):
+        eng.submit(req(gpus=1), 0.0, job_id=j)
+    run(eng, 0.0)
+    eng.on_finished("ok", 1.0, 0)
+    eng.on_finished("infra", 1.0, 1, "NCCL error: unhandled system error\n")
+    eng.on_finished("user", 1.0, 1, "  Traceback\nValueError: bad  ")
+    eng.on_finished("bare", 1.0, 3)
+    eng.submit(req(gpus=1), 1.0, job_id="long")
+    assert ("start", "long") in kinds(run(eng, 1.0))
+    tail = "x" * 600 + "y" * 600
+    eng.on_finished("long", 2.0, 2, tail)
+    ok, infra, user = eng.job("ok"), eng.job("infra"), eng.job("user")
+    assert ok.state is JobState.SUCCEEDED and ok.last_error == "" and ok.history[-1][2] == "exit 0"
+    assert infra.last_error == "NCCL error: unhandled system error"
+    assert infra.history[-1][1:] == ("queued", "infrastructure (mpi-nccl): infrastructure: retry 1/3 after 120s back-off")
+    assert user.last_error == "Traceback\nValueError: bad"
+    assert user.history[-1][1:] == ("failed", "exit 1, user_error (semantic): user_error: not retried "
+                                    "(hived submit --retries N, max_retries in the request, asks for retries)")
+    assert eng.job("bare").last_error == "exit code 3"
+    assert eng.job("long").last_error == tail[-1000:]
+
+
+# ---------------------------------------------------------------- cancel
+
+def test_cancel_of_an_ended_job_is_refused_naming_the_field():
+    eng = _engine()
+    eng.submit(req(gpus=1), 0.0, job_id="j")
+    run(eng, 0.0)
+    eng.on_finished("j", 1.0, 0)
+    e = _refused(lambda: eng.cancel("j", 2.0, "alice"))
+    assert (e.field, e.problem) == ("job_id", "j already succeeded")
+
+
+def test_cancel_says_who_cancelled_in_each_state():
+    eng = _engine()
+    eng.submit(req(gpus=1, grace_period=5.0), 0.0, job_id="r")
+    run(eng, 0.0)
+    eng.submit(req(gpus=1), 0.0, job_id="q")
+    assert eng.cancel("q", 1.0, "alice") == []
+    assert eng.job("q").history[-1][1:] == ("cancelled", "cancelled by alice")
+    ds = eng.cancel("r", 1.0, "root")
+    assert kinds(ds) == [("preempt", "r")] and ds[0].reason == "cancelled by root"
+
+
+def test_cancel_of_a_job_already_told_to_stop_kills_it_at_once_saying_who():
+    eng = _borrowed()
+    ds = eng.cancel("opp", 12.0, "bob")
+    assert kinds(ds) == [("kill", "opp")] and ds[0].reason == "cancelled by bob"
+    rec = eng.job("opp")
+    assert rec.grace_deadline == 12.0 and rec.history[-1][2] == "cancelled by bob: killed at once"
+
+
+def test_cancel_of_a_job_placed_on_cells_a_victim_still_holds_ends_it_with_nothing_to_stop():
+    eng = _borrowed()
+    assert eng.cancel("g", 12.0, "alice") == []
+    assert eng.job("g").state is JobState.CANCELLED and eng.job("g").placement is None
+    assert eng.job("opp").state is JobState.PREEMPTING
+
+
+def test_cancel_of_a_job_whose_start_was_just_decided_stops_it():
+    eng = _engine()
+    eng.submit(req(gpus=1, grace_period=5.0), 0.0, job_id="j")
+    assert kinds(eng.step(0.0)) == [("start", "j")]
+    assert kinds(eng.cancel("j", 0.5, "alice")) == [("preempt", "j")]
+    assert eng.job("j").state is JobState.PREEMPTING
+
+
+def test_cancelling_the_head_that_blocked_its_queue_unblocks_the_jobs_submitted_behind_it():
+    eng = _engine()
+    eng.submit(req(gpus=4), 0.0, job_id="r")
+    run(eng, 0.0)
+    eng.submit(req(gpus=4), 1.0, job_id="h")
+    run(eng, 1.0)
+    eng.cancel("h", 2.0, "alice")
+    eng.submit(req(gpus=1), 3.0, job_id="y")
+    assert eng.job("y").wait_reason == "submitted: tried at the next scheduling round"

@@ -249,3 +249,23 @@ def test_cancelling_the_head_that_blocked_its_queue_unblocks_the_jobs_submitted_
     eng.cancel("h", 2.0, "alice")
     eng.submit(req(gpus=1), 3.0, job_id="y")
     assert eng.job("y").wait_reason == "submitted: tried at the next scheduling round"
+
+
+# ---------------------------------------------------------------- health
+
+@pytest.mark.parametrize("gpu, where", [(None, "node1"), (0, "node1 GPU 0")])
+def test_a_job_on_failing_hardware_is_stopped_naming_the_hardware(gpu, where):
+    eng = _engine()
+    eng.submit(req(gpus=4, grace_period=5.0), 0.0, job_id="j")
+    (start,) = run(eng, 0.0)
+    assert start.placement.pods[0].node == "node1"
+    ds = eng.set_health("node1", gpu, False, 1.0)
+    assert kinds(ds) == [("preempt", "j")] and ds[0].reason == f"hardware unhealthy on {where}"
+
+
+def test_a_job_already_leaving_failing_hardware_is_not_told_again():
+    eng = _borrowed()                              # opp, on A's node, is leaving
+    rec = eng.job("opp")
+    assert rec.state is JobState.PREEMPTING
+    ds = eng.set_health(rec.placement.pods[0].node, None, False, 12.0)
+    assert [d for d in ds if d.job_id == "opp"] == [] and rec.preemptions == 0

@@ -269,3 +269,18 @@ def test_a_job_already_leaving_failing_hardware_is_not_told_again():
     assert rec.state is JobState.PREEMPTING
     ds = eng.set_health(rec.placement.pods[0].node, None, False, 12.0)
     assert [d for d in ds if d.job_id == "opp"] == [] and rec.preemptions == 0
+
+
+# ---------------------------------------------------------------- progress
+
+def test_progress_is_checked_against_its_total_and_the_refusals_name_the_field():
+    eng = _engine()
+    eng.submit(req(gpus=1), 0.0, job_id="j")
+    run(eng, 0.0)
+    eng.report_progress("j", 0.5, 1.0, 1.0)
+    assert eng.job("j").progress == (0.5, 1.0)
+    e = _refused(lambda: eng.report_progress("j", 0.0, 0, 2.0))
+    assert (e.field, e.problem) == ("total", "must be > 0, got 0")
+    e = _refused(lambda: eng.report_progress("j", 3.0, 2.0, 2.0))
+    assert (e.field, e.problem) == ("done", "must be within [0, 2.0], got 3.0")
+    assert eng.job("j").progress == (0.5, 1.0)

@@ -284,3 +284,27 @@ def test_progress_is_checked_against_its_total_and_the_refusals_name_the_field()
     e = _refused(lambda: eng.report_progress("j", 3.0, 2.0, 2.0))
     assert (e.field, e.problem) == ("done", "must be within [0, 2.0], got 3.0")
     assert eng.job("j").progress == (0.5, 1.0)
+
+
+# ---------------------------------------------------------------- capacity moved by an exchange
+
+def test_capacity_moved_by_an_exchange_is_counted_and_a_downgrade_list_may_name_unknown_jobs():
+    from hived.core.allocator import Allocator
+    from hived.core.exchange import Cells, give_back
+
+    alloc = Allocator(load_spec(fig2_spec()))
+    eng = Engine(alloc, preemption_policy="none")
+    e = _refused(lambda: eng.on_capacity_changed(["Z"], [], 0.0))
+    assert (e.field, e.problem) == ("vc", "unknown VC 'Z'")
+    eng.on_capacity_changed(["A"], [], 0.0)        # nothing moved: the same 4 GPUs
+    assert (eng.capacity("A"), eng.capacity("B")) == (4, 4)
+    alloc.transfer("A", "B", "NODE", 3, 1)         # A lends its node to B
+    eng.on_capacity_changed(["A", "B"], [], 1.0)
+    assert (eng.capacity("A"), eng.capacity("B")) == (0, 8)
+    eng.submit(req("B", 4, user="bob"), 1.0, job_id="b1")
+    eng.submit(req("B", 4, user="bob"), 1.0, job_id="b2")
+    run(eng, 1.0)
+    down = give_back(alloc, "B", "A", Cells("NODE", 3, 1))
+    eng.on_capacity_changed(["A", "B"], ["gone", "b1"] + down, 2.0)   # an unknown id is passed over
+    assert [j for j in ("b1", "b2") if eng.job(j).opportunistic] == down
+    assert (eng.capacity("A"), eng.capacity("B")) == (4, 4)

@@ -274,3 +274,24 @@ def test_borrowers_placed_one_after_the_other_all_start_in_one_round(cls, allow)
         eng.submit(req(vc="B", gpus=2, user="bob", cls=cls, allow_opportunistic=allow), 0.0, job_id=j)
     assert kinds(run(eng, 0.0)) == [("start", "b0"), ("start", "o1"), ("start", "o2")]
     assert eng.queue("B", 0.0) == []
+
+
+# ---------------------------------------------------------------- bind
+
+def test_time_in_the_queue_adds_up_over_each_wait():
+    eng = _engine()
+    eng.submit(req(gpus=1), 2.0, job_id="j")
+    run(eng, 5.0)                                  # waited 2 .. 5
+    rec = eng.job("j")
+    assert rec.queued_time == 3.0 and rec.queued_since is None
+    eng.requeue("j", 6.0, "alice")
+    eng.on_preempted("j", 7.0)                     # queued again at 7
+    run(eng, 11.0)                                 # waited 7 .. 11
+    assert rec.state is JobState.RUNNING and rec.queued_time == 7.0 and rec.queued_since is None
+
+
+def test_how_a_job_was_placed_is_in_its_history():
+    eng = _borrowed()
+    assert eng.job("opp").history[1][1:] == ("placed", "opportunistic")
+    assert eng.job("g").history[-1][1:] == ("placed", "guaranteed; waiting for 1 opportunistic victims")
+    assert eng.job("opp").history[-1][1:] == ("preempting", "cells taken back by guaranteed job g of VC A")

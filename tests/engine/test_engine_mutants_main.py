@@ -295,3 +295,33 @@ def test_how_a_job_was_placed_is_in_its_history():
     assert eng.job("opp").history[1][1:] == ("placed", "opportunistic")
     assert eng.job("g").history[-1][1:] == ("placed", "guaranteed; waiting for 1 opportunistic victims")
     assert eng.job("opp").history[-1][1:] == ("preempting", "cells taken back by guaranteed job g of VC A")
+
+
+# ---------------------------------------------------------------- reading the engine
+
+def test_the_engine_is_read_by_vc_and_state_and_refuses_unknown_vcs():
+    eng = _engine()
+    eng.submit(req(gpus=4), 0.0, job_id="a1")
+    eng.submit(req(gpus=1), 0.0, job_id="a2")
+    eng.submit(req(vc="B", gpus=1, user="bob"), 0.0, job_id="b1")
+    ds = run(eng, 0.0)
+    assert [(d.job_id, d.reason) for d in ds] == [("a1", "guaranteed"), ("b1", "guaranteed")]
+    assert eng.stats["starts"] == 2
+    assert "a1" in eng and "zz" not in eng and len(eng) == 3
+    ids = lambda rs: [r.job_id for r in rs]   # noqa: E731
+    assert ids(eng.jobs()) == ["a1", "a2", "b1"]
+    assert ids(eng.jobs("A")) == ["a1", "a2"] and ids(eng.jobs("B")) == ["b1"]
+    assert ids(eng.jobs(state="running")) == ["a1", "b1"] and ids(eng.jobs("A", JobState.QUEUED)) == ["a2"]
+    assert ids(eng.jobs(states=[JobState.QUEUED, JobState.RUNNING])) == ["a1", "a2", "b1"]
+    assert ids(eng.jobs(states=[JobState.QUEUED])) == ["a2"]
+    assert ids(eng.holding("A")) == ["a1"] and eng.queue("A") == ["a2"]
+    for read in (eng.holding, eng.queue):
+        e = _refused(lambda: read("Z"))
+        assert (e.field, e.problem) == ("vc", "unknown VC 'Z'")
+
+
+def test_a_borrower_is_started_saying_so():
+    eng = _engine()
+    eng.submit(req(vc="B", gpus=4, cls=JobClass.BE, user="bob"), 0.0, job_id="bfill")
+    eng.submit(req(vc="B", gpus=4, cls=JobClass.OPPORTUNISTIC, user="bob"), 0.0, job_id="opp")
+    assert [(d.job_id, d.reason) for d in run(eng, 0.0)] == [("bfill", "guaranteed"), ("opp", "opportunistic")]

@@ -325,3 +325,30 @@ def test_a_borrower_is_started_saying_so():
     eng.submit(req(vc="B", gpus=4, cls=JobClass.BE, user="bob"), 0.0, job_id="bfill")
     eng.submit(req(vc="B", gpus=4, cls=JobClass.OPPORTUNISTIC, user="bob"), 0.0, job_id="opp")
     assert [(d.job_id, d.reason) for d in run(eng, 0.0)] == [("bfill", "guaranteed"), ("opp", "opportunistic")]
+
+
+def test_the_queue_is_read_by_head_count_and_lanes_and_unknown_vcs_are_said_so():
+    eng = _engine()
+    eng.submit(req(gpus=4), 0.0, job_id="r")
+    run(eng, 0.0)
+    eng.submit(req(gpus=1, cls=JobClass.BE), 1.0, job_id="q1")
+    eng.submit(req(gpus=1, user="root"), 1.0, job_id="q2")
+    eng.submit(req(gpus=1), 1.0, job_id="q3")
+    assert eng.head("A", 1.0).job_id == "q2"                       # TE first
+    assert (eng.queued_count("A"), eng.queued_count("A", "alice"), eng.queued_count("A", "root")) == (3, 2, 1)
+    assert (eng.queued_count("A", "bob"), eng.queued_count("B"), eng.queued_count("Z")) == (0, 0, 0)
+    te, rest = eng.lanes("A")
+    assert (list(te), list(rest)) == (["q2", "q3"], ["q1"]) and eng.lanes("Z") is None
+    e = _refused(lambda: eng.head("Z", 1.0))
+    assert (e.field, e.problem) == ("vc", "unknown VC 'Z'")
+    assert [r.job_id for r in eng.restore_order()] == ["r", "q1", "q2", "q3"]
+
+
+def test_only_ended_jobs_are_forgotten():
+    eng = _engine()
+    eng.submit(req(gpus=1), 0.0, job_id="j")
+    e = _refused(lambda: eng.forget("j"))
+    assert (e.field, e.problem) == ("job_id", "j is queued; only ended jobs are forgotten")
+    eng.cancel("j", 1.0, "alice")
+    eng.forget("j")
+    assert "j" not in eng

@@ -187,7 +187,8 @@ def test_how_a_run_ended_is_kept_in_last_error_and_the_history():
     ok, infra, user = eng.job("ok"), eng.job("infra"), eng.job("user")
     assert ok.state is JobState.SUCCEEDED and ok.last_error == "" and ok.history[-1][2] == "exit 0"
     assert infra.last_error == "NCCL error: unhandled system error"
-    assert infra.history[-1][1:] == ("queued", "infrastructure (mpi-nccl): infrastructure: retry 1/3 after 120s back-off")
+    assert infra.history[-1][1:] == ("queued",
+                                     "infrastructure (mpi-nccl): infrastructure: retry 1/3 after 120s back-off")
     assert user.last_error == "Traceback\nValueError: bad"
     assert user.history[-1][1:] == ("failed", "exit 1, user_error (semantic): user_error: not retried "
                                     "(hived submit --retries N, max_retries in the request, asks for retries)")

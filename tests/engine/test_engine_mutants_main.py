@@ -308,7 +308,10 @@ def test_the_engine_is_read_by_vc_and_state_and_refuses_unknown_vcs():
     assert [(d.job_id, d.reason) for d in ds] == [("a1", "guaranteed"), ("b1", "guaranteed")]
     assert eng.stats["starts"] == 2
     assert "a1" in eng and "zz" not in eng and len(eng) == 3
-    ids = lambda rs: [r.job_id for r in rs]   # noqa: E731
+
+    def ids(records) -> list:
+        return [r.job_id for r in records]
+
     assert ids(eng.jobs()) == ["a1", "a2", "b1"]
     assert ids(eng.jobs("A")) == ["a1", "a2"] and ids(eng.jobs("B")) == ["b1"]
     assert ids(eng.jobs(state="running")) == ["a1", "b1"] and ids(eng.jobs("A", JobState.QUEUED)) == ["a2"]
@@ -316,8 +319,9 @@ def test_the_engine_is_read_by_vc_and_state_and_refuses_unknown_vcs():
     assert ids(eng.jobs(states=[JobState.QUEUED])) == ["a2"]
     assert ids(eng.holding("A")) == ["a1"] and eng.queue("A") == ["a2"]
     for read in (eng.holding, eng.queue):
-        e = _refused(lambda: read("Z"))
-        assert (e.field, e.problem) == ("vc", "unknown VC 'Z'")
+        with pytest.raises(RequestError) as e:
+            read("Z")
+        assert (e.value.field, e.value.problem) == ("vc", "unknown VC 'Z'")
 
 
 def test_a_borrower_is_started_saying_so():

@@ -22,7 +22,7 @@ help:
 	@echo "               then tests/core, tests/engine and tests/layout again in a second order"
 	@echo "make soak    - the engine's randomized checker with a long budget (HIVED_SOAK_EXAMPLES)"
 	@echo "make bench   - run the benchmarks in quick mode"
-	@echo "make mutants - mutation testing of the allocator (core/alloc) with mutmut; not part of make test"
+	@echo "make mutants - mutation testing with mutmut (MUTANT_SCOPE=alloc|access|engine-main|engine-events|..); not make test"
 	@echo "make gpu-wheels - the wheel folder .whl/ that tests/gpu/on_device.sh installs on a GPU machine"
 	@echo "make clean   - remove the venv and build outputs"
 
@@ -87,7 +87,7 @@ soak: install
 # the scope's files one small edit at a time, in place, and runs that scope's tests against each
 # mutant; a mutant no test kills is a gap. It restores every file when it ends.
 #   make mutants                      core/alloc/ against the allocator's tests
-#   make mutants MUTANT_SCOPE=engine  the engine and its parts against the engine's targeted tests
+#   make mutants MUTANT_SCOPE=engine  the engine's four files (or one part: engine-main, -events, ... below)
 #   make mutants MUTANT_SCOPE=access  service/access.py against tests/service/test_access.py
 # Each test run loads no pytest plugin and no conftest (a second instead of ten of start-up); the
 # helper folders go on PYTHONPATH instead.

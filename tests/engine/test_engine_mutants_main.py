@@ -356,3 +356,31 @@ def test_only_ended_jobs_are_forgotten():
     eng.cancel("j", 1.0, "alice")
     eng.forget("j")
     assert "j" not in eng
+
+
+# ---------------------------------------------------------------- the preemption policy
+
+def test_a_te_job_that_preempting_cannot_make_room_for_says_so_and_preempts_nothing():
+    eng = _engine()
+    eng.submit(req(gpus=2), 0.0, job_id="r")
+    eng.submit(req(gpus=2, cls=JobClass.BE), 0.0, job_id="b")
+    run(eng, 0.0)
+    eng.submit(req(gpus=4), 1.0, job_id="t")
+    assert run(eng, 1.0) == []
+    rec = eng.job("t")
+    assert rec.policy_note == "preempting every BE job under the cap would still leave VC A short of 4 GPUs"
+    assert rec.policy_note in rec.wait_reason and eng.job("b").state is JobState.RUNNING
+
+
+def test_a_te_job_that_preempting_makes_room_for_names_its_victim():
+    eng = _engine()
+    eng.submit(req(gpus=2), 0.0, job_id="r")
+    eng.submit(req(gpus=2, cls=JobClass.BE, grace_period=10.0), 0.0, job_id="b")
+    run(eng, 0.0)
+    eng.submit(req(gpus=2), 1.0, job_id="t")      # A is full
+    ds = run(eng, 1.0)
+    assert kinds(ds) == [("preempt", "b")] and ds[0].reason.startswith("for TE job t: ")
+    assert eng.job("t").policy_note == "" and eng.job("t").policy_victims == ["b"]
+    assert run(eng, 2.0) == []                    # its victim is leaving: it waits, asking nothing more
+    eng.on_preempted("b", 3.0)
+    assert ("start", "t") in kinds(run(eng, 3.0))

@@ -308,4 +308,8 @@ def test_capacity_moved_by_an_exchange_is_counted_and_a_downgrade_list_may_name_
     down = give_back(alloc, "B", "A", Cells("NODE", 3, 1))
     eng.on_capacity_changed(["A", "B"], ["gone", "b1"] + down, 2.0)   # an unknown id is passed over
     assert [j for j in ("b1", "b2") if eng.job(j).opportunistic] == down
+    (d,) = down
+    node = eng.view.nodes[eng.job(d).placement.pods[0].node]
+    assert (node.gpus_free, node.guaranteed_gpus) == (0, 0)        # the same GPUs, now opportunistic work
+    assert eng.job(d).history[-1][2] == "cells given back by an exchange: now opportunistic"
     assert (eng.capacity("A"), eng.capacity("B")) == (4, 4)

@@ -10,6 +10,8 @@ its cells back bounds how long a victim keeps them.
 """
 from __future__ import annotations
 
+import os
+
 from engine_helpers import fig2_spec, kinds, req, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -81,7 +83,8 @@ OPS = st.lists(st.tuples(st.sampled_from(["tick", "te", "te_done", "b_leaves"]),
                          st.floats(0.0, 60.0, allow_nan=False)), min_size=1, max_size=40)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("HIVED_HYPOTHESIS_EXAMPLES", "150")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(grace=st.sampled_from([0.0, 5.0, 37.0, 50.0, 2000.0]), ops=OPS)
 def test_no_kill_before_the_current_deadline_and_one_by_it(grace, ops):
     eng = _engine(_spec(), cap=10 ** 6)

@@ -138,8 +138,9 @@ class EngineEvents:
             self.books.dirty.add(rec.request.vc)  # the jobs behind it may go now
             if self.books.blocked.get(rec.request.vc) == job_id:
                 self.books.blocked[rec.request.vc] = None
-        elif rec.state is JobState.PLACED and rec.waiting_for:
-            self.books.release(rec, now)  # never started: nothing to stop
+        elif rec.state is JobState.PLACED and rec.started_pending is not True:
+            # waiting for victims, or ready with its START not yet decided: nothing was launched
+            self.books.release(rec, now)
         elif rec.state is JobState.PREEMPTING:
             # already told to stop: the cancel ends the wait, the KILL goes out now
             rec.cancel_requested = True

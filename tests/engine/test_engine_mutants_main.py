@@ -114,9 +114,21 @@ def test_a_void_timer_does_not_hide_the_timers_due_after_it():
 def test_a_job_cancelled_after_its_victim_left_is_not_started():
     eng = _borrowed()
     eng.on_preempted("opp", 15.0)                  # the cells are free: g is ready to start
-    eng.cancel("g", 15.0, "alice")
+    # nothing was launched for g yet: the cancel ends it at once, with no PREEMPT or KILL to
+    # send a launcher that has nothing to stop, and its cells are free again
+    assert eng.cancel("g", 15.0, "alice") == []
+    assert eng.job("g").state is JobState.CANCELLED and eng.job("g").placement is None
     assert ("start", "g") not in kinds(eng.step(15.0))
     assert eng.job("g").started is None
+
+
+def test_a_job_cancelled_after_its_start_went_out_is_stopped_as_a_running_one():
+    """Between the START decision and the launcher's on_started the process may already be
+    starting: a cancel then stops it the way it stops a running job."""
+    eng = _borrowed()
+    eng.on_preempted("opp", 15.0)
+    assert ("start", "g") in kinds(eng.step(15.0))
+    assert kinds(eng.cancel("g", 15.0, "alice")) == [("preempt", "g")]
 
 
 def test_a_job_submitted_after_a_back_off_ended_is_queued_normally():

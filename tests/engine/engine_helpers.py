@@ -48,3 +48,16 @@ def run(eng: Engine, now: float) -> list:
 
 def kinds(ds) -> list:
     return [(d.kind.value, d.job_id) for d in ds]
+
+
+def borrowed(grace: float = 60.0, **engine_kw) -> Engine:
+    """Figure 2's cluster: B's opportunistic job ``opp`` (grace ``grace``) runs on A's idle node;
+    A's guaranteed job ``g`` then wants the node back: ``opp`` is told to stop and ``g`` is
+    placed, waiting for it."""
+    eng = Engine(load_spec(fig2_spec()), **engine_kw)
+    eng.submit(req(vc="B", gpus=4, cls=JobClass.BE, user="bob"), 0.0, job_id="bfill")
+    eng.submit(req(vc="B", gpus=4, cls=JobClass.OPPORTUNISTIC, user="bob", grace_period=grace), 0.0, job_id="opp")
+    run(eng, 0.0)
+    eng.submit(req(gpus=4), 10.0, job_id="g")
+    assert kinds(eng.step(10.0)) == [("preempt", "opp")]
+    return eng

@@ -6,7 +6,7 @@ engine's ``now``, never the wall clock."""
 from __future__ import annotations
 
 import pytest
-from engine_helpers import fig2_spec, kinds, req, run
+from engine_helpers import borrowed, fig2_spec, kinds, req, run
 
 from hived.core.engine import Engine, RequestError
 from hived.core.jobs import JobClass, JobState
@@ -176,12 +176,7 @@ def test_holding_the_head_that_blocked_its_queue_unblocks_the_jobs_submitted_beh
 def test_requeueing_a_job_placed_but_not_started_frees_its_cells_and_puts_it_first_without_a_stop():
     """A's job ``g`` is placed on its node while B's borrower leaves; requeued, nothing runs
     that must be stopped: it goes back to the head of A's queue."""
-    eng = _engine()
-    eng.submit(req(vc="B", gpus=4, cls=JobClass.BE, user="bob"), 0.0, job_id="bfill")
-    eng.submit(req(vc="B", gpus=4, cls=JobClass.OPPORTUNISTIC, user="bob", grace_period=60.0), 0.0, job_id="opp")
-    run(eng, 0.0)
-    eng.submit(req(gpus=4), 10.0, job_id="g")
-    assert kinds(eng.step(10.0)) == [("preempt", "opp")]
+    eng = borrowed()
     eng.submit(req(gpus=4), 11.0, job_id="x")
     assert eng.job("g").state is JobState.PLACED
     assert eng.requeue("g", 12.0, "alice") == []

@@ -6,7 +6,7 @@ engine's ``now``, never the wall clock."""
 from __future__ import annotations
 
 import pytest
-from engine_helpers import fig2_spec, kinds, req, run
+from engine_helpers import borrowed, fig2_spec, kinds, req, run
 
 from hived.core.engine import Engine, EngineConfig, RequestError
 from hived.core.jobs import DecisionKind, JobClass, JobState
@@ -18,15 +18,7 @@ def _engine() -> Engine:
 
 
 def _borrowed() -> Engine:
-    """B's opportunistic job runs on A's idle node; A's guaranteed job ``g`` then wants the node
-    back: ``opp`` is told to stop and ``g`` is placed, waiting for it."""
-    eng = _engine()
-    eng.submit(req(vc="B", gpus=4, cls=JobClass.BE, user="bob"), 0.0, job_id="bfill")
-    eng.submit(req(vc="B", gpus=4, cls=JobClass.OPPORTUNISTIC, user="bob", grace_period=60.0), 0.0, job_id="opp")
-    run(eng, 0.0)
-    eng.submit(req(gpus=4), 10.0, job_id="g")
-    assert kinds(eng.step(10.0)) == [("preempt", "opp")]
-    return eng
+    return borrowed(60.0, config=EngineConfig(preemption_cap=10))
 
 
 def _refused(call) -> RequestError:

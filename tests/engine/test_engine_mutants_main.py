@@ -6,7 +6,7 @@ engine's ``now``, never the wall clock."""
 from __future__ import annotations
 
 import pytest
-from engine_helpers import fig2_spec, kinds, quota_engine, req, run
+from engine_helpers import borrowed, fig2_spec, kinds, quota_engine, req, run
 
 from hived.core.engine import Engine, EngineConfig, RequestError
 from hived.core.jobs import JobClass, JobState
@@ -77,13 +77,7 @@ def test_a_submitted_job_says_it_was_submitted_and_when_it_will_be_tried():
 
 
 def _borrowed() -> Engine:
-    """B's opportunistic job runs on A's idle node; A's job ``g`` then wants the node back."""
-    eng = _engine(config=EngineConfig(preemption_cap=10))
-    eng.submit(req(vc="B", gpus=4, cls=JobClass.BE, user="bob"), 0.0, job_id="bfill")
-    eng.submit(req(vc="B", gpus=4, cls=JobClass.OPPORTUNISTIC, user="bob", grace_period=20.0), 0.0, job_id="opp")
-    run(eng, 0.0)
-    eng.submit(req(gpus=4), 10.0, job_id="g")
-    assert kinds(eng.step(10.0)) == [("preempt", "opp")]
+    eng = borrowed(20.0, config=EngineConfig(preemption_cap=10))
     assert eng.job("opp").grace_deadline == 30.0
     return eng
 

@@ -145,14 +145,20 @@ class Backfill:
         """(start, extra GPUs then, reserved nodes) of the head in ``chain``. A head whose pods
         each fill a whole node counts nodes too, since GPUs free across nodes do not make a free
         node: it starts once enough nodes are free of the VC's holders, and names them."""
-        got = self._shadow(head, chain, now)
+        got = self._ends(head, chain, now)
         if got is None:
             return None
+        free, ends = got
+        start = _covered(free, ends, head.gpus, now)
+        if start is None:
+            return None
         nodes = self._node_shadow(head, chain, now)
-        if nodes is None or nodes[0] <= got[0]:
-            return got[0], got[1], frozenset() if nodes is None else nodes[1]
-        later = self._shadow(head, chain, now, until=nodes[0])
-        return (nodes[0], later[1], nodes[1]) if later is not None else None
+        named = frozenset() if nodes is None else nodes[1]
+        if nodes is not None and nodes[0] > start:
+            start = nodes[0]
+        elif free >= head.gpus:
+            return start, free - head.gpus, named     # the head's GPUs are free now
+        return start, free + sum(g for t, g in ends if t <= start) - head.gpus, named
 
     def _node_shadow(self, head: JobRecord, chain: str, now: float) -> tuple[float, frozenset[str]] | None:
         """(time ``len(head.pod_gpus)`` nodes of ``chain`` are free of the VC's holders, those
@@ -197,10 +203,9 @@ class Backfill:
             return None
         return times[need - 1][0], frozenset(n for _, n in times[:need])
 
-    def _shadow(self, head: JobRecord, chain: str, now: float, until: float | None = None) -> tuple[float, int] | None:
-        """(time the VC's free GPUs in ``chain`` first cover the head, GPUs free then beyond
-        its need), from the estimated ends of the VC's guaranteed holders there; None when
-        a holder without an estimate could change it. ``until``: that later time instead."""
+    def _ends(self, head: JobRecord, chain: str, now: float) -> tuple[int, list[tuple[float, int]]] | None:
+        """(the VC's free GPUs in ``chain`` now, (estimated end, GPUs) of each of its guaranteed
+        holders there, sorted); None when a holder without an estimate could change the head's start."""
         eng = self.eng
         vc = head.request.vc
         free = eng.books.vc_cap[vc][chain] - eng.books.vc_used[vc][chain]
@@ -219,18 +224,7 @@ class Backfill:
                 return None
             ends.append((now + left, r.gpus))
         ends.sort()
-        if until is not None:
-            return until, free + sum(g for t, g in ends if t <= until) - head.gpus
-        k = 0
-        while free < head.gpus and k < len(ends):
-            t = ends[k][0]
-            while k < len(ends) and ends[k][0] == t:
-                free += ends[k][1]
-                k += 1
-        if free < head.gpus:
-            return None
-        start = ends[k - 1][0] if k else now
-        return start, free - head.gpus
+        return free, ends
 
     # ------------------------------------------------------------------ later jobs
 
@@ -392,6 +386,18 @@ def limit_left(rec: JobRecord, now: float) -> float | None:
     if rec.state is JobState.RUNNING and rec.limit_at is not None:   # this run's limit (engine_control)
         return max(0.0, rec.limit_at - now) + grace
     return float(limit) + grace     # not started yet (queued, or placed waiting for its victims)
+
+
+def _covered(free: int, ends: list[tuple[float, int]], need: int, now: float) -> float | None:
+    """The first time ``free`` GPUs plus those of the holders ended by then (``ends``, sorted)
+    reach ``need``; None when they never do."""
+    if free >= need:
+        return now
+    for t, g in ends:
+        free += g
+        if free >= need:
+            return t
+    return None
 
 
 def _join(a: str, b: str) -> str:

@@ -154,10 +154,12 @@ def test_a_victim_moved_behind_its_preemptor_keeps_that_place_across_a_restart(b
         eng.submit(req(gpus=4, cls=JobClass.BE), 1.5, job_id=j)
     eng.on_preempted(v, 2.0)
     assert eng.queue("A", 2.0) == ["t", v] + behind
+    # a job submitted after the move takes a key above the victim's, wherever it went
+    eng.submit(req(gpus=4, cls=JobClass.BE), 3.0, job_id="late")
     new = engine()
     for rec in eng.restore_order():
         new.restore(JobRecord.from_dict(rec.to_dict()))
-    assert new.queue("A", 2.0) == ["t", v] + behind
+    assert new.queue("A", 3.0) == ["t", v] + behind + ["late"]
 
 
 

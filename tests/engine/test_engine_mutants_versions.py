@@ -1,15 +1,13 @@
 """Survivors of the engine's mutation run (docs/engine.md, "Mutation testing"): the version
-counters that tell a remembered failed attempt it is out of date, and the queue key of a
-victim moved behind its preemptor. Each test drives the engine through its public methods."""
+counters that tell a remembered failed attempt it is out of date. Each test drives the
+engine through its public methods."""
 from __future__ import annotations
 
 from engine_helpers import eight_gpu_spec, fig2_spec, kinds, quota_engine, req, run
 
 from hived.core.allocator import Allocator
 from hived.core.engine import Engine
-from hived.core.engine_records import JobRecord
-from hived.core.jobs import DecisionKind, JobClass, JobState
-from hived.core.policies.fifo import FifoPolicy
+from hived.core.jobs import JobClass, JobState
 from hived.core.spec import load_spec
 
 
@@ -62,24 +60,3 @@ def test_a_vc_that_borrows_a_node_tries_its_waiting_job_again():
     eng.on_capacity_changed(["A", "B"], [], 3.0)
     assert kinds(run(eng, 3.0)) == [("start", "next")]
 
-
-def test_a_job_submitted_after_a_victim_moved_behind_the_tail_stays_behind_it_across_a_restart():
-    """The victim moved behind the last queued job takes a key half a step above it, below
-    every later submission's key: a restart keeps the later job behind the victim."""
-    def engine() -> Engine:
-        return Engine(eight_gpu_spec(2, {"A": 8, "B": 8}), queue_policy=FifoPolicy(te_first=False),
-                      preemption_policy="fitgpp")
-
-    eng = engine()
-    eng.submit(req(gpus=4, cls=JobClass.BE), 0.0, job_id="b1")
-    eng.submit(req(gpus=4, cls=JobClass.BE), 0.0, job_id="b2")
-    run(eng, 0.0)
-    eng.submit(req(gpus=4), 1.0, job_id="t")
-    (v,) = [d.job_id for d in run(eng, 1.0) if d.kind is DecisionKind.PREEMPT]
-    eng.on_preempted(v, 2.0)
-    eng.submit(req(gpus=4, cls=JobClass.BE), 3.0, job_id="late")
-    assert eng.queue("A", 3.0) == ["t", v, "late"]
-    new = engine()
-    for rec in eng.restore_order():
-        new.restore(JobRecord.from_dict(rec.to_dict()))
-    assert new.queue("A", 3.0) == ["t", v, "late"]

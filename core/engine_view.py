@@ -39,7 +39,6 @@ class ChainNodes:
 class ClusterView:
     nodes: dict[str, NodeState] = field(default_factory=dict)
     usage: dict[str, dict[str, NodeUsage]] = field(default_factory=dict)   # job -> {node: its usage}
-    busy_nodes: int = 0                         # nodes with guaranteed_gpus > 0
     chains: dict[str, ChainNodes] = field(default_factory=dict)
     # chain -> [nodes with k GPUs unbound] (k clamped to 0..total)
     hist: dict[str, list[int]] = field(default_factory=dict)
@@ -90,7 +89,6 @@ class ClusterView:
             st.memory_free_gb -= m
             if guaranteed:
                 if st.guaranteed_gpus == 0 and g > 0:
-                    self.busy_nodes += 1
                     self.chains[st.chain].busy += 1
                 st.guaranteed_gpus += g
 
@@ -108,7 +106,6 @@ class ClusterView:
             if guaranteed:
                 st.guaranteed_gpus -= g
                 if st.guaranteed_gpus == 0 and g > 0:
-                    self.busy_nodes -= 1
                     self.chains[st.chain].busy -= 1
 
     def free_nodes(self, chain: str) -> int:
@@ -131,7 +128,6 @@ class ClusterView:
         A node can host one when no guaranteed job holds any of its GPUs
         (opportunistic work would be preempted). 0 for an empty cluster.
         """
-        if chain is None:
-            return self.busy_nodes / len(self.nodes) if self.nodes else 0.0
-        nodes = [s for s in self.nodes.values() if s.chain == chain]
-        return sum(1 for s in nodes if s.guaranteed_gpus > 0) / len(nodes) if nodes else 0.0
+        chains = list(self.chains.values()) if chain is None else [c for c in (self.chains.get(chain),) if c]
+        nodes = sum(ch.nodes for ch in chains)
+        return sum(ch.busy for ch in chains) / nodes if nodes else 0.0
